@@ -1,0 +1,1 @@
+//! docsfab's provider transports and the in-turn replay driver.

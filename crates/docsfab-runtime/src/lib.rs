@@ -1,0 +1,1 @@
+//! docsfab's composition runtime.

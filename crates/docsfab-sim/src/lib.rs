@@ -1,0 +1,1 @@
+//! A fault-injecting LLM provider simulator.
