@@ -56,3 +56,27 @@ pub struct ProviderFailure {
     /// Whether answer content (text or a tool call) had already been published before the failure.
     pub content_published: bool,
 }
+
+/// The class of an HTTP status the provider sent on the response head (CLS-1).
+/// Owned by the policy-decisions work: see `ProviderErrorClass` for the classes.
+pub fn classify_http_status(status: u16) -> ProviderErrorClass {
+    let _ = status;
+    todo!("policy: classify_http_status")
+}
+
+/// The reading of a structured error event found in a 200 stream (CLS-5, CLS-6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorEventClass {
+    pub class: ProviderErrorClass,
+    /// The integer `error.code` when the event declared one.
+    pub declared_status: Option<u16>,
+}
+
+/// Classifies a parsed structured error event such as
+/// `{"error":{"type":"service_unavailable","code":503}}`. Never reads the message.
+/// Returns `None` when the value is not an error event at all.
+pub fn classify_error_event(event: &serde_json::Value) -> Option<ErrorEventClass> {
+    let _ = event;
+    todo!("policy: classify_error_event")
+}

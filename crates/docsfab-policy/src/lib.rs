@@ -6,5 +6,11 @@
 //! `docsfab-runtime` do what these decisions say. That is what lets the exact schedules and
 //! budgets be proven by fast unit and property tests.
 
+pub mod catalog;
 pub mod class;
+pub mod envelope;
+pub mod host;
 pub mod replay;
+pub mod retry_after;
+pub mod rules;
+pub mod step;

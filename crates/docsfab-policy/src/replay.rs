@@ -72,3 +72,19 @@ pub enum StopReason {
     /// The wait would cross the attempt deadline (REP-10).
     Deadline,
 }
+
+/// Decides the failure of attempt `past.len() + 1` of a turn.
+///
+/// `past` holds the turn's earlier failures with the wait that followed each; `now_ms` and
+/// `deadline_ms` are on one monotonic millisecond scale chosen by the caller (the attempt
+/// deadline, when there is one). Pure: the same inputs always give the same decision.
+pub fn decide(
+    limits: &ReplayLimits,
+    past: &[PastReplay],
+    failure: &ProviderFailure,
+    now_ms: u64,
+    deadline_ms: Option<u64>,
+) -> ReplayDecision {
+    let _ = (limits, past, failure, now_ms, deadline_ms);
+    todo!("policy: replay::decide")
+}

@@ -1,1 +1,2 @@
 //! docsfab's composition runtime.
+pub mod composition;
