@@ -1,0 +1,225 @@
+//! Provider error classes: HTTP statuses, wire faults and structured error events.
+
+use docsfab_policy::class::{
+    ErrorEventClass, FaultKind, ProviderErrorClass as C, ProviderFailure, classify_error_event,
+    classify_http_status, is_replayable_status,
+};
+use serde_json::json;
+
+#[test]
+fn statuses_map_to_classes_cls_1() {
+    assert_eq!(classify_http_status(408), C::Timeout);
+    assert_eq!(classify_http_status(504), C::Timeout);
+    assert_eq!(classify_http_status(429), C::RateLimit);
+    for s in [500, 501, 502, 503, 507, 520, 599] {
+        assert_eq!(classify_http_status(s), C::Server, "{s}");
+    }
+    assert_eq!(classify_http_status(401), C::Authentication);
+    assert_eq!(classify_http_status(403), C::Authentication);
+    for s in [400, 404, 409, 413, 422] {
+        assert_eq!(classify_http_status(s), C::InvalidRequest, "{s}");
+    }
+}
+
+#[test]
+fn statuses_the_spec_leaves_open_cls_1() {
+    // 425 asks for a repeat: transient, like a 5xx.
+    assert_eq!(classify_http_status(425), C::Server);
+    for s in [402, 405, 410, 418, 451, 499] {
+        assert_eq!(classify_http_status(s), C::InvalidRequest, "{s}");
+    }
+    for s in [0, 99, 100, 200, 204, 302, 600, 999, u16::MAX] {
+        assert_eq!(classify_http_status(s), C::Unknown, "{s}");
+    }
+}
+
+#[test]
+fn faults_map_to_classes_cls_1() {
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::ConnectRefused).class,
+        C::Network
+    );
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::ConnectionDropped).class,
+        C::Network
+    );
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::BodyCut).class,
+        C::Network
+    );
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::RequestTimeout).class,
+        C::Timeout
+    );
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::StreamIncomplete).class,
+        C::StreamIncomplete
+    );
+    assert_eq!(
+        ProviderFailure::from_fault(FaultKind::ContentFilter).class,
+        C::ContentFilter
+    );
+}
+
+#[test]
+fn replayable_statuses_are_408_425_429_and_5xx_rep_2_rep_3() {
+    for s in 0..=u16::MAX {
+        let expected = matches!(s, 408 | 425 | 429 | 500..=599);
+        assert_eq!(is_replayable_status(s), expected, "{s}");
+        let f = ProviderFailure::from_http_status(s, None);
+        if (400..=599).contains(&s) {
+            assert_eq!(f.is_transport_retryable(), expected, "{s}");
+        }
+    }
+}
+
+#[test]
+fn head_status_wins_over_inconsistent_class_rep_4() {
+    // A class recorded as server cannot make a 400 head retryable.
+    let mut f = ProviderFailure::from_http_status(400, None);
+    f.class = C::Server;
+    assert!(!f.is_transport_retryable());
+}
+
+#[test]
+fn rate_limit_needs_http_429_rep_6() {
+    assert!(ProviderFailure::from_http_status(429, None).is_transport_retryable());
+    assert!(ProviderFailure::from_http_status(429, None).is_throttled());
+    let event = classify_error_event(&json!({"error":{"type":"rate_limit_error","code":429}}))
+        .expect("an error event");
+    let f = ProviderFailure::from_error_event(event);
+    assert_eq!(f.class, C::RateLimit);
+    assert!(!f.is_transport_retryable());
+    assert!(!f.is_throttled());
+}
+
+#[test]
+fn structured_error_event_reads_declared_status_cls_5_cls_6() {
+    let ev = |v: serde_json::Value| classify_error_event(&v).expect("an error event");
+    assert_eq!(
+        ev(json!({"error":{"type":"service_unavailable","code":503}})),
+        ErrorEventClass {
+            class: C::Server,
+            declared_status: Some(503)
+        }
+    );
+    assert_eq!(
+        ev(json!({"error":{"code":504,"message":"bad request"}})),
+        ErrorEventClass {
+            class: C::Timeout,
+            declared_status: Some(504)
+        }
+    );
+    assert_eq!(ev(json!({"error":{"code":500}})).class, C::Server);
+    assert_eq!(
+        ev(json!({"error":{"type":"whatever","code":429}})),
+        ErrorEventClass {
+            class: C::RateLimit,
+            declared_status: Some(429)
+        }
+    );
+    // The declared status wins over the type.
+    assert_eq!(
+        ev(json!({"error":{"type":"server_error","code":400}})).class,
+        C::InvalidRequest
+    );
+}
+
+#[test]
+fn server_fault_types_without_status_are_server_cls_6() {
+    for t in [
+        "server_error",
+        "service_unavailable",
+        "internal_server_error",
+        "internal_error",
+        "api_error",
+        "overloaded_error",
+        "bad_gateway",
+        "gateway_timeout",
+        "timeout_error",
+    ] {
+        let got = classify_error_event(&json!({"error":{"type":t}})).expect("an error event");
+        assert_eq!(
+            got,
+            ErrorEventClass {
+                class: C::Server,
+                declared_status: None
+            },
+            "{t}"
+        );
+        assert!(
+            ProviderFailure::from_error_event(got).is_transport_retryable(),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn message_is_never_read_cls_5() {
+    let got = classify_error_event(
+        &json!({"error":{"type":"mystery","message":"503 service_unavailable timeout"}}),
+    )
+    .expect("an error event");
+    assert_eq!(got.class, C::Unknown);
+    assert!(!ProviderFailure::from_error_event(got).is_transport_retryable());
+}
+
+#[test]
+fn anthropic_error_event_shape_cls_5() {
+    let got = classify_error_event(
+        &json!({"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}),
+    )
+    .expect("an error event");
+    assert_eq!(got.class, C::Server);
+    let got = classify_error_event(
+        &json!({"type":"error","error":{"type":"authentication_error","message":"x"}}),
+    )
+    .expect("an error event");
+    assert_eq!(got.class, C::Authentication);
+}
+
+#[test]
+fn only_error_and_type_error_make_an_event_cls_5() {
+    for v in [
+        json!({"choices":[]}),
+        json!({"error":null}),
+        json!({"type":"message","error":{"type":"server_error"}}),
+        json!({"error":{"type":"server_error"},"model":"m"}),
+        json!([{"error":{}}]),
+        json!("error"),
+    ] {
+        assert_eq!(classify_error_event(&v), None, "{v}");
+    }
+}
+
+#[test]
+fn odd_codes_are_not_declared_statuses_cls_5() {
+    for v in [
+        json!({"error":{"type":"server_error","code":"503"}}),
+        json!({"error":{"type":"server_error","code":503.5}}),
+        json!({"error":{"type":"server_error","code":-503}}),
+        json!({"error":{"type":"server_error","code":70000}}),
+        json!({"error":{"type":"server_error","code":99}}),
+    ] {
+        let got = classify_error_event(&v).expect("an error event");
+        assert_eq!(
+            got,
+            ErrorEventClass {
+                class: C::Server,
+                declared_status: None
+            },
+            "{v}"
+        );
+    }
+    let got = classify_error_event(&json!({"error":{"code":"content_filter"}})).expect("event");
+    assert_eq!(got.class, C::ContentFilter);
+}
+
+#[test]
+fn class_names_are_kebab_case() {
+    assert_eq!(C::StreamIncomplete.to_string(), "stream-incomplete");
+    assert_eq!(
+        serde_json::to_value(C::RateLimit).expect("serializes"),
+        json!("rate-limit")
+    );
+}
