@@ -84,6 +84,19 @@ pub fn is_replayable_status(status: u16) -> bool {
 }
 
 impl ProviderErrorClass {
+    /// Every class, in declaration order.
+    pub const ALL: [ProviderErrorClass; 9] = [
+        ProviderErrorClass::Network,
+        ProviderErrorClass::Server,
+        ProviderErrorClass::Timeout,
+        ProviderErrorClass::RateLimit,
+        ProviderErrorClass::StreamIncomplete,
+        ProviderErrorClass::ContentFilter,
+        ProviderErrorClass::Authentication,
+        ProviderErrorClass::InvalidRequest,
+        ProviderErrorClass::Unknown,
+    ];
+
     /// The kebab-case name recorded in run records.
     pub fn as_str(self) -> &'static str {
         match self {
