@@ -1,1 +1,794 @@
-//! (in progress)
+//! The step retry decision (STP-*): after an attempt of a step fails, retry it (from which
+//! budget, after how long, with what correction) or end the step (and how the failure reads).
+//!
+//! Three kinds of budget pay for retries:
+//! - the contract budget (`retry.maxRetries`) pays for every retry after an attempt whose answer
+//!   the step judged (a contract failure or a condition such as a cut answer);
+//! - the condition budgets (cut answer, attempt deadline, no progress) bound how many of those
+//!   contract retries one condition may take, always inside `retry.maxRetries`;
+//! - the transport budget pays for retries after attempts that delivered nothing to judge (a
+//!   retryable provider class, or refused-before-send text the rules send to transport).
+//!
+//! The budgets never share a count, so a step makes at most `1 + maxRetries +
+//! maxTransportRetries` attempts (CFG-3).
+//!
+//! [`decide`] is pure. The caller keeps the step's history as the [`PastAttempt`]s built from the
+//! [`ScheduledRetry`] of each earlier decision.
+
+use serde::{Deserialize, Serialize};
+
+use crate::class::{ProviderErrorClass, ProviderFailure};
+use crate::replay::exponential_ms;
+use crate::rules::{Condition, Feedback, RuleAction, RulesTable};
+
+/// The effective step retry limits (after catalog, host and environment resolution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepBudgets {
+    /// `retry.maxRetries`: contract-correction retries.
+    pub max_retries: u32,
+    /// `retry.maxTransportRetries`.
+    pub max_transport_retries: u32,
+    /// `DOCSFAB_RETRY_BASE_DELAY_MS`: the base of the transport backoff.
+    pub base_delay_ms: u64,
+    /// `retry.transportMaxDelayMs`: the cap on one transport wait.
+    pub transport_max_delay_ms: u64,
+    /// `retry.transportMaxElapsedMs`: transport-failed attempts plus their waits.
+    pub transport_max_elapsed_ms: u64,
+    /// `DOCSFAB_READ_ONLY_MAX_CUT_ANSWER_RETRIES`.
+    pub cut_answer_retries: u32,
+    /// `DOCSFAB_READ_ONLY_MAX_TIMEOUT_RETRIES` (host attempt deadline only).
+    pub timeout_retries: u32,
+    /// `DOCSFAB_READ_ONLY_MAX_NO_PROGRESS_RETRIES`.
+    pub no_progress_retries: u32,
+}
+
+impl Default for StepBudgets {
+    /// The catalog defaults.
+    fn default() -> Self {
+        StepBudgets {
+            max_retries: 3,
+            max_transport_retries: 6,
+            base_delay_ms: 1_000,
+            transport_max_delay_ms: 60_000,
+            transport_max_elapsed_ms: 3_600_000,
+            cut_answer_retries: 1,
+            timeout_retries: 1,
+            no_progress_retries: 1,
+        }
+    }
+}
+
+impl StepBudgets {
+    /// The most attempts one step can make (CFG-3).
+    pub fn max_attempts(&self) -> u64 {
+        1 + u64::from(self.max_retries) + u64::from(self.max_transport_retries)
+    }
+
+    /// The wait before transport retry `k` (1-based) without a Retry-After: exponential from the
+    /// base, capped at `transport_max_delay_ms`.
+    pub fn transport_wait(&self, k: u32, retry_after_ms: Option<u64>) -> u64 {
+        exponential_ms(self.base_delay_ms, k)
+            .max(retry_after_ms.unwrap_or(0))
+            .min(self.transport_max_delay_ms)
+    }
+
+    /// Every transport wait the budget allows when attempts fail instantly and send no
+    /// Retry-After: with the defaults 1,000, 2,000, 4,000, 8,000, 16,000 and 32,000 ms.
+    pub fn transport_schedule(&self) -> Vec<u64> {
+        (1..=self.max_transport_retries)
+            .map(|k| self.transport_wait(k, None))
+            .collect()
+    }
+
+    /// A condition's budget, never above `max_retries` (STP-13, CFG-7).
+    fn condition_budget(&self, condition: Condition) -> Option<u32> {
+        let own = match condition {
+            Condition::CutAnswer => self.cut_answer_retries,
+            Condition::AttemptDeadline => self.timeout_retries,
+            Condition::NoProgress => self.no_progress_retries,
+            _ => return None,
+        };
+        Some(own.min(self.max_retries))
+    }
+}
+
+/// A step's access, and for a write step what the host proved about the failed attempt's writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "access", content = "writeSettlement", rename_all = "kebab-case")]
+pub enum StepAccess {
+    ReadOnly,
+    Write(WriteSettlement),
+}
+
+/// What the host proved about writes during the failed attempt of a write step (WRT-1..3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteSettlement {
+    /// No filesystem write tool ran.
+    NoWrite,
+    /// A write ran and the host restored the workspace to its pre-attempt state.
+    WriteExecutedAndRestored,
+    /// A write ran and the restore failed.
+    RestoreFailed,
+    /// The proof could not be made (missing result, unreadable ledger, unknown tool, counters
+    /// that do not reconcile).
+    Unavailable,
+}
+
+impl WriteSettlement {
+    /// The `writeSettlement` value recorded on the attempt (WRT-3).
+    pub fn record_value(self) -> &'static str {
+        match self {
+            WriteSettlement::NoWrite => "no-write",
+            WriteSettlement::WriteExecutedAndRestored | WriteSettlement::RestoreFailed => {
+                "write-executed"
+            }
+            WriteSettlement::Unavailable => "unavailable",
+        }
+    }
+
+    /// Whether a retry is safe: nothing was written, or it was undone.
+    fn permits_retry(self) -> bool {
+        matches!(
+            self,
+            WriteSettlement::NoWrite | WriteSettlement::WriteExecutedAndRestored
+        )
+    }
+}
+
+/// How the contract judged a reply that was not the JSON object it asks for (STP-9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContractFailure {
+    Prose,
+    Array,
+    Empty,
+    SchemaInvalid,
+}
+
+/// A refusal a validator marked terminal (STP-14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ValidatorRefusal {
+    CredentialMaterial,
+    AuthorityRefusal,
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum AttemptFailure {
+    /// The reply broke the step's contract.
+    Contract { failure: ContractFailure },
+    /// The answer was cut at the output limit with no continuation left, or completed by a
+    /// continuation and then refused (STP-10).
+    CutAnswer,
+    /// The host's attempt timer fired (STP-11).
+    AttemptDeadline,
+    /// The runtime stopped the attempt as no-progress (STP-12).
+    NoProgress,
+    /// A request that left the host failed; its class decides (STP-3).
+    Provider { failure: ProviderFailure },
+    /// The host refused the request before sending; only its text is known (STP-4).
+    RefusedBeforeSend { error_text: String },
+    /// A validator refused the answer terminally (STP-14).
+    ValidatorTerminal { refusal: ValidatorRefusal },
+    /// The model's context was exhausted (STP-14).
+    ContextExhausted,
+    /// The caller cancelled the attempt.
+    Cancelled,
+}
+
+impl AttemptFailure {
+    /// The judged condition, for failures the condition rules decide.
+    fn condition(&self) -> Option<Condition> {
+        match self {
+            AttemptFailure::Contract { failure } => Some(match failure {
+                ContractFailure::Prose => Condition::ContractProse,
+                ContractFailure::Array => Condition::ContractArray,
+                ContractFailure::Empty => Condition::ContractEmpty,
+                ContractFailure::SchemaInvalid => Condition::ContractSchemaInvalid,
+            }),
+            AttemptFailure::CutAnswer => Some(Condition::CutAnswer),
+            AttemptFailure::AttemptDeadline => Some(Condition::AttemptDeadline),
+            AttemptFailure::NoProgress => Some(Condition::NoProgress),
+            AttemptFailure::ValidatorTerminal { .. } => Some(Condition::ValidatorTerminal),
+            AttemptFailure::ContextExhausted => Some(Condition::ContextExhausted),
+            AttemptFailure::Cancelled => Some(Condition::Cancelled),
+            AttemptFailure::Provider { .. } | AttemptFailure::RefusedBeforeSend { .. } => None,
+        }
+    }
+
+    /// `attempt-deadline` for the host timer, `provider-timeout` for a provider timeout class.
+    pub fn timeout_kind(&self) -> Option<TimeoutKind> {
+        match self {
+            AttemptFailure::AttemptDeadline => Some(TimeoutKind::AttemptDeadline),
+            AttemptFailure::Provider { failure }
+                if failure.class == ProviderErrorClass::Timeout =>
+            {
+                Some(TimeoutKind::ProviderTimeout)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Which timer ended a timed-out attempt (STP-11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeoutKind {
+    AttemptDeadline,
+    ProviderTimeout,
+}
+
+/// The budget that pays for an attempt (`budget` in the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Budget {
+    Initial,
+    Contract,
+    Transport,
+}
+
+/// The budget a retry is paid from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryBudget {
+    Contract,
+    Transport,
+}
+
+impl From<RetryBudget> for Budget {
+    fn from(b: RetryBudget) -> Budget {
+        match b {
+            RetryBudget::Contract => Budget::Contract,
+            RetryBudget::Transport => Budget::Transport,
+        }
+    }
+}
+
+/// A retry the step scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledRetry {
+    /// The budget that pays for the next attempt.
+    pub budget: RetryBudget,
+    /// The condition budget the retry also spends, if any.
+    pub condition: Option<Condition>,
+    /// The correction the next attempt carries (STP-5: carried across transport retries).
+    pub feedback: Option<Feedback>,
+    /// The wait before the next attempt.
+    pub wait_ms: u64,
+}
+
+/// An earlier attempt of the step: how long it ran and the retry scheduled after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PastAttempt {
+    pub duration_ms: u64,
+    pub retry: ScheduledRetry,
+}
+
+/// `retryDecision` in the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryDecision {
+    /// The attempt succeeded; nothing was decided.
+    None,
+    Scheduled,
+    /// A retry was allowed by the rules but a budget bound refused it.
+    Exhausted,
+    /// The failure is never retried.
+    Terminal,
+    /// A write step whose writes could not be proven away or undone (WRT-2).
+    Declined,
+}
+
+/// How a step's ending failure reads in the record and to the operator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepFailure {
+    pub category: String,
+    pub failure_class: String,
+    pub code: String,
+    pub message: String,
+    pub remediation: String,
+}
+
+/// How a step ends: the three `retryDecision`s that schedule nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ending {
+    Exhausted,
+    Terminal,
+    Declined,
+}
+
+/// The decision about a failed attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum StepDecision {
+    Retry {
+        rule: String,
+        retry: ScheduledRetry,
+        timeout_kind: Option<TimeoutKind>,
+    },
+    End {
+        ending: Ending,
+        rule: String,
+        failure: StepFailure,
+        timeout_kind: Option<TimeoutKind>,
+    },
+}
+
+impl StepDecision {
+    /// `retryDecision`.
+    pub fn retry_decision(&self) -> RetryDecision {
+        match self {
+            StepDecision::Retry { .. } => RetryDecision::Scheduled,
+            StepDecision::End { ending, .. } => match ending {
+                Ending::Exhausted => RetryDecision::Exhausted,
+                Ending::Terminal => RetryDecision::Terminal,
+                Ending::Declined => RetryDecision::Declined,
+            },
+        }
+    }
+
+    /// `retryScheduled`.
+    pub fn retry_scheduled(&self) -> bool {
+        matches!(self, StepDecision::Retry { .. })
+    }
+
+    /// `retryRule`: the rule that decided.
+    pub fn retry_rule(&self) -> &str {
+        match self {
+            StepDecision::Retry { rule, .. } | StepDecision::End { rule, .. } => rule,
+        }
+    }
+
+    /// `waitMs`: the wait before the next attempt, when one follows.
+    pub fn wait_ms(&self) -> Option<u64> {
+        self.scheduled().map(|r| r.wait_ms)
+    }
+
+    /// The budget of the next attempt, when one follows.
+    pub fn next_budget(&self) -> Option<RetryBudget> {
+        self.scheduled().map(|r| r.budget)
+    }
+
+    /// The feedback for the next attempt, when one follows.
+    pub fn feedback(&self) -> Option<Feedback> {
+        self.scheduled().and_then(|r| r.feedback)
+    }
+
+    /// The retry scheduled, when one follows.
+    pub fn scheduled(&self) -> Option<&ScheduledRetry> {
+        match self {
+            StepDecision::Retry { retry, .. } => Some(retry),
+            StepDecision::End { .. } => None,
+        }
+    }
+
+    /// The failure that ends the step, when it ends.
+    pub fn failure(&self) -> Option<&StepFailure> {
+        match self {
+            StepDecision::Retry { .. } => None,
+            StepDecision::End { failure, .. } => Some(failure),
+        }
+    }
+
+    /// `timeoutKind`.
+    pub fn timeout_kind(&self) -> Option<TimeoutKind> {
+        match self {
+            StepDecision::Retry { timeout_kind, .. } | StepDecision::End { timeout_kind, .. } => {
+                *timeout_kind
+            }
+        }
+    }
+}
+
+/// Decides the failed attempt `past.len() + 1` of a step that ran for `duration_ms`.
+///
+/// Order: the provider class first (STP-3), then the condition or the refused-before-send text
+/// (STP-4), through the rules table (STP-8); then the write settlement of a write step (STP-1,
+/// WRT-1/2); then the budget that would pay.
+///
+/// The transport elapsed bound (STP-6) sums the durations of the step's transport-failed
+/// attempts, this one included, and the waits scheduled after them. A retry is refused when that
+/// sum plus the next wait would exceed the bound; so the bound can only be crossed while an
+/// attempt runs, and that attempt still finishes.
+pub fn decide(
+    table: &RulesTable,
+    budgets: &StepBudgets,
+    access: StepAccess,
+    past: &[PastAttempt],
+    failure: &AttemptFailure,
+    duration_ms: u64,
+) -> StepDecision {
+    let timeout_kind = failure.timeout_kind();
+    let facts = Facts::of(failure);
+
+    // 1. What the rules say, before any budget.
+    let (rule, action, feedback, condition) = match failure {
+        AttemptFailure::Provider { failure: f } => {
+            let r = table.class_rule(f);
+            // The class policy is the floor: a table validated against it agrees, and a head
+            // status that is not repeatable keeps even a transient class terminal.
+            let action = if r.action == RuleAction::Transport && !f.is_transport_retryable() {
+                RuleAction::Terminal
+            } else {
+                r.action
+            };
+            (r.id.to_string(), action, None, None)
+        }
+        AttemptFailure::RefusedBeforeSend { error_text } => {
+            let (id, action) = table.text_rule(error_text);
+            (id.to_string(), action, None, None)
+        }
+        _ => match failure.condition() {
+            Some(c) => {
+                let r = table.condition_rule(c);
+                (r.id.clone(), r.action, r.feedback, Some(c))
+            }
+            None => (
+                table.default_rule().id.clone(),
+                RuleAction::Terminal,
+                None,
+                None,
+            ),
+        },
+    };
+
+    let end = |ending: Ending, rule: String, failure: StepFailure| StepDecision::End {
+        ending,
+        rule,
+        failure,
+        timeout_kind,
+    };
+
+    if action == RuleAction::Terminal {
+        return end(Ending::Terminal, rule, facts.failure(None));
+    }
+
+    // 2. Write steps: transport retries only, and only after a proven or undone write.
+    if let StepAccess::Write(settlement) = access {
+        if action != RuleAction::Transport {
+            return end(
+                Ending::Terminal,
+                table.write_rules().single_attempt.clone(),
+                facts.failure(None),
+            );
+        }
+        if !settlement.permits_retry() {
+            return end(
+                Ending::Declined,
+                table.write_rules().declined.clone(),
+                declined_failure(&facts, settlement),
+            );
+        }
+    }
+
+    // 3. The budget.
+    match action {
+        RuleAction::Transport => {
+            let used = count(past, |r| r.budget == RetryBudget::Transport);
+            let k = used.saturating_add(1);
+            if k > budgets.max_transport_retries {
+                let bound = format!(
+                    "retry-max-transport-retries-bound: {k} exceeds retry.maxTransportRetries = {} count.",
+                    budgets.max_transport_retries
+                );
+                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
+            }
+            let retry_after = match failure {
+                // STP-15: only a Retry-After recorded with the response's HTTP status counts.
+                AttemptFailure::Provider { failure: f } if f.http_status.is_some() => {
+                    f.retry_after_ms
+                }
+                _ => None,
+            };
+            let wait = budgets.transport_wait(k, retry_after);
+            let elapsed = past
+                .iter()
+                .filter(|p| p.retry.budget == RetryBudget::Transport)
+                .fold(duration_ms, |sum, p| {
+                    sum.saturating_add(p.duration_ms)
+                        .saturating_add(p.retry.wait_ms)
+                });
+            let with_wait = elapsed.saturating_add(wait);
+            if with_wait > budgets.transport_max_elapsed_ms {
+                let bound = format!(
+                    "retry-transport-max-elapsed-bound: {with_wait} exceeds retry.transportMaxElapsedMs = {} ms.",
+                    budgets.transport_max_elapsed_ms
+                );
+                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
+            }
+            StepDecision::Retry {
+                rule,
+                retry: ScheduledRetry {
+                    budget: RetryBudget::Transport,
+                    condition: None,
+                    feedback: carried_feedback(past),
+                    wait_ms: wait,
+                },
+                timeout_kind,
+            }
+        }
+        // Terminal returned above; what remains is a contract retry.
+        _ => {
+            let used = count(past, |r| r.budget == RetryBudget::Contract);
+            let n = used.saturating_add(1);
+            if n > budgets.max_retries {
+                let bound = format!(
+                    "retry-max-retries-bound: {n} exceeds retry.maxRetries = {} count.",
+                    budgets.max_retries
+                );
+                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
+            }
+            if let Some(c) = condition
+                && let Some(limit) = budgets.condition_budget(c)
+            {
+                let m = count(past, |r| r.condition == Some(c)).saturating_add(1);
+                if m > limit {
+                    let bound = format!(
+                        "{}: {m} exceeds {} = {limit} count.",
+                        condition_bound_name(c),
+                        condition_key(c)
+                    );
+                    return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
+                }
+            }
+            StepDecision::Retry {
+                rule,
+                retry: ScheduledRetry {
+                    budget: RetryBudget::Contract,
+                    condition,
+                    feedback,
+                    wait_ms: 0,
+                },
+                timeout_kind,
+            }
+        }
+    }
+}
+
+fn count(past: &[PastAttempt], pred: impl Fn(&ScheduledRetry) -> bool) -> u32 {
+    let n = past.iter().filter(|p| pred(&p.retry)).count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The feedback the last judged attempt earned (STP-5): the feedback of the latest contract
+/// retry, which every later transport retry carries on.
+fn carried_feedback(past: &[PastAttempt]) -> Option<Feedback> {
+    past.iter()
+        .rev()
+        .find(|p| p.retry.budget == RetryBudget::Contract)
+        .and_then(|p| p.retry.feedback)
+}
+
+fn condition_bound_name(c: Condition) -> &'static str {
+    match c {
+        Condition::CutAnswer => "retry-max-cut-answer-retries-bound",
+        Condition::AttemptDeadline => "retry-max-timeout-retries-bound",
+        _ => "retry-max-no-progress-retries-bound",
+    }
+}
+
+fn condition_key(c: Condition) -> &'static str {
+    match c {
+        Condition::CutAnswer => "retry.maxCutAnswerRetries",
+        Condition::AttemptDeadline => "retry.maxTimeoutRetries",
+        _ => "retry.maxNoProgressRetries",
+    }
+}
+
+/// The record fields of a failure, before any bound is named.
+struct Facts {
+    category: &'static str,
+    failure_class: &'static str,
+    code: String,
+    message: String,
+    remediation: &'static str,
+}
+
+impl Facts {
+    fn of(failure: &AttemptFailure) -> Facts {
+        let fact = |category, failure_class, code: &str, message: &str, remediation| Facts {
+            category,
+            failure_class,
+            code: code.to_string(),
+            message: message.to_string(),
+            remediation,
+        };
+        match failure {
+            AttemptFailure::Contract { failure } => {
+                let (code, what) = match failure {
+                    ContractFailure::Prose => ("contract-prose", "prose"),
+                    ContractFailure::Array => ("contract-array", "a JSON array"),
+                    ContractFailure::Empty => ("contract-empty", "an empty reply"),
+                    ContractFailure::SchemaInvalid => {
+                        ("contract-schema-invalid", "an object that fails the schema")
+                    }
+                };
+                fact(
+                    "contract-violation",
+                    "model-output",
+                    code,
+                    &format!(
+                        "The model returned {what} where the step's contract asks for a JSON object."
+                    ),
+                    "Make the step's instructions ask for the JSON object plainly, or choose a model that follows the contract.",
+                )
+            }
+            AttemptFailure::CutAnswer => fact(
+                "cut-answer",
+                "model-output",
+                "cut-answer",
+                "The answer was cut at the output limit.",
+                "Raise the composition's maxOutputTokens or ask for a shorter answer.",
+            ),
+            AttemptFailure::AttemptDeadline => fact(
+                "attempt-deadline",
+                "host",
+                "attempt-deadline",
+                "The attempt timer fired before the model answered.",
+                "Raise the composition's timeoutMs or narrow what the step reads.",
+            ),
+            AttemptFailure::NoProgress => fact(
+                "no-progress",
+                "model-output",
+                "no-progress",
+                "The model kept re-reading sources without new evidence.",
+                "Narrow the step's instructions so the model can answer from what it read.",
+            ),
+            AttemptFailure::Provider { failure } => provider_facts(failure),
+            AttemptFailure::RefusedBeforeSend { error_text } => fact(
+                "request-refused",
+                "host",
+                "request-refused",
+                &format!("docsfab refused the request before sending it: {error_text}"),
+                "Fix the cause named in the message; the rules table decides whether such a refusal is retried.",
+            ),
+            AttemptFailure::ValidatorTerminal { refusal } => {
+                let (code, message) = match refusal {
+                    ValidatorRefusal::CredentialMaterial => (
+                        "credential-material",
+                        "The answer contained credential material and was refused.",
+                    ),
+                    ValidatorRefusal::AuthorityRefusal => (
+                        "authority-refusal",
+                        "The answer asked for authority the step does not have and was refused.",
+                    ),
+                };
+                fact(
+                    "validator-terminal",
+                    "policy",
+                    code,
+                    message,
+                    "Review the step's sources and instructions; this refusal is never retried.",
+                )
+            }
+            AttemptFailure::ContextExhausted => fact(
+                "context-exhausted",
+                "model-output",
+                "context-exhausted",
+                "The model's context window was exhausted.",
+                "Lower sourceReadBytes or split the step into smaller steps.",
+            ),
+            AttemptFailure::Cancelled => fact(
+                "cancelled",
+                "cancelled",
+                "cancelled",
+                "The step was cancelled.",
+                "Run it again when ready.",
+            ),
+        }
+    }
+
+    /// The failure record. When a budget bound refused the retry, the message is the bound's
+    /// sentence and the remediation says how to widen or avoid it (STP-7).
+    fn failure(&self, bound: Option<String>) -> StepFailure {
+        let (message, remediation) = match bound {
+            Some(bound) => (bound, bound_remediation(self.category).to_string()),
+            None => (self.message.clone(), self.remediation.to_string()),
+        };
+        StepFailure {
+            category: self.category.to_string(),
+            failure_class: self.failure_class.to_string(),
+            code: self.code.clone(),
+            message,
+            remediation,
+        }
+    }
+}
+
+fn bound_remediation(category: &str) -> &'static str {
+    match category {
+        "provider-throttled" | "provider-transient" | "request-refused" => {
+            "The provider kept failing in transport; check its status and the network, then run again. DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES (0..6) sets the transport budget."
+        }
+        _ => {
+            "The model did not meet the step within its correction budget; adjust the step's instructions or model, then run again. DOCSFAB_READ_ONLY_MAX_RETRIES (0..3) and the condition budgets set that budget."
+        }
+    }
+}
+
+fn provider_facts(f: &ProviderFailure) -> Facts {
+    let (category, failure_class, remediation) = match f.class {
+        ProviderErrorClass::RateLimit if f.is_throttled() => (
+            "provider-throttled",
+            "infrastructure",
+            "Wait for the provider's throttle to clear, or lower the request rate.",
+        ),
+        ProviderErrorClass::Network
+        | ProviderErrorClass::Server
+        | ProviderErrorClass::Timeout
+        | ProviderErrorClass::StreamIncomplete => (
+            "provider-transient",
+            "infrastructure",
+            "Check the provider's status and the network, then run again.",
+        ),
+        ProviderErrorClass::RateLimit => (
+            "provider-quota",
+            "provider",
+            "Check the provider account's quota; a retry does not outlast it.",
+        ),
+        ProviderErrorClass::Authentication => (
+            "provider-refused",
+            "provider",
+            "Check the API key named by apiKeyEnv in host.yaml and its permissions.",
+        ),
+        ProviderErrorClass::ContentFilter => (
+            "provider-refused",
+            "provider",
+            "The provider's content filter refused the request; change the step's inputs.",
+        ),
+        ProviderErrorClass::InvalidRequest => (
+            "provider-refused",
+            "provider",
+            "The provider rejected the request as sent; check the model name and limits.",
+        ),
+        ProviderErrorClass::Unknown => (
+            "provider-refused",
+            "provider",
+            "Inspect the attempt's provider error in `docsfab runs show`.",
+        ),
+    };
+    let status = match (f.http_status, f.declared_status) {
+        (Some(s), _) => format!(" (HTTP {s})"),
+        (None, Some(s)) => format!(" (declared status {s})"),
+        (None, None) => String::new(),
+    };
+    Facts {
+        category,
+        failure_class,
+        code: format!("provider-{}", f.class),
+        message: format!(
+            "The provider request failed with class {}{status}.",
+            f.class
+        ),
+        remediation,
+    }
+}
+
+fn declined_failure(facts: &Facts, settlement: WriteSettlement) -> StepFailure {
+    let (code, why) = match settlement {
+        WriteSettlement::RestoreFailed => (
+            "write-restore-failed",
+            "a write ran and the workspace could not be restored",
+        ),
+        _ => (
+            "write-settlement-unavailable",
+            "the host could not prove which writes ran",
+        ),
+    };
+    StepFailure {
+        category: "declined-write-step".to_string(),
+        failure_class: facts.failure_class.to_string(),
+        code: code.to_string(),
+        message: format!("{} The retry was declined because {why}.", facts.message),
+        remediation: "Inspect the workspace for partial writes, restore it, then run again."
+            .to_string(),
+    }
+}
