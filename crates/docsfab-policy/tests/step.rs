@@ -513,7 +513,7 @@ fn stream_incomplete_is_infrastructure_provider_stream_incomplete_cls_2() {
         max_transport_retries: 0,
         ..StepBudgets::default()
     };
-    let d = run_step(&b, StepAccess::ReadOnly, &[f.clone()], 10);
+    let d = run_step(&b, StepAccess::ReadOnly, std::slice::from_ref(&f), 10);
     let failure = d[0].failure().expect("ends");
     assert_eq!(failure.failure_class, "infrastructure");
     assert_eq!(failure.code, "provider-stream-incomplete");
