@@ -1,10 +1,28 @@
 //! The response boundary of docsfab, and the SSE line rules it shares with the provider
 //! transports.
 //!
-//! Pure: bytes in, lines, events and verdicts out. Nothing here does I/O.
+//! Pure: bytes in, lines, events and verdicts out. Nothing here does I/O. See
+//! `docs/boundary.md` for the rules as implemented.
+//!
+//! ```
+//! use docsfab_boundary::{Api, BoundaryConfig, Pass, Verdict};
+//!
+//! let config = BoundaryConfig::new(Api::OpenAiChat, "gpt-4o", &[]).unwrap();
+//! let mut boundary = config.start();
+//! boundary.feed(b"data: {\"model\":\"gpt-4o\",\"choices\":[]}\r");
+//! boundary.feed(b"\n\r\ndata: [DONE]");
+//! assert_eq!(boundary.finish(), Verdict::Pass(Pass::Stream));
+//! ```
 
+mod boundary;
+mod inspect;
 pub mod lines;
+mod scan;
 pub mod sse;
+mod verdict;
 
-pub use lines::{LineSplitter, strip_boms};
+pub use boundary::{Api, Boundary, BoundaryConfig, ConfigError, DEFAULT_MAX_LINE_BYTES};
+pub use lines::{BOM, LineSplitter, strip_boms};
+pub use scan::{MIN_SECRET_LEN, Secret, SecretTooShort};
 pub use sse::{SseDecoder, SseEvent};
+pub use verdict::{CredentialKind, Pass, Reason, Refusal, Verdict};

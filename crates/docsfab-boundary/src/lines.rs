@@ -27,6 +27,10 @@ pub struct LineSplitter {
     partial: Vec<u8>,
     /// The previous read ended in CR: an LF at the start of the next read belongs to it.
     skip_lf: bool,
+    /// Bytes fed so far.
+    consumed: u64,
+    /// Offset in the body of the first byte of the line being gathered.
+    line_start: u64,
 }
 
 impl LineSplitter {
@@ -35,46 +39,70 @@ impl LineSplitter {
     }
 
     /// Feeds one read. `on_line` receives each line completed by this read.
-    pub fn feed(&mut self, mut chunk: &[u8], mut on_line: impl FnMut(&[u8])) {
+    pub fn feed(&mut self, chunk: &[u8], mut on_line: impl FnMut(&[u8])) {
+        self.feed_at(chunk, |line, _| on_line(line));
+    }
+
+    /// Like [`feed`](Self::feed), and also passes the offset in the whole body of each line's
+    /// first byte, so a verdict can say where it was decided.
+    pub fn feed_at(&mut self, chunk: &[u8], mut on_line: impl FnMut(&[u8], u64)) {
         if chunk.is_empty() {
             return;
         }
+        let base = self.consumed;
+        self.consumed += chunk.len() as u64;
+        let mut at = 0;
         if self.skip_lf {
             self.skip_lf = false;
             if chunk[0] == b'\n' {
-                chunk = &chunk[1..];
+                at = 1;
+                self.line_start = base + 1;
             }
         }
-        while let Some(i) = memchr::memchr2(b'\r', b'\n', chunk) {
+        while let Some(i) = memchr::memchr2(b'\r', b'\n', &chunk[at..]) {
+            let end = at + i;
             if self.partial.is_empty() {
-                on_line(&chunk[..i]);
+                on_line(&chunk[at..end], self.line_start);
             } else {
-                self.partial.extend_from_slice(&chunk[..i]);
-                on_line(&self.partial);
+                self.partial.extend_from_slice(&chunk[at..end]);
+                on_line(&self.partial, self.line_start);
                 self.partial.clear();
             }
-            let mut next = i + 1;
-            if chunk[i] == b'\r' {
+            let mut next = end + 1;
+            if chunk[end] == b'\r' {
                 match chunk.get(next) {
                     Some(b'\n') => next += 1,
                     Some(_) => {}
                     None => self.skip_lf = true,
                 }
             }
-            chunk = &chunk[next..];
+            at = next;
+            self.line_start = base + next as u64;
         }
-        self.partial.extend_from_slice(chunk);
+        self.partial.extend_from_slice(&chunk[at..]);
     }
 
     /// Ends the stream: passes the final line if it had no line ending. Returns whether it did.
     pub fn finish(&mut self, mut on_line: impl FnMut(&[u8])) -> bool {
+        self.finish_at(|line, _| on_line(line))
+    }
+
+    /// Like [`finish`](Self::finish), with the final line's offset.
+    pub fn finish_at(&mut self, mut on_line: impl FnMut(&[u8], u64)) -> bool {
         self.skip_lf = false;
         if self.partial.is_empty() {
             return false;
         }
         let last = std::mem::take(&mut self.partial);
-        on_line(&last);
+        on_line(&last, self.line_start);
+        self.partial = last;
+        self.partial.clear();
         true
+    }
+
+    /// Bytes fed so far, which is the length of the body seen.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
     }
 
     /// Bytes held for a line that has not ended yet.

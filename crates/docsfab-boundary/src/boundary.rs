@@ -1,0 +1,296 @@
+//! The verdict on a 200 body: configuration, the incremental checker and the one-shot check.
+
+use std::sync::Arc;
+
+use crate::inspect::{self, Carry, Ctx};
+use crate::lines::{LineSplitter, strip_boms};
+use crate::scan::{Scanner, Secret};
+use crate::verdict::{Pass, Reason, Refusal, Verdict};
+
+/// Which wire format the body is in; it decides where the model's identity is read (BND-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Api {
+    /// OpenAI-compatible Chat Completions: every chunk names its model in a top-level `model`.
+    OpenAiChat,
+    /// Anthropic Messages: only `message_start` names the model, in `message.model`.
+    AnthropicMessages,
+}
+
+/// The default for [`BoundaryConfig::max_line_bytes`]: far above any real event, low enough that
+/// a body that never ends a line cannot hold unbounded memory.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 16 << 20;
+
+/// Why a configuration could not be built.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The selected model name is empty, so no identity could ever match it.
+    EmptyModel,
+    /// The credential scanner could not be compiled.
+    Scanner(aho_corasick::BuildError),
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigError::EmptyModel => {
+                f.write_str("the selected model is empty; name the model the route serves")
+            }
+            ConfigError::Scanner(e) => write!(f, "cannot build the credential scanner: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the boundary checks bodies against: the API, the selected model and the host's own
+/// secrets. Build it once per route and provider; cloning it is cheap.
+#[derive(Debug, Clone)]
+pub struct BoundaryConfig {
+    api: Api,
+    model: Arc<str>,
+    scanner: Arc<Scanner>,
+    max_line_bytes: usize,
+}
+
+impl BoundaryConfig {
+    /// `model` is the selected model, compared byte for byte with every model a body names.
+    pub fn new(api: Api, model: &str, secrets: &[Secret]) -> Result<Self, ConfigError> {
+        if model.is_empty() {
+            return Err(ConfigError::EmptyModel);
+        }
+        Ok(Self {
+            api,
+            model: model.into(),
+            scanner: Arc::new(Scanner::new(secrets).map_err(ConfigError::Scanner)?),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+        })
+    }
+
+    /// Refuses any body with a line longer than `max` bytes (line ending not counted).
+    pub fn max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line_bytes = max;
+        self
+    }
+
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Starts checking one body.
+    pub fn start(&self) -> Boundary {
+        Boundary::new(self)
+    }
+
+    /// Checks a whole body at once.
+    pub fn check(&self, body: &[u8]) -> Verdict {
+        let mut b = self.start();
+        // The refusal, if any, is returned by finish.
+        let _ = b.feed(body);
+        b.finish()
+    }
+}
+
+/// Checks one body incrementally: [`feed`](Self::feed) each network read in order, then
+/// [`finish`](Self::finish). The verdict never depends on how the body was cut into reads
+/// (BND-9).
+#[derive(Debug)]
+pub struct Boundary {
+    lines: LineSplitter,
+    state: State,
+}
+
+#[derive(Debug)]
+struct State {
+    config: BoundaryConfig,
+    carry: Carry,
+    refusal: Option<Refusal>,
+    data_lines: u64,
+    error_events: u64,
+    other_events: u64,
+    /// Offset of the first `[DONE]`.
+    done_at: Option<u64>,
+    /// Offset of the first data line after the first `[DONE]` (BND-5).
+    after_done_at: Option<u64>,
+    /// Anthropic: a `message_start` naming the selected model has been seen.
+    identified: bool,
+}
+
+/// The joined-content window keeps at least this much, and more when a host secret is longer.
+const CARRY_KEEP: usize = 320;
+
+impl Boundary {
+    pub fn new(config: &BoundaryConfig) -> Self {
+        let keep = CARRY_KEEP.max(config.scanner.longest_secret() + 64);
+        Self {
+            lines: LineSplitter::new(),
+            state: State {
+                config: config.clone(),
+                carry: Carry::new(keep),
+                refusal: None,
+                data_lines: 0,
+                error_events: 0,
+                other_events: 0,
+                done_at: None,
+                after_done_at: None,
+                identified: false,
+            },
+        }
+    }
+
+    /// Feeds one read. Returns the refusal as soon as one is decided; once refused, later reads
+    /// are ignored and [`finish`](Self::finish) returns the same refusal.
+    pub fn feed(&mut self, chunk: &[u8]) -> Option<&Refusal> {
+        if self.state.refusal.is_none() {
+            let state = &mut self.state;
+            self.lines.feed_at(chunk, |line, at| state.line(line, at));
+            if self.state.refusal.is_none()
+                && self.lines.pending() > self.state.config.max_line_bytes
+            {
+                // Deciding before the line ends gives the same verdict as at its end, because
+                // the length check comes first there too.
+                let at = self.lines.consumed() - self.lines.pending() as u64;
+                self.state.refuse(Reason::LineTooLong, at);
+            }
+        }
+        self.state.refusal.as_ref()
+    }
+
+    /// The refusal decided so far, if any.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.state.refusal.as_ref()
+    }
+
+    /// Ends the body (the last line is inspected even without a line ending, BND-9) and gives
+    /// the verdict.
+    pub fn finish(mut self) -> Verdict {
+        if self.state.refusal.is_none() {
+            let state = &mut self.state;
+            self.lines.finish_at(|line, at| state.line(line, at));
+        }
+        self.state.verdict(self.lines.consumed())
+    }
+}
+
+impl State {
+    fn refuse(&mut self, reason: Reason, offset: u64) {
+        if self.refusal.is_none() {
+            self.refusal = Some(Refusal { reason, offset });
+        }
+    }
+
+    /// One line, without its ending, starting at `at` in the body.
+    fn line(&mut self, line: &[u8], at: u64) {
+        if self.refusal.is_some() {
+            return;
+        }
+        if line.len() > self.config.max_line_bytes {
+            return self.refuse(Reason::LineTooLong, at);
+        }
+        // Every line, whatever its field, is scanned raw: a key in a comment or an event name
+        // leaves the host as surely as one in data.
+        if let Some((pos, kind)) = self.config.scanner.find(line, true) {
+            return self.refuse(Reason::CredentialMaterial(kind), at + pos as u64);
+        }
+        let line = strip_boms(line);
+        if line.is_empty() || line[0] == b':' {
+            return; // an event boundary or a comment: nothing to judge on its own
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(i) => {
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"data" => self.data_line(value, at),
+            b"event" | b"id" | b"retry" => {}
+            _ => self.refuse(Reason::NotAStream, at),
+        }
+    }
+
+    fn data_line(&mut self, value: &[u8], at: u64) {
+        self.data_lines += 1;
+        if self.done_at.is_some() && self.after_done_at.is_none() {
+            self.after_done_at = Some(at);
+        }
+        if value == b"[DONE]" {
+            self.done_at.get_or_insert(at);
+            return;
+        }
+        let config = &self.config;
+        let mut ctx = Ctx {
+            scanner: &config.scanner,
+            model: &config.model,
+            carry: &mut self.carry,
+            facts: Default::default(),
+            credential: None,
+        };
+        let parsed = inspect::inspect(value, &mut ctx);
+        let (facts, credential) = (ctx.facts, ctx.credential);
+        // A credential outranks a syntax error later in the same line: it is terminal.
+        if let Some(kind) = credential {
+            return self.refuse(Reason::CredentialMaterial(kind), at);
+        }
+        if parsed.is_err() {
+            return self.refuse(Reason::UnparsableDataLine, at);
+        }
+        if !facts.is_object {
+            return self.refuse(Reason::DataNotAnObject, at);
+        }
+        if facts.model_mismatch {
+            return self.refuse(Reason::ModelMismatch, at);
+        }
+        if facts.is_pure_error() {
+            self.error_events += 1;
+            return;
+        }
+        self.other_events += 1;
+        let identified = match self.config.api {
+            Api::OpenAiChat => facts.top_model,
+            Api::AnthropicMessages => {
+                if facts.message_start {
+                    // A message_start must carry the identity itself.
+                    self.identified = facts.message_model;
+                }
+                self.identified
+            }
+        };
+        if !identified {
+            self.refuse(Reason::MissingModelIdentity, at);
+        }
+    }
+
+    fn verdict(self, body_len: u64) -> Verdict {
+        if let Some(r) = self.refusal {
+            return Verdict::Refuse(r);
+        }
+        if self.data_lines == 0 {
+            return Verdict::Refuse(Refusal {
+                reason: Reason::NoEvent,
+                offset: body_len,
+            });
+        }
+        if self.other_events > 0 {
+            // Each of them was checked as it came.
+            return Verdict::Pass(Pass::Stream);
+        }
+        // Only error events and [DONE]s: the identity check is skipped only when there is an
+        // error event and nothing follows the first [DONE] (BND-2, BND-5).
+        match (self.after_done_at, self.done_at) {
+            (Some(at), _) => Verdict::Refuse(Refusal {
+                reason: Reason::MissingModelIdentity,
+                offset: at,
+            }),
+            (None, Some(at)) if self.error_events == 0 => Verdict::Refuse(Refusal {
+                reason: Reason::MissingModelIdentity,
+                offset: at,
+            }),
+            _ => Verdict::Pass(Pass::ErrorEventsOnly),
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! The credential scan: known provider key shapes and the host's own secret values.
+//!
+//! A fixed set of prefixes is found with one Aho-Corasick pass (SIMD prefilter, so ordinary
+//! text costs little); each hit is then checked against the shape of a real key, with a
+//! realistic minimum length and a random-looking run, so that prose such as `task-oriented` or
+//! `sk-learn` does not match. Host secrets are exact byte matches.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use memchr::memmem;
+use std::sync::Arc;
+
+use crate::verdict::CredentialKind;
+
+/// A secret value of the host (an API key read from the environment by the caller), with a
+/// label that a refusal may show instead of it.
+#[derive(Clone)]
+pub struct Secret {
+    label: Arc<str>,
+    value: Box<[u8]>,
+}
+
+/// Secrets shorter than this would match ordinary text, so [`Secret::new`] refuses them.
+pub const MIN_SECRET_LEN: usize = 8;
+
+/// A host secret too short to scan for without matching ordinary text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretTooShort {
+    pub label: String,
+    pub len: usize,
+}
+
+impl std::fmt::Display for SecretTooShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the secret {} is {} bytes long; the response boundary scans only for secrets of at least {MIN_SECRET_LEN} bytes",
+            self.label, self.len
+        )
+    }
+}
+
+impl std::error::Error for SecretTooShort {}
+
+impl Secret {
+    /// `label` names the secret in refusals (e.g. `OPENAI_API_KEY`); `value` is never shown.
+    pub fn new(label: &str, value: impl AsRef<[u8]>) -> Result<Self, SecretTooShort> {
+        let value = value.as_ref();
+        if value.len() < MIN_SECRET_LEN {
+            return Err(SecretTooShort {
+                label: label.to_owned(),
+                len: value.len(),
+            });
+        }
+        Ok(Self {
+            label: label.into(),
+            value: value.into(),
+        })
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secret")
+            .field("label", &self.label)
+            .field("value", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The prefixes, in pattern-id order, with the shape check each hit must pass.
+const PREFIXES: &[(&str, Shape)] = &[
+    ("sk-", Shape::SkKey),
+    ("nvapi-", Shape::Nvidia),
+    ("AKIA", Shape::Aws),
+    ("ASIA", Shape::Aws),
+    ("ghp_", Shape::GitHubClassic),
+    ("gho_", Shape::GitHubClassic),
+    ("ghs_", Shape::GitHubClassic),
+    ("ghu_", Shape::GitHubClassic),
+    ("ghr_", Shape::GitHubClassic),
+    ("github_pat_", Shape::GitHubPat),
+    ("-----BEGIN ", Shape::Pem),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    SkKey,
+    Nvidia,
+    Aws,
+    GitHubClassic,
+    GitHubPat,
+    Pem,
+}
+
+/// The compiled scan: built once per configuration, shared by every body checked with it.
+#[derive(Debug)]
+pub(crate) struct Scanner {
+    prefixes: AhoCorasick,
+    secrets: Vec<(Arc<str>, memmem::Finder<'static>)>,
+    longest_secret: usize,
+}
+
+impl Scanner {
+    pub(crate) fn new(secrets: &[Secret]) -> Result<Self, aho_corasick::BuildError> {
+        let prefixes = AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .build(PREFIXES.iter().map(|(p, _)| p))?;
+        Ok(Self {
+            prefixes,
+            secrets: secrets
+                .iter()
+                .map(|s| (s.label.clone(), memmem::Finder::new(&s.value).into_owned()))
+                .collect(),
+            longest_secret: secrets.iter().map(|s| s.value.len()).max().unwrap_or(0),
+        })
+    }
+
+    /// The longest host secret, so the cross-delta window can be made to hold one whole.
+    pub(crate) fn longest_secret(&self) -> usize {
+        self.longest_secret
+    }
+
+    /// The first credential in `hay`, as (offset in `hay`, kind). `hay_starts_clean` says whether
+    /// the byte before `hay` (if any) is known not to be part of a token: when false, a hit at
+    /// offset 0 is not taken as a key start.
+    pub(crate) fn find(
+        &self,
+        hay: &[u8],
+        hay_starts_clean: bool,
+    ) -> Option<(usize, CredentialKind)> {
+        let mut best: Option<(usize, CredentialKind)> = None;
+        for m in self.prefixes.find_overlapping_iter(hay) {
+            let start = m.start();
+            if start == 0 && !hay_starts_clean {
+                continue;
+            }
+            let shape = PREFIXES[m.pattern().as_usize()].1;
+            if best.as_ref().is_some_and(|(b, _)| *b <= start) {
+                continue;
+            }
+            if let Some(kind) = check_shape(shape, hay, start, m.end()) {
+                best = Some((start, kind));
+            }
+        }
+        for (label, finder) in &self.secrets {
+            if let Some(at) = finder.find(hay)
+                && best.as_ref().is_none_or(|(b, _)| at < *b)
+            {
+                best = Some((at, CredentialKind::HostSecret(label.clone())));
+            }
+        }
+        best
+    }
+}
+
+const TOKEN_LOOKAHEAD: usize = 256;
+
+/// Bytes that may continue a token: a key is not a key when glued to a longer word.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+}
+
+fn check_shape(shape: Shape, hay: &[u8], start: usize, end: usize) -> Option<CredentialKind> {
+    let glued = start > 0 && is_token_byte(hay[start - 1]);
+    let tail = &hay[end..];
+    match shape {
+        Shape::SkKey if !glued => {
+            if let Some(rest) = tail.strip_prefix(b"ant-") {
+                random_token(rest, is_token_byte, 32).then_some(CredentialKind::AnthropicKey)
+            } else {
+                random_token(tail, is_token_byte, 32).then_some(CredentialKind::OpenAiKey)
+            }
+        }
+        Shape::Nvidia if !glued => {
+            random_token(tail, is_token_byte, 40).then_some(CredentialKind::NvidiaKey)
+        }
+        Shape::Aws if !(start > 0 && hay[start - 1].is_ascii_alphanumeric()) => {
+            let body = tail.get(..16)?;
+            let exact = body
+                .iter()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+                && !tail.get(16).is_some_and(|b| b.is_ascii_alphanumeric());
+            exact.then_some(CredentialKind::AwsAccessKeyId)
+        }
+        Shape::GitHubClassic if !glued => random_token(tail, |b| b.is_ascii_alphanumeric(), 30)
+            .then_some(CredentialKind::GitHubToken),
+        Shape::GitHubPat if !glued => {
+            random_token(tail, |b| b.is_ascii_alphanumeric() || b == b'_', 40)
+                .then_some(CredentialKind::GitHubToken)
+        }
+        Shape::Pem => pem_block(tail).then_some(CredentialKind::PemPrivateKey),
+        _ => None,
+    }
+}
+
+/// Whether `tail` starts with at least `min_len` bytes of the key alphabet that contain a run
+/// of 16 or more letters and digits with at least one of each, as random key material does and
+/// hyphenated prose does not.
+fn random_token(tail: &[u8], in_alphabet: impl Fn(u8) -> bool, min_len: usize) -> bool {
+    // Looking further than this cannot change the answer, and keeps every hit's check bounded
+    // (a line of `sk-sk-sk-...` must not cost quadratic time).
+    let tail = &tail[..tail.len().min(TOKEN_LOOKAHEAD)];
+    let len = tail.iter().take_while(|b| in_alphabet(**b)).count();
+    if len < min_len {
+        return false;
+    }
+    tail[..len]
+        .split(|b| !b.is_ascii_alphanumeric())
+        .any(|run| {
+            run.len() >= 16
+                && run.iter().any(u8::is_ascii_digit)
+                && run.iter().any(u8::is_ascii_alphabetic)
+        })
+}
+
+/// After `-----BEGIN `: an upper-case label ending in `PRIVATE KEY` (or `PRIVATE KEY BLOCK`),
+/// `-----`, and within the next 256 bytes a run of 40 or more base64 bytes, as every line of key
+/// material is and no word of prose is. A header alone, as documentation shows it, is not a key.
+fn pem_block(tail: &[u8]) -> bool {
+    let label_len = tail
+        .iter()
+        .take(64)
+        .take_while(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || **b == b' ')
+        .count();
+    let label = &tail[..label_len];
+    if !(label.ends_with(b"PRIVATE KEY") || label.ends_with(b"PRIVATE KEY BLOCK")) {
+        return false;
+    }
+    let Some(body) = tail[label_len..].strip_prefix(b"-----") else {
+        return false;
+    };
+    body[..body.len().min(256)]
+        .split(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
+        .any(|run| run.len() >= 40)
+}
