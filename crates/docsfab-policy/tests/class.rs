@@ -6,6 +6,7 @@ use docsfab_policy::class::{
 };
 use serde_json::json;
 
+// Proves CLS-1.
 #[test]
 fn statuses_map_to_classes_cls_1() {
     assert_eq!(classify_http_status(408), C::Timeout);
@@ -21,6 +22,7 @@ fn statuses_map_to_classes_cls_1() {
     }
 }
 
+// Proves CLS-1.
 #[test]
 fn statuses_the_spec_leaves_open_cls_1() {
     // 425 asks for a repeat: transient, like a 5xx.
@@ -33,6 +35,7 @@ fn statuses_the_spec_leaves_open_cls_1() {
     }
 }
 
+// Proves CLS-1.
 #[test]
 fn faults_map_to_classes_cls_1() {
     assert_eq!(
@@ -61,6 +64,7 @@ fn faults_map_to_classes_cls_1() {
     );
 }
 
+// Proves REP-2, REP-3.
 #[test]
 fn replayable_statuses_are_408_425_429_and_5xx_rep_2_rep_3() {
     for s in 0..=u16::MAX {
@@ -73,6 +77,7 @@ fn replayable_statuses_are_408_425_429_and_5xx_rep_2_rep_3() {
     }
 }
 
+// Proves REP-4.
 #[test]
 fn head_status_wins_over_inconsistent_class_rep_4() {
     // A class recorded as server cannot make a 400 head retryable.
@@ -81,6 +86,7 @@ fn head_status_wins_over_inconsistent_class_rep_4() {
     assert!(!f.is_transport_retryable());
 }
 
+// Proves REP-6.
 #[test]
 fn rate_limit_needs_http_429_rep_6() {
     assert!(ProviderFailure::from_http_status(429, None).is_transport_retryable());
@@ -93,6 +99,7 @@ fn rate_limit_needs_http_429_rep_6() {
     assert!(!f.is_throttled());
 }
 
+// Proves CLS-5, CLS-6.
 #[test]
 fn structured_error_event_reads_declared_status_cls_5_cls_6() {
     let ev = |v: serde_json::Value| classify_error_event(&v).expect("an error event");
@@ -125,6 +132,7 @@ fn structured_error_event_reads_declared_status_cls_5_cls_6() {
     );
 }
 
+// Proves CLS-6.
 #[test]
 fn server_fault_types_without_status_are_server_cls_6() {
     for t in [
@@ -154,6 +162,7 @@ fn server_fault_types_without_status_are_server_cls_6() {
     }
 }
 
+// Proves CLS-5.
 #[test]
 fn message_is_never_read_cls_5() {
     let got = classify_error_event(
@@ -164,6 +173,7 @@ fn message_is_never_read_cls_5() {
     assert!(!ProviderFailure::from_error_event(got).is_transport_retryable());
 }
 
+// Proves CLS-5.
 #[test]
 fn anthropic_error_event_shape_cls_5() {
     let got = classify_error_event(
@@ -178,6 +188,7 @@ fn anthropic_error_event_shape_cls_5() {
     assert_eq!(got.class, C::Authentication);
 }
 
+// Proves CLS-5.
 #[test]
 fn only_error_and_type_error_make_an_event_cls_5() {
     for v in [
@@ -192,6 +203,7 @@ fn only_error_and_type_error_make_an_event_cls_5() {
     }
 }
 
+// Proves CLS-5.
 #[test]
 fn odd_codes_are_not_declared_statuses_cls_5() {
     for v in [

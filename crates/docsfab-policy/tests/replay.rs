@@ -29,6 +29,7 @@ fn run(limits: &ReplayLimits, failure: ProviderFailure) -> (Vec<u64>, StopReason
     }
 }
 
+// Proves REP-1.
 #[test]
 fn seven_waits_double_to_cap_rep_1() {
     let limits = ReplayLimits::default();
@@ -45,6 +46,7 @@ fn seven_waits_double_to_cap_rep_1() {
     assert_eq!(limits.schedule(Window::General), waits);
 }
 
+// Proves REP-1.
 #[test]
 fn summed_wait_clamps_last_wait_rep_1() {
     let limits = ReplayLimits {
@@ -62,6 +64,7 @@ fn summed_wait_clamps_last_wait_rep_1() {
     );
 }
 
+// Proves REP-2.
 #[test]
 fn replayed_faults_and_statuses_rep_2() {
     let limits = ReplayLimits::default();
@@ -84,6 +87,7 @@ fn replayed_faults_and_statuses_rep_2() {
     }
 }
 
+// Proves REP-3.
 #[test]
 fn other_4xx_are_never_replayed_rep_3() {
     let limits = ReplayLimits::default();
@@ -98,6 +102,7 @@ fn other_4xx_are_never_replayed_rep_3() {
     }
 }
 
+// Proves REP-4.
 #[test]
 fn head_status_wins_both_directions_rep_4() {
     let limits = ReplayLimits::default();
@@ -118,6 +123,7 @@ fn head_status_wins_both_directions_rep_4() {
     );
 }
 
+// Proves REP-5.
 #[test]
 fn terminal_classes_are_never_replayed_rep_5() {
     let limits = ReplayLimits::default();
@@ -140,6 +146,7 @@ fn terminal_classes_are_never_replayed_rep_5() {
     }
 }
 
+// Proves REP-6.
 #[test]
 fn rate_limit_without_status_is_not_replayed_rep_6() {
     let mut quota = ProviderFailure::from_fault(FaultKind::ErrorEvent);
@@ -153,6 +160,7 @@ fn rate_limit_without_status_is_not_replayed_rep_6() {
     );
 }
 
+// Proves REP-7.
 #[test]
 fn throttle_window_is_24_attempts_380s_rep_7() {
     let limits = ReplayLimits::default();
@@ -174,6 +182,7 @@ fn throttle_window_is_24_attempts_380s_rep_7() {
     assert_eq!(limits.schedule(Window::Throttle), waits);
 }
 
+// Proves REP-7.
 #[test]
 fn throttle_summed_wait_bound_rep_7() {
     let limits = ReplayLimits {
@@ -190,6 +199,7 @@ fn throttle_summed_wait_bound_rep_7() {
     );
 }
 
+// Proves REP-7.
 #[test]
 fn a_503_after_ten_429s_ends_the_turn_rep_7() {
     let limits = ReplayLimits::default();
@@ -213,6 +223,7 @@ fn a_503_after_ten_429s_ends_the_turn_rep_7() {
     );
 }
 
+// Proves REP-7.
 #[test]
 fn general_window_counts_throttle_waits_rep_7() {
     // Three 429s waited 59,000 ms; a 503 now gets only the 1,000 ms left of the general window.
@@ -244,6 +255,7 @@ fn general_window_counts_throttle_waits_rep_7() {
     );
 }
 
+// Proves REP-8.
 #[test]
 fn retry_after_lengthens_but_stays_capped_rep_8() {
     let limits = ReplayLimits::default();
@@ -294,6 +306,7 @@ fn retry_after_lengthens_but_stays_capped_rep_8() {
     );
 }
 
+// Proves REP-10.
 #[test]
 fn wait_crossing_deadline_is_not_started_rep_10() {
     let limits = ReplayLimits::default();
@@ -320,6 +333,7 @@ fn wait_crossing_deadline_is_not_started_rep_10() {
     );
 }
 
+// Proves REP-14.
 #[test]
 fn published_content_is_never_replayed_rep_14() {
     let limits = ReplayLimits::default();
@@ -332,6 +346,7 @@ fn published_content_is_never_replayed_rep_14() {
     );
 }
 
+// Proves CLS-4.
 #[test]
 fn stream_incomplete_before_text_is_replayed_after_text_is_not_cls_4() {
     let limits = ReplayLimits::default();
@@ -348,6 +363,7 @@ fn stream_incomplete_before_text_is_replayed_after_text_is_not_cls_4() {
     );
 }
 
+// Proves REP-1.
 #[test]
 fn extreme_limits_do_not_overflow_rep_1() {
     let limits = ReplayLimits {

@@ -8,6 +8,7 @@ fn now() -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000)
 }
 
+// Proves REP-8.
 #[test]
 fn delta_seconds_rep_8() {
     assert_eq!(parse_retry_after(Some("7"), None, now()), Some(7_000));
@@ -16,6 +17,7 @@ fn delta_seconds_rep_8() {
     assert_eq!(parse_retry_after(Some("0.0001"), None, now()), Some(1));
 }
 
+// Proves REP-8.
 #[test]
 fn http_date_rep_8() {
     let at = now() + Duration::from_secs(30);
@@ -29,6 +31,7 @@ fn http_date_rep_8() {
     );
 }
 
+// Proves REP-8.
 #[test]
 fn retry_after_ms_is_preferred_rep_8() {
     assert_eq!(parse_retry_after(Some("7"), Some("250"), now()), Some(250));
@@ -40,6 +43,7 @@ fn retry_after_ms_is_preferred_rep_8() {
     );
 }
 
+// Proves REP-8.
 #[test]
 fn junk_and_negative_are_none_rep_8() {
     for v in [
@@ -51,6 +55,7 @@ fn junk_and_negative_are_none_rep_8() {
     assert_eq!(parse_retry_after(None, None, now()), None);
 }
 
+// Proves REP-8.
 #[test]
 fn huge_values_saturate_rep_8() {
     let huge = "99999999999999999999999999999999";

@@ -9,6 +9,7 @@ fn table() -> RulesTable {
     RulesTable::embedded().expect("the shipped table is valid")
 }
 
+// Proves STP-8.
 #[test]
 fn shipped_table_parses_and_names_every_rule_stp_8() {
     let t = table();
@@ -39,6 +40,7 @@ fn shipped_table_parses_and_names_every_rule_stp_8() {
     );
 }
 
+// Proves STP-8.
 #[test]
 fn condition_rules_are_indexed_in_declaration_order_stp_8() {
     let t = table();
@@ -48,6 +50,7 @@ fn condition_rules_are_indexed_in_declaration_order_stp_8() {
     }
 }
 
+// Proves STP-8.
 #[test]
 fn malformed_file_names_source_and_line_stp_8() {
     let text = EMBEDDED_SOURCE.replace(
@@ -93,6 +96,7 @@ fn refused(text: &str) -> String {
     }
 }
 
+// Proves STP-3, STP-8.
 #[test]
 fn table_may_not_retry_terminal_classes_stp_3_stp_8() {
     for id in [
@@ -117,6 +121,7 @@ fn table_may_not_retry_terminal_classes_stp_3_stp_8() {
     }
 }
 
+// Proves STP-3, STP-8.
 #[test]
 fn table_may_not_stop_transient_classes_stp_3_stp_8() {
     let text = EMBEDDED_SOURCE.replacen(
@@ -132,6 +137,7 @@ fn table_may_not_stop_transient_classes_stp_3_stp_8() {
     );
 }
 
+// Proves STP-8.
 #[test]
 fn a_429_rule_placed_after_the_catch_all_is_refused_stp_8() {
     // With the quota rule first, HTTP 429 would be terminal: refused.
@@ -144,6 +150,7 @@ fn a_429_rule_placed_after_the_catch_all_is_refused_stp_8() {
     assert!(refused(&text).contains("class-rate-limit-quota"));
 }
 
+// Proves STP-14.
 #[test]
 fn terminal_conditions_stay_terminal_stp_14() {
     let text = EMBEDDED_SOURCE.replacen(
@@ -155,6 +162,7 @@ fn terminal_conditions_stay_terminal_stp_14() {
     assert!(refused(&text).contains("terminal-context-exhausted"));
 }
 
+// Proves STP-8.
 #[test]
 fn missing_and_duplicate_rules_are_refused_stp_8() {
     let text = EMBEDDED_SOURCE.replacen(
@@ -169,6 +177,7 @@ fn missing_and_duplicate_rules_are_refused_stp_8() {
     assert!(refused(&text).contains("version 2"));
 }
 
+// Proves STP-4.
 #[test]
 fn text_rules_match_case_insensitively_in_order_stp_4() {
     let t = table();
@@ -182,6 +191,7 @@ fn text_rules_match_case_insensitively_in_order_stp_4() {
     );
 }
 
+// Proves STP-3.
 #[test]
 fn every_class_meets_a_rule_that_agrees_with_the_class_policy_stp_3() {
     let t = table();

@@ -52,6 +52,7 @@ fn read_only(failures: &[AttemptFailure]) -> Vec<StepDecision> {
     run_step(&StepBudgets::default(), StepAccess::ReadOnly, failures, 10)
 }
 
+// Proves CFG-3.
 #[test]
 fn ten_attempts_at_most_with_defaults_cfg_3() {
     assert_eq!(StepBudgets::default().max_attempts(), 10);
@@ -70,6 +71,7 @@ fn ten_attempts_at_most_with_defaults_cfg_3() {
     assert_eq!(decisions[9].retry_decision(), RetryDecision::Exhausted);
 }
 
+// Proves STP-3.
 #[test]
 fn class_decides_before_text_stp_3() {
     let t = table();
@@ -108,6 +110,7 @@ fn class_decides_before_text_stp_3() {
     );
 }
 
+// Proves STP-4.
 #[test]
 fn refused_before_send_is_decided_by_text_stp_4() {
     let t = table();
@@ -150,6 +153,7 @@ fn refused_before_send_is_decided_by_text_stp_4() {
     );
 }
 
+// Proves STP-5.
 #[test]
 fn transport_faults_never_spend_contract_retries_stp_5() {
     // Six transport faults between contract failures: all three contract retries remain.
@@ -180,6 +184,7 @@ fn transport_faults_never_spend_contract_retries_stp_5() {
     );
 }
 
+// Proves STP-5.
 #[test]
 fn feedback_of_last_judged_attempt_carries_across_transport_stp_5() {
     let decisions = read_only(&[
@@ -204,6 +209,7 @@ fn feedback_of_last_judged_attempt_carries_across_transport_stp_5() {
     assert_eq!(read_only(&[http(503)])[0].feedback(), None);
 }
 
+// Proves STP-6.
 #[test]
 fn transport_waits_double_from_base_to_cap_stp_6() {
     let b = StepBudgets::default();
@@ -231,6 +237,7 @@ fn transport_waits_double_from_base_to_cap_stp_6() {
     );
 }
 
+// Proves STP-6, STP-7.
 #[test]
 fn zero_transport_retries_stops_on_first_fault_stp_6_stp_7() {
     let b = StepBudgets {
@@ -246,6 +253,7 @@ fn zero_transport_retries_stops_on_first_fault_stp_6_stp_7() {
     );
 }
 
+// Proves STP-7.
 #[test]
 fn seventh_transport_fault_names_the_count_bound_stp_7() {
     let decisions = read_only(&vec![http(503); 7]);
@@ -269,6 +277,7 @@ fn seventh_transport_fault_names_the_count_bound_stp_7() {
     );
 }
 
+// Proves STP-6, STP-7.
 #[test]
 fn elapsed_bound_counts_transport_attempts_and_waits_stp_6_stp_7() {
     let b = StepBudgets {
@@ -289,6 +298,7 @@ fn elapsed_bound_counts_transport_attempts_and_waits_stp_6_stp_7() {
     assert_eq!(decisions[2].retry_decision(), RetryDecision::Exhausted);
 }
 
+// Proves STP-6.
 #[test]
 fn attempt_that_crosses_elapsed_bound_still_finishes_stp_6() {
     // The wait fits, so the next attempt starts; a long attempt then crosses the bound while it
@@ -317,6 +327,7 @@ fn attempt_that_crosses_elapsed_bound_still_finishes_stp_6() {
     assert_eq!(d.wait_ms(), Some(1_000));
 }
 
+// Proves STP-15.
 #[test]
 fn retry_after_with_http_status_lengthens_the_wait_stp_15() {
     let t = table();
@@ -340,6 +351,7 @@ fn retry_after_with_http_status_lengthens_the_wait_stp_15() {
     );
 }
 
+// Proves STP-9.
 #[test]
 fn contract_failures_retry_with_return_only_the_object_stp_9() {
     for failure in [
@@ -364,6 +376,7 @@ fn contract_failures_retry_with_return_only_the_object_stp_9() {
     assert_eq!(d[0].retry_decision(), RetryDecision::Exhausted);
 }
 
+// Proves STP-10.
 #[test]
 fn cut_answer_is_retried_once_by_default_stp_10() {
     let d = read_only(&[AttemptFailure::CutAnswer, AttemptFailure::CutAnswer]);
@@ -396,6 +409,7 @@ fn cut_answer_is_retried_once_by_default_stp_10() {
     assert_eq!(d[0].retry_decision(), RetryDecision::Exhausted);
 }
 
+// Proves STP-11.
 #[test]
 fn attempt_deadline_retried_once_and_provider_timeout_from_transport_stp_11() {
     let d = read_only(&[
@@ -416,6 +430,7 @@ fn attempt_deadline_retried_once_and_provider_timeout_from_transport_stp_11() {
     assert_eq!(d[2].next_budget(), Some(RetryBudget::Contract));
 }
 
+// Proves STP-12.
 #[test]
 fn no_progress_retried_once_with_first_notice_feedback_stp_12() {
     let d = read_only(&[AttemptFailure::NoProgress, AttemptFailure::NoProgress]);
@@ -424,6 +439,7 @@ fn no_progress_retried_once_with_first_notice_feedback_stp_12() {
     assert_eq!(d[1].retry_decision(), RetryDecision::Exhausted);
 }
 
+// Proves STP-13.
 #[test]
 fn condition_budgets_stay_inside_max_retries_stp_13() {
     // Condition budgets of 3 each cannot buy more than maxRetries = 2 contract retries.
@@ -472,6 +488,7 @@ fn condition_budgets_stay_inside_max_retries_stp_13() {
     assert!(d.iter().all(StepDecision::retry_scheduled));
 }
 
+// Proves STP-14.
 #[test]
 fn terminal_refusals_are_never_retried_stp_14() {
     for f in [
@@ -504,6 +521,7 @@ fn terminal_refusals_are_never_retried_stp_14() {
     );
 }
 
+// Proves CLS-2.
 #[test]
 fn stream_incomplete_is_infrastructure_provider_stream_incomplete_cls_2() {
     let f = provider(
@@ -523,8 +541,9 @@ fn stream_incomplete_is_infrastructure_provider_stream_incomplete_cls_2() {
     assert_eq!(d[0].retry_rule(), "class-stream-incomplete");
 }
 
+// Proves STP-1, WRT-1, WRT-2, WRT-3.
 #[test]
-fn write_steps_retry_only_settled_transport_failures_stp_1() {
+fn write_steps_retry_only_settled_transport_failures_stp_1_wrt_1_wrt_2() {
     let t = table();
     let b = StepBudgets::default();
     for s in [
