@@ -1,2 +1,9 @@
-//! docsfab's composition runtime.
+//! docsfab's composition runtime: the building blocks the agent loop drives.
+//!
+//! - [`record`]: the run record (`docsfab runs show --json`) and its JSON Schema check.
+//! - [`ledger`]: the tool ledger, the turn governor and the execution lease (LSE-1..3).
+//! - [`tools`]: the tools and the validation of their calls.
 pub mod composition;
+pub mod ledger;
+pub mod record;
+pub mod tools;

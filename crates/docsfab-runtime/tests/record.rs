@@ -1,0 +1,253 @@
+//! The run record serializes to the shape interfaces.md fixes, validates against the shipped
+//! schema, and cannot carry contradictory redundant fields.
+
+use std::collections::BTreeMap;
+
+use docsfab_policy::class::{FaultKind, ProviderErrorClass};
+use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, RejectReason, StopReason};
+use docsfab_runtime::record::*;
+use docsfab_runtime::tools::ToolName;
+use serde_json::{Value, json};
+
+fn transport_attempt() -> AttemptRecord {
+    let mut batch = BatchBuilder::new();
+    batch.reject(
+        "c1",
+        "read_fil",
+        RejectReason::UnknownTool,
+        "no tool named read_fil",
+    );
+    let slot = batch.start("c2", ToolName::ReadFile);
+    batch.finish(slot, CallResult::Ok);
+    AttemptRecord {
+        attempt: 1,
+        budget: AttemptBudget::Initial,
+        status: AttemptStatus::Failed,
+        started_at: "2026-11-29T20:00:00.000Z".into(),
+        provider_error_class: Some(ProviderErrorClass::Server),
+        http_status: Some(503),
+        retry_after_ms: Some(2000),
+        failure_category: Some("provider-transient".into()),
+        failure_class: Some("infrastructure".into()),
+        code: Some("provider-server".into()),
+        message: Some("HTTP 503 after 8 attempts".into()),
+        timeout_kind: None,
+        retry_rule: Some("transport".into()),
+        retry: Retry {
+            decision: RetryDecision::Scheduled,
+        },
+        wait_ms: Some(2000),
+        write_settlement: None,
+        usage: Usage {
+            input_tokens: 1200,
+            output_tokens: 40,
+        },
+        duration_ms: 51_900,
+        lease: LeaseRecord {
+            max_turns: 12,
+            turns_used: 2,
+            executed_tool_calls: 1,
+            tool_counters: BTreeMap::from([("read_file".to_owned(), 1)]),
+            stop_reason: StopReason::ProviderFailed,
+            disposition: Disposition::Failed,
+            evidence: None,
+        },
+        turns: vec![
+            TurnRecord {
+                turn: 1,
+                status: TurnStatus::Completed,
+                replays: vec![],
+                tool_batch: batch.build(),
+                usage: Usage {
+                    input_tokens: 600,
+                    output_tokens: 40,
+                },
+            },
+            TurnRecord {
+                turn: 2,
+                status: TurnStatus::Failed,
+                replays: vec![
+                    ReplayRecord {
+                        cause: ReplayCause::Status(503),
+                        provider_error_class: ProviderErrorClass::Server,
+                        wait_ms: 500,
+                        retry_after_ms: None,
+                    },
+                    ReplayRecord {
+                        cause: ReplayCause::Fault(FaultKind::ConnectionDropped),
+                        provider_error_class: ProviderErrorClass::Network,
+                        wait_ms: 1000,
+                        retry_after_ms: None,
+                    },
+                ],
+                tool_batch: Default::default(),
+                usage: Usage {
+                    input_tokens: 600,
+                    output_tokens: 0,
+                },
+            },
+        ],
+    }
+}
+
+fn sample_run() -> RunRecord {
+    let mut second = transport_attempt();
+    second.attempt = 2;
+    second.budget = AttemptBudget::Transport;
+    second.status = AttemptStatus::Succeeded;
+    second.retry = Retry {
+        decision: RetryDecision::None,
+    };
+    second.wait_ms = None;
+    second.provider_error_class = None;
+    second.http_status = None;
+    RunRecord {
+        run_id: "run-20261129-200000-abcdef".into(),
+        composition: "quickstart".into(),
+        status: RunStatus::Succeeded,
+        started_at: "2026-11-29T20:00:00.000Z".into(),
+        ended_at: Some("2026-11-29T20:01:00.000Z".into()),
+        steps: vec![StepRecord {
+            step_id: "outline".into(),
+            access: StepAccess::ReadOnly,
+            status: RunStatus::Succeeded,
+            configured_max_retries: 3,
+            effective_max_retries: 3,
+            transport_retry: TransportRetryBudget {
+                max_transport_retries: 6,
+                transport_max_delay_ms: 60_000,
+                transport_max_elapsed_ms: 3_600_000,
+                base_delay_ms: 1000,
+            },
+            failure: None,
+            output: Some(json!({"modules": ["a"]})),
+            attempts: vec![transport_attempt(), second],
+        }],
+    }
+}
+
+#[test]
+fn record_has_every_interface_field_and_meets_the_schema_ops_1() {
+    let value = serde_json::to_value(sample_run()).unwrap();
+    validate_against_schema(&value).unwrap();
+    let step = &value["steps"][0];
+    for key in [
+        "stepId",
+        "access",
+        "status",
+        "configuredMaxRetries",
+        "effectiveMaxRetries",
+        "transportRetry",
+        "failure",
+        "attempts",
+    ] {
+        assert!(step.get(key).is_some(), "step misses {key}");
+    }
+    let attempt = &step["attempts"][0];
+    for key in [
+        "attempt",
+        "budget",
+        "status",
+        "providerErrorClass",
+        "httpStatus",
+        "retryAfterMs",
+        "failureCategory",
+        "failureClass",
+        "code",
+        "timeoutKind",
+        "retryRule",
+        "retryDecision",
+        "retryScheduled",
+        "waitMs",
+        "writeSettlement",
+        "usage",
+        "durationMs",
+        "lease",
+        "turns",
+    ] {
+        assert!(attempt.get(key).is_some(), "attempt misses {key}");
+    }
+    assert_eq!(attempt["retryScheduled"], json!(true));
+    assert_eq!(attempt["providerErrorClass"], json!("server"));
+    assert_eq!(attempt["lease"]["stopReason"], json!("provider-failed"));
+    let turn = &attempt["turns"][1];
+    assert_eq!(turn["providerRetries"], json!(2));
+    assert_eq!(turn["replays"][0]["status"], json!(503));
+    assert_eq!(turn["replays"][1]["fault"], json!("connection-dropped"));
+    assert_eq!(
+        attempt["turns"][0]["toolBatch"],
+        json!({"requested": 2, "rejected": 1, "executed": 1, "calls": [
+            {"id": "c1", "tool": "read_fil", "outcome": "rejected", "reason": "unknown-tool",
+             "detail": "no tool named read_fil"},
+            {"id": "c2", "tool": "read_file", "outcome": "executed", "result": "ok"}
+        ]})
+    );
+}
+
+#[test]
+fn each_attempt_records_its_own_spend_ops_4() {
+    let value = serde_json::to_value(sample_run()).unwrap();
+    for attempt in value["steps"][0]["attempts"].as_array().unwrap() {
+        assert_eq!(attempt["usage"]["inputTokens"], json!(1200));
+        assert_eq!(attempt["durationMs"], json!(51_900));
+    }
+}
+
+#[test]
+fn record_round_trips_through_json() {
+    let run = sample_run();
+    let text = serde_json::to_string(&run).unwrap();
+    let back: RunRecord = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, run);
+}
+
+fn mutate(f: impl FnOnce(&mut Value)) -> Value {
+    let mut value = serde_json::to_value(sample_run()).unwrap();
+    f(&mut value);
+    value
+}
+
+#[test]
+fn retry_scheduled_that_contradicts_the_decision_is_refused_ops_1() {
+    let bad = mutate(|v| v["steps"][0]["attempts"][0]["retryScheduled"] = json!(false));
+    assert!(validate_against_schema(&bad).is_err());
+    assert!(serde_json::from_value::<RunRecord>(bad).is_err());
+}
+
+#[test]
+fn provider_retries_that_disagree_with_replays_are_refused_rep_13() {
+    let bad = mutate(|v| v["steps"][0]["attempts"][0]["turns"][1]["providerRetries"] = json!(5));
+    let err = serde_json::from_value::<RunRecord>(bad).unwrap_err();
+    assert!(err.to_string().contains("providerRetries is 5"), "{err}");
+}
+
+#[test]
+fn schema_refuses_unknown_fields_and_bad_enums() {
+    for bad in [
+        mutate(|v| v["extra"] = json!(1)),
+        mutate(|v| v["status"] = json!("done")),
+        mutate(|v| v["steps"][0]["attempts"][0]["budget"] = json!("bonus")),
+        mutate(|v| v["steps"][0]["attempts"][0]["writeSettlement"] = json!("maybe")),
+        mutate(|v| v["startedAt"] = json!("yesterday")),
+        mutate(|v| {
+            v["steps"][0]["attempts"][0]
+                .as_object_mut()
+                .unwrap()
+                .remove("usage");
+        }),
+    ] {
+        assert!(validate_against_schema(&bad).is_err(), "accepted {bad}");
+    }
+}
+
+#[test]
+fn more_than_ten_attempts_violate_the_schema_cfg_3() {
+    let bad = mutate(|v| {
+        let attempts = v["steps"][0]["attempts"].as_array_mut().unwrap();
+        let one = attempts[1].clone();
+        while attempts.len() < 11 {
+            attempts.push(one.clone());
+        }
+    });
+    assert!(validate_against_schema(&bad).is_err());
+}
