@@ -1,1 +1,789 @@
-//! (in progress)
+//! The composition file: a named sequence of steps, the provider and model they run on, and the
+//! model limits sealed for every attempt.
+//!
+//! Parsing is strict: an unknown field anywhere is refused with the file, the field and the line.
+//! In particular the model limits have no retry field (CFG-6); retries are a host decision, so a
+//! composition cannot quietly multiply the live model calls it makes. After the shape, the
+//! meaning is checked: unique step ids, tools each step may use, write roots only on write steps,
+//! and `{{steps.ID.output}}` only naming a step that runs earlier.
+//!
+//! Defaults for absent limits (documented in `docs/configuration.md`):
+//! `timeoutMs` 1,800,000, `maxTurns` 16, `maxOutputTokens` 8,192, `sourceReadBytes` 524,288.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use docsfab_policy::host::yaml_error_parts;
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+/// The attempt timer when a composition does not set `limits.timeoutMs`.
+pub const DEFAULT_TIMEOUT_MS: u64 = 1_800_000;
+/// Provider turns per attempt when `limits.maxTurns` is absent.
+pub const DEFAULT_MAX_TURNS: u32 = 16;
+/// The response ceiling per turn when `limits.maxOutputTokens` is absent.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 8_192;
+/// Source bytes the read tools may return per attempt when `limits.sourceReadBytes` is absent.
+pub const DEFAULT_SOURCE_READ_BYTES: u64 = 524_288;
+/// The provider used when a composition names none.
+pub const DEFAULT_PROVIDER: &str = "default";
+
+/// A parsed and checked composition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Composition {
+    pub name: String,
+    /// A provider name from `host.yaml`.
+    pub provider: String,
+    /// The selected model; `None` means the provider's default model.
+    pub model: Option<String>,
+    pub limits: ModelLimits,
+    /// In run order; never empty.
+    pub steps: Vec<Step>,
+}
+
+/// The ceilings sealed for every attempt of every step. There is deliberately no retry field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelLimits {
+    /// The attempt timer, in milliseconds.
+    pub timeout_ms: u64,
+    /// Provider turns per attempt (the execution lease).
+    pub max_turns: u32,
+    /// Response ceiling per turn.
+    pub max_output_tokens: u32,
+    /// Source bytes the read tools may return per attempt; restored for every attempt.
+    pub source_read_bytes: u64,
+}
+
+impl Default for ModelLimits {
+    fn default() -> Self {
+        ModelLimits {
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            max_turns: DEFAULT_MAX_TURNS,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            source_read_bytes: DEFAULT_SOURCE_READ_BYTES,
+        }
+    }
+}
+
+/// Whether a step may change the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    ReadOnly,
+    Write,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "read-only",
+            Access::Write => "write",
+        }
+    }
+}
+
+/// The tools a step may offer the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tool {
+    ListFiles,
+    ReadFile,
+    SearchText,
+    WriteFile,
+}
+
+impl Tool {
+    pub const ALL: [Tool; 4] = [
+        Tool::ListFiles,
+        Tool::ReadFile,
+        Tool::SearchText,
+        Tool::WriteFile,
+    ];
+
+    /// The name the model sees.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tool::ListFiles => "list_files",
+            Tool::ReadFile => "read_file",
+            Tool::SearchText => "search_text",
+            Tool::WriteFile => "write_file",
+        }
+    }
+
+    /// Whether the tool changes the workspace.
+    pub fn writes(self) -> bool {
+        matches!(self, Tool::WriteFile)
+    }
+}
+
+/// The JSON answer a step must return.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Contract {
+    /// A JSON Schema, already checked to compile.
+    pub schema: serde_json::Value,
+}
+
+/// One step of a composition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    pub id: String,
+    pub access: Access,
+    /// May contain `{{steps.ID.output}}` naming earlier steps; see [`output_references`].
+    pub instructions: String,
+    /// Without duplicates, in the order written.
+    pub tools: Vec<Tool>,
+    pub contract: Option<Contract>,
+    /// Workspace-relative path prefixes `write_file` may touch; empty on read-only steps.
+    pub write_roots: Vec<String>,
+    /// The line of the step's `id` in the file, for messages.
+    pub line: u64,
+}
+
+/// A `{{steps.ID.output}}` placeholder found in a text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputRef {
+    pub step_id: String,
+    /// Byte range of the whole placeholder, braces included.
+    pub range: std::ops::Range<usize>,
+}
+
+/// Finds every `{{steps.ID.output}}` in `text` (spaces inside the braces are allowed). Any other
+/// `{{...}}`, or an unclosed `{{`, is an error naming it.
+pub fn output_references(text: &str) -> Result<Vec<OutputRef>, String> {
+    let mut refs = Vec::new();
+    let mut at = 0;
+    while let Some(open) = text[at..].find("{{").map(|i| at + i) {
+        let Some(close) = text[open + 2..].find("}}").map(|i| open + 2 + i) else {
+            return Err("an opening {{ has no closing }}".to_string());
+        };
+        let inner = text[open + 2..close].trim();
+        let id = inner
+            .strip_prefix("steps.")
+            .and_then(|rest| rest.strip_suffix(".output"))
+            .filter(|id| valid_id(id));
+        match id {
+            Some(id) => refs.push(OutputRef {
+                step_id: id.to_string(),
+                range: open..close + 2,
+            }),
+            None => {
+                return Err(format!(
+                    "the placeholder {{{{{inner}}}}} is not of the form {{{{steps.ID.output}}}}"
+                ));
+            }
+        }
+        at = close + 2;
+    }
+    Ok(refs)
+}
+
+fn valid_id(id: &str) -> bool {
+    let mut chars = id.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// A composition file that cannot be used. Its message is one sentence with the file, the line
+/// where known, what is wrong and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}{}: {message}.", location(*.line, *.column))]
+pub struct CompositionError {
+    pub path: String,
+    pub line: Option<u64>,
+    pub column: Option<u64>,
+    /// The field at fault, when one is (e.g. `limits.maxRetries`, `steps[1].writeRoots`).
+    pub field: Option<String>,
+    pub message: String,
+}
+
+fn location(line: Option<u64>, column: Option<u64>) -> String {
+    match (line, column) {
+        (Some(l), Some(c)) => format!(" line {l}, column {c}"),
+        (Some(l), None) => format!(" line {l}"),
+        _ => String::new(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawComposition {
+    name: Spanned<String>,
+    provider: Option<Spanned<String>>,
+    model: Option<Spanned<String>>,
+    limits: Option<RawLimits>,
+    steps: Spanned<Vec<RawStep>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawLimits {
+    timeout_ms: Option<Spanned<u64>>,
+    max_turns: Option<Spanned<u32>>,
+    max_output_tokens: Option<Spanned<u32>>,
+    source_read_bytes: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawStep {
+    id: Spanned<String>,
+    access: Access,
+    instructions: Spanned<String>,
+    #[serde(default)]
+    tools: Vec<Spanned<Tool>>,
+    contract: Option<Spanned<RawContract>>,
+    write_roots: Option<Spanned<Vec<Spanned<String>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawContract {
+    schema: serde_json::Value,
+}
+
+impl Composition {
+    /// Parses and checks the text of a composition file; `path` is only used in messages.
+    pub fn parse(text: &str, path: &str) -> Result<Composition, CompositionError> {
+        let raw: RawComposition = serde_saphyr::from_str(text).map_err(|e| {
+            let (line, column, message) = yaml_error_parts(&e);
+            let field = unknown_field(&message);
+            let remedy = match &field {
+                Some(f) if f.to_ascii_lowercase().contains("retr") => {
+                    "; a composition has no retry field because retries are set by the host \
+                     (DOCSFAB_READ_ONLY_MAX_RETRIES, DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES or \
+                     host.yaml), so remove it"
+                }
+                Some(_) => "; remove the field or correct its spelling",
+                None => "; fix the file",
+            };
+            CompositionError {
+                path: path.to_string(),
+                line: Some(line),
+                column: Some(column),
+                field,
+                message: format!("{message}{remedy}"),
+            }
+        })?;
+        let err = |line: u64, field: String, message: String| CompositionError {
+            path: path.to_string(),
+            line: Some(line),
+            column: None,
+            field: Some(field),
+            message,
+        };
+
+        let name = raw.name.value.trim().to_string();
+        if name.is_empty() {
+            return Err(err(
+                raw.name.defined.line(),
+                "name".into(),
+                "the composition name is empty; give it a name".into(),
+            ));
+        }
+        let provider = match raw.provider {
+            Some(p) if p.value.trim().is_empty() => {
+                return Err(err(
+                    p.defined.line(),
+                    "provider".into(),
+                    "the provider name is empty; name a provider from host.yaml or remove the field to use \"default\"".into(),
+                ));
+            }
+            Some(p) => p.value.trim().to_string(),
+            None => DEFAULT_PROVIDER.to_string(),
+        };
+        let model = match raw.model {
+            Some(m) if m.value.trim().is_empty() => {
+                return Err(err(
+                    m.defined.line(),
+                    "model".into(),
+                    "the model name is empty; name a model or remove the field to use the provider's model".into(),
+                ));
+            }
+            Some(m) => Some(m.value.trim().to_string()),
+            None => None,
+        };
+        let limits = check_limits(raw.limits, &err)?;
+
+        if raw.steps.value.is_empty() {
+            return Err(err(
+                raw.steps.defined.line(),
+                "steps".into(),
+                "the composition has no steps; add at least one".into(),
+            ));
+        }
+        let all_ids: Vec<String> = raw
+            .steps
+            .value
+            .iter()
+            .map(|s| s.id.value.trim().to_string())
+            .collect();
+        let mut steps: Vec<Step> = Vec::with_capacity(raw.steps.value.len());
+        let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+        for (i, s) in raw.steps.value.into_iter().enumerate() {
+            let line = s.id.defined.line();
+            let id = s.id.value.trim().to_string();
+            let at = |f: &str| format!("steps[{i}].{f}");
+            if !valid_id(&id) {
+                return Err(err(
+                    line,
+                    at("id"),
+                    format!(
+                        "step id {id:?} must start with a letter or digit and use only letters, digits, _ and -; rename it"
+                    ),
+                ));
+            }
+            if let Some(first) = seen.get(&id) {
+                return Err(err(
+                    line,
+                    at("id"),
+                    format!(
+                        "step id {id:?} is already used by the step on line {first}; give each step its own id"
+                    ),
+                ));
+            }
+            seen.insert(id.clone(), line);
+
+            if s.instructions.value.trim().is_empty() {
+                return Err(err(
+                    s.instructions.defined.line(),
+                    at("instructions"),
+                    format!("step {id:?} has empty instructions; say what the step must do"),
+                ));
+            }
+            let refs = output_references(&s.instructions.value).map_err(|m| {
+                err(
+                    s.instructions.defined.line(),
+                    at("instructions"),
+                    format!("in step {id:?} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"),
+                )
+            })?;
+            for r in refs {
+                if !steps.iter().any(|earlier| earlier.id == r.step_id) {
+                    let why = if r.step_id == id {
+                        "its own output"
+                    } else if all_ids.contains(&r.step_id) {
+                        "a step that runs later"
+                    } else {
+                        "a step that does not exist"
+                    };
+                    return Err(err(
+                        s.instructions.defined.line(),
+                        at("instructions"),
+                        format!(
+                            "step {id:?} refers to {{{{steps.{}.output}}}}, {why}; refer only to steps listed before it",
+                            r.step_id
+                        ),
+                    ));
+                }
+            }
+
+            let mut tools: Vec<Tool> = Vec::new();
+            for t in &s.tools {
+                if tools.contains(&t.value) {
+                    return Err(err(
+                        t.defined.line(),
+                        at("tools"),
+                        format!(
+                            "step {id:?} lists {} twice; list each tool once",
+                            t.value.name()
+                        ),
+                    ));
+                }
+                if t.value.writes() && s.access != Access::Write {
+                    return Err(err(
+                        t.defined.line(),
+                        at("tools"),
+                        format!(
+                            "read-only step {id:?} lists {}, which only write steps may use; remove it or make the step access: write",
+                            t.value.name()
+                        ),
+                    ));
+                }
+                tools.push(t.value);
+            }
+
+            let mut write_roots = Vec::new();
+            if let Some(roots) = s.write_roots {
+                if s.access != Access::Write {
+                    return Err(err(
+                        roots.defined.line(),
+                        at("writeRoots"),
+                        format!(
+                            "read-only step {id:?} has writeRoots, which only write steps may have; remove them or make the step access: write"
+                        ),
+                    ));
+                }
+                for r in roots.value {
+                    if let Some(problem) = write_root_problem(&r.value) {
+                        return Err(err(
+                            r.defined.line(),
+                            at("writeRoots"),
+                            format!(
+                                "write root {:?} of step {id:?} {problem}; give a path relative to the workspace, such as docs/",
+                                r.value
+                            ),
+                        ));
+                    }
+                    write_roots.push(r.value);
+                }
+            }
+            if s.access == Access::Write
+                && tools.contains(&Tool::WriteFile)
+                && write_roots.is_empty()
+            {
+                return Err(err(
+                    line,
+                    at("writeRoots"),
+                    format!(
+                        "write step {id:?} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
+                    ),
+                ));
+            }
+
+            let contract = match s.contract {
+                Some(c) => {
+                    let c_line = c.defined.line();
+                    let schema = c.value.schema;
+                    if !(schema.is_object() || schema.is_boolean()) {
+                        return Err(err(
+                            c_line,
+                            at("contract.schema"),
+                            format!(
+                                "the contract schema of step {id:?} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
+                            ),
+                        ));
+                    }
+                    if let Err(e) = jsonschema::validator_for(&schema) {
+                        return Err(err(
+                            c_line,
+                            at("contract.schema"),
+                            format!(
+                                "the contract schema of step {id:?} is not a valid JSON Schema ({e}); correct it"
+                            ),
+                        ));
+                    }
+                    Some(Contract { schema })
+                }
+                None => None,
+            };
+
+            steps.push(Step {
+                id,
+                access: s.access,
+                instructions: s.instructions.value,
+                tools,
+                contract,
+                write_roots,
+                line,
+            });
+        }
+
+        Ok(Composition {
+            name,
+            provider,
+            model,
+            limits,
+            steps,
+        })
+    }
+
+    /// The step with `id`, if any.
+    pub fn step(&self, id: &str) -> Option<&Step> {
+        self.steps.iter().find(|s| s.id == id)
+    }
+}
+
+fn check_limits(
+    raw: Option<RawLimits>,
+    err: &impl Fn(u64, String, String) -> CompositionError,
+) -> Result<ModelLimits, CompositionError> {
+    let mut limits = ModelLimits::default();
+    let Some(raw) = raw else { return Ok(limits) };
+    // Zero would end every attempt before it starts; there is no other minimum.
+    fn positive<T: Copy + PartialEq + Default + fmt::Display>(
+        v: &Option<Spanned<T>>,
+        field: &str,
+        err: &impl Fn(u64, String, String) -> CompositionError,
+    ) -> Result<Option<T>, CompositionError> {
+        match v {
+            Some(s) if s.value == T::default() => Err(err(
+                s.defined.line(),
+                format!("limits.{field}"),
+                format!(
+                    "limits.{field} is 0, which would end every attempt at once; give a positive value or remove it to use the default"
+                ),
+            )),
+            Some(s) => Ok(Some(s.value)),
+            None => Ok(None),
+        }
+    }
+    if let Some(v) = positive(&raw.timeout_ms, "timeoutMs", err)? {
+        limits.timeout_ms = v;
+    }
+    if let Some(v) = positive(&raw.max_turns, "maxTurns", err)? {
+        limits.max_turns = v;
+    }
+    if let Some(v) = positive(&raw.max_output_tokens, "maxOutputTokens", err)? {
+        limits.max_output_tokens = v;
+    }
+    // A step that reads nothing is legitimate, so 0 source bytes is allowed.
+    if let Some(v) = &raw.source_read_bytes {
+        limits.source_read_bytes = v.value;
+    }
+    Ok(limits)
+}
+
+/// Why `root` is not an acceptable write root, if it is not.
+fn write_root_problem(root: &str) -> Option<&'static str> {
+    let r = root.trim();
+    if r.is_empty() {
+        return Some("is empty");
+    }
+    if r.starts_with('/') || r.starts_with('\\') || r.chars().nth(1) == Some(':') {
+        return Some("is absolute");
+    }
+    if r.split(['/', '\\']).any(|part| part == "..") {
+        return Some("climbs out of the workspace with ..");
+    }
+    None
+}
+
+/// The field name in a serde "unknown field `x`" message.
+fn unknown_field(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let end = rest.find('`')?;
+    Some(rest[..end].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUICKSTART: &str = r#"name: quickstart
+provider: default
+model: some-model
+limits:
+  timeoutMs: 300000
+  maxTurns: 12
+  maxOutputTokens: 4096
+  sourceReadBytes: 262144
+steps:
+  - id: outline
+    access: read-only
+    instructions: |
+      Survey the crate and return {"modules": [...]}.
+    tools: [list_files, read_file, search_text]
+    contract:
+      schema: {type: object, required: [modules]}
+  - id: pages
+    access: write
+    instructions: |
+      Write docs/overview.md for these modules: {{steps.outline.output}}
+    tools: [read_file, write_file]
+    writeRoots: [docs/]
+"#;
+
+    fn parse(text: &str) -> Result<Composition, CompositionError> {
+        Composition::parse(text, "c.yaml")
+    }
+
+    fn refused(text: &str) -> CompositionError {
+        match parse(text) {
+            Ok(c) => panic!("expected a refusal, got {c:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let c = parse(QUICKSTART).unwrap();
+        assert_eq!(c.name, "quickstart");
+        assert_eq!(c.provider, "default");
+        assert_eq!(c.model.as_deref(), Some("some-model"));
+        assert_eq!(
+            c.limits,
+            ModelLimits {
+                timeout_ms: 300_000,
+                max_turns: 12,
+                max_output_tokens: 4096,
+                source_read_bytes: 262_144
+            }
+        );
+        assert_eq!(c.steps.len(), 2);
+        let outline = c.step("outline").unwrap();
+        assert_eq!(outline.access, Access::ReadOnly);
+        assert_eq!(
+            outline.tools,
+            vec![Tool::ListFiles, Tool::ReadFile, Tool::SearchText]
+        );
+        assert_eq!(
+            outline.contract.as_ref().unwrap().schema["required"][0],
+            "modules"
+        );
+        assert_eq!(outline.line, 10);
+        let pages = c.step("pages").unwrap();
+        assert_eq!(pages.write_roots, vec!["docs/".to_string()]);
+        assert!(pages.contract.is_none());
+    }
+
+    #[test]
+    fn defaults_when_limits_and_provider_absent() {
+        let c = parse("name: n\nsteps:\n  - id: a\n    access: read-only\n    instructions: go\n")
+            .unwrap();
+        assert_eq!(c.provider, "default");
+        assert_eq!(c.model, None);
+        assert_eq!(c.limits, ModelLimits::default());
+        assert_eq!(c.limits.timeout_ms, 1_800_000);
+        assert!(c.steps[0].tools.is_empty());
+    }
+
+    #[test]
+    fn retry_field_in_limits_refused_naming_it_cfg_6() {
+        for field in [
+            "maxRetries",
+            "retries",
+            "maxTransportRetries",
+            "readOnlyMaxRetries",
+        ] {
+            let text = QUICKSTART.replace(
+                "  maxTurns: 12\n",
+                &format!("  maxTurns: 12\n  {field}: 1\n"),
+            );
+            let e = refused(&text);
+            assert_eq!(e.field.as_deref(), Some(field));
+            assert_eq!(e.line, Some(7));
+            let msg = e.to_string();
+            assert!(
+                msg.contains(field) && msg.contains("c.yaml line 7"),
+                "{msg}"
+            );
+            assert!(msg.contains("no retry field"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn any_unknown_field_refused_cfg_6() {
+        let e = refused(
+            &QUICKSTART.replace("    access: write\n", "    access: write\n    retry: 2\n"),
+        );
+        assert_eq!(e.field.as_deref(), Some("retry"));
+        let e = refused(&format!("{QUICKSTART}extra: 1\n"));
+        assert!(e.to_string().contains("extra"), "{e}");
+        let e = refused(&QUICKSTART.replace("  - id: pages\n", "  - id: pages\n    colour: red\n"));
+        assert!(
+            e.to_string().contains("colour") && e.to_string().contains("correct its spelling"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn duplicate_step_ids_refused() {
+        let e = refused(&QUICKSTART.replace("id: pages", "id: outline"));
+        assert!(e.to_string().contains("already used"), "{e}");
+        assert_eq!(e.line, Some(17));
+    }
+
+    #[test]
+    fn unknown_tool_refused() {
+        let e = refused(&QUICKSTART.replace("[read_file, write_file]", "[read_file, delete_file]"));
+        let msg = e.to_string();
+        assert!(
+            msg.contains("delete_file") && msg.contains("list_files"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn write_file_only_on_write_steps() {
+        let e = refused(&QUICKSTART.replace(
+            "[list_files, read_file, search_text]",
+            "[list_files, write_file]",
+        ));
+        assert!(e.to_string().contains("only write steps"), "{e}");
+    }
+
+    #[test]
+    fn write_roots_only_on_write_steps_and_relative() {
+        let text = QUICKSTART.replace(
+            "    contract:\n",
+            "    writeRoots: [docs/]\n    contract:\n",
+        );
+        assert!(refused(&text).to_string().contains("writeRoots"));
+        for bad in ["/etc", "../up", "docs/../../x", "C:\\x", "\"\""] {
+            let e = refused(&QUICKSTART.replace("[docs/]", &format!("[{bad}]")));
+            assert_eq!(e.field.as_deref(), Some("steps[1].writeRoots"), "{bad}");
+        }
+        let e = refused(&QUICKSTART.replace("    writeRoots: [docs/]\n", ""));
+        assert!(e.to_string().contains("no writeRoots"), "{e}");
+    }
+
+    #[test]
+    fn output_references_only_to_earlier_steps() {
+        let forward = QUICKSTART.replace(
+            "Survey the crate",
+            "Survey {{steps.pages.output}} the crate",
+        );
+        assert!(refused(&forward).to_string().contains("runs later"));
+        let own = QUICKSTART.replace("{{steps.outline.output}}", "{{steps.pages.output}}");
+        assert!(refused(&own).to_string().contains("its own output"));
+        let missing = QUICKSTART.replace("{{steps.outline.output}}", "{{ steps.nope.output }}");
+        assert!(refused(&missing).to_string().contains("does not exist"));
+        let other = QUICKSTART.replace("{{steps.outline.output}}", "{{env.HOME}}");
+        assert!(refused(&other).to_string().contains("not of the form"));
+        let open = QUICKSTART.replace("{{steps.outline.output}}", "{{steps.outline.output");
+        assert!(refused(&open).to_string().contains("no closing"));
+    }
+
+    #[test]
+    fn output_references_finds_ranges() {
+        let text = "a {{steps.x.output}} b {{ steps.y-2.output }}";
+        let refs = output_references(text).unwrap();
+        assert_eq!(refs.len(), 2);
+        assert_eq!(&text[refs[0].range.clone()], "{{steps.x.output}}");
+        assert_eq!(refs[1].step_id, "y-2");
+    }
+
+    #[test]
+    fn invalid_schema_refused() {
+        let e = refused(&QUICKSTART.replace("{type: object, required: [modules]}", "{type: 12}"));
+        assert_eq!(e.field.as_deref(), Some("steps[0].contract.schema"));
+        let e = refused(&QUICKSTART.replace("{type: object, required: [modules]}", "[1, 2]"));
+        assert!(e.to_string().contains("JSON Schema object"), "{e}");
+    }
+
+    #[test]
+    fn zero_limits_and_wrong_types_refused() {
+        let e = refused(&QUICKSTART.replace("timeoutMs: 300000", "timeoutMs: 0"));
+        assert_eq!(e.field.as_deref(), Some("limits.timeoutMs"));
+        let e = refused(&QUICKSTART.replace("timeoutMs: 300000", "timeoutMs: soon"));
+        assert_eq!(e.line, Some(5));
+        let ok =
+            parse(&QUICKSTART.replace("sourceReadBytes: 262144", "sourceReadBytes: 0")).unwrap();
+        assert_eq!(ok.limits.source_read_bytes, 0);
+    }
+
+    #[test]
+    fn empty_or_missing_parts_refused() {
+        assert!(
+            refused("name: n\nsteps: []\n")
+                .to_string()
+                .contains("no steps")
+        );
+        assert!(refused("").to_string().contains("c.yaml"));
+        let e = refused(&QUICKSTART.replace("access: read-only", "access: readonly"));
+        assert!(e.to_string().contains("readonly"), "{e}");
+    }
+
+    #[test]
+    fn every_message_is_one_sentence() {
+        let e = refused(&QUICKSTART.replace("id: pages", "id: outline"));
+        let msg = e.to_string();
+        assert!(
+            msg.ends_with('.') && !msg.contains(". ") && !msg.contains('\n'),
+            "{msg}"
+        );
+    }
+}
