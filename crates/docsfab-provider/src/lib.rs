@@ -1,1 +1,32 @@
 //! docsfab's provider transports and the in-turn replay driver.
+//!
+//! * [`request`]: the provider-neutral request of one turn and its serialization, once, into the
+//!   exact payload bytes for `openai-chat` or `anthropic-messages`, with their SHA-256 digest.
+//! * [`transport`]: the [`Transport`] seam and the reqwest [`HttpTransport`], which sends one
+//!   request and classifies how it failed into the policy's [`ProviderFailure`].
+//! * [`outcome`]: reading a 200 stream of either API into a [`StreamOutcome`] (text, tool calls,
+//!   finish reason, end marker, usage, models) or a failure.
+//! * [`driver`]: [`run_turn`], one provider turn: the request and its in-turn replays, decided
+//!   by `docsfab_policy::replay::decide`, with cancellation, the attempt deadline and the
+//!   payload-digest check, producing a [`TurnRecord`].
+//! * [`scripted`]: an in-memory transport that plays a script, for paused-clock tests here and in
+//!   the runtime.
+//!
+//! [`ProviderFailure`]: docsfab_policy::class::ProviderFailure
+
+pub mod driver;
+pub mod outcome;
+pub mod request;
+pub mod scripted;
+pub mod secret;
+pub mod transport;
+
+pub use driver::{
+    PayloadSource, ReplayCause, ReplayEntry, TurnEnd, TurnRecord, TurnResult, TurnStatus, run_turn,
+};
+pub use outcome::{FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
+pub use request::{
+    Api, AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,
+};
+pub use secret::ApiKey;
+pub use transport::{HttpConfig, HttpTransport, Transport, TransportBuildError};

@@ -1,0 +1,353 @@
+//! The in-turn replay driver: one provider turn, that is one request and its replays.
+//!
+//! The driver is thin on purpose. After each failed request it asks
+//! `docsfab_policy::replay::decide` what to do and does exactly that: wait and send the same
+//! bytes again, or end the turn. What it owns is what the pure policy cannot: the clock, the
+//! sockets (through a [`Transport`]), cancellation, and the byte-identity check.
+//!
+//! * **Identical payload (REP-12).** The digest of the first request's bytes is taken when the
+//!   turn starts. Before every replay the bytes about to be sent are hashed again and compared;
+//!   on a mismatch the turn fails closed and nothing is sent. [`PayloadSource`] is the seam that
+//!   lets a test hand the driver different bytes to prove it.
+//! * **Cancellation (REP-9).** Every wait and every request in flight races the caller's
+//!   [`CancellationToken`]; a cancelled turn ends at once and is recorded `cancelled`, not as a
+//!   provider failure.
+//! * **Deadline (REP-10).** The attempt deadline is a tokio [`Instant`]. `now` and the deadline
+//!   go into `decide` as milliseconds since the turn started (one monotonic scale), so a wait
+//!   that would cross the deadline is never started; a request still in flight at the deadline
+//!   is dropped and the turn ends on it.
+//! * **Published content (REP-14, CLS-4).** A failure after answer content was published is
+//!   never replayed; the break ends the turn and the step layer decides.
+//! * **Below the turn governor (REP-11).** [`run_turn`] takes only a transport, the replay
+//!   limits, the payload, a cancellation token and a deadline. The turn governor, the turn
+//!   ledger and the execution lease live in `docsfab-runtime`, which depends on this crate and
+//!   never the reverse, so a replay cannot consume a provider turn, append a ledger entry or run
+//!   a lease preflight: the code that could do so is not reachable from here.
+//!
+//! Time comes only from `tokio::time`, so tests run the exact schedules on a paused clock.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::replay::{
+    PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
+};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::outcome::{StreamOutcome, TransportFailure, Usage};
+use crate::request::{Payload, PayloadDigest};
+use crate::transport::Transport;
+
+/// Where the driver gets the bytes for each request of the turn.
+///
+/// A [`Payload`] gives its one immutable buffer every time, so in production the digest check
+/// cannot fail; the trait exists so a test can prove the check runs before every replay.
+pub trait PayloadSource: Send + Sync {
+    /// The digest of the turn's first request, taken when the payload was serialized.
+    fn digest(&self) -> PayloadDigest;
+    /// The bytes to send as request `attempt` of the turn (1-based).
+    fn bytes_for_attempt(&self, attempt: u32) -> Bytes;
+}
+
+impl PayloadSource for Payload {
+    fn digest(&self) -> PayloadDigest {
+        Payload::digest(self)
+    }
+
+    fn bytes_for_attempt(&self, _attempt: u32) -> Bytes {
+        self.bytes().clone()
+    }
+}
+
+/// The status of a turn as the run record shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnStatus {
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+/// What failed in a request that was replayed: the HTTP status when a response head arrived,
+/// otherwise the fault. Serialized flat into the entry as `status` or `fault`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReplayCause {
+    Status(u16),
+    Fault(FaultKind),
+}
+
+/// One replay of the turn (REP-13): why the request before it failed and how long the driver
+/// waited before sending it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayEntry {
+    #[serde(flatten)]
+    pub cause: ReplayCause,
+    pub provider_error_class: ProviderErrorClass,
+    pub wait_ms: u64,
+    /// The Retry-After the failed response carried, in ms.
+    pub retry_after_ms: Option<u64>,
+    /// The window that judged the failure.
+    pub window: Window,
+}
+
+/// Why the turn ended, without the data [`TurnEnd`] carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndKind {
+    Completed,
+    ProviderFailure,
+    Deadline,
+    DigestMismatch,
+    Cancelled,
+}
+
+/// The durable account of one turn, ready for the run record (camelCase JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRecord {
+    pub status: TurnStatus,
+    pub end: EndKind,
+    /// How many replays the policy scheduled: `replays.len()`.
+    pub provider_retries: u32,
+    pub replays: Vec<ReplayEntry>,
+    /// Requests actually sent. `providerRetries + 1`, except when the turn was cancelled or
+    /// refused during a backoff (then the last scheduled replay was never sent).
+    pub requests: u32,
+    /// SHA-256 of the payload, hex; every request of the turn sent exactly these bytes.
+    pub payload_digest: String,
+    /// The failure that ended the turn, when a provider failure did.
+    pub failure: Option<ProviderFailure>,
+    pub stop_reason: Option<StopReason>,
+    /// One line for people about how the turn ended; never holds the API key.
+    pub detail: Option<String>,
+    /// Tokens over every request of the turn, failed ones included.
+    pub usage: Usage,
+    pub duration_ms: u64,
+}
+
+/// How the turn ended, with what the runtime needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The provider answered.
+    Completed(StreamOutcome),
+    /// The last request failed and the policy stopped the turn.
+    Failed {
+        failure: TransportFailure,
+        stop: StopReason,
+    },
+    /// The attempt deadline passed with a request in flight or before one could be sent.
+    DeadlineReached {
+        last_failure: Option<TransportFailure>,
+    },
+    /// The bytes of a replay did not match the first request's digest; nothing was sent.
+    DigestMismatch {
+        expected: PayloadDigest,
+        actual: PayloadDigest,
+    },
+    /// The caller cancelled the turn.
+    Cancelled,
+}
+
+/// A finished turn: how it ended, and its record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnResult {
+    pub end: TurnEnd,
+    pub record: TurnRecord,
+}
+
+/// Runs one provider turn with in-turn replay. See the module docs for the rules it keeps.
+pub async fn run_turn(
+    transport: &dyn Transport,
+    limits: &ReplayLimits,
+    payload: &dyn PayloadSource,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+) -> TurnResult {
+    run_turn_observed(transport, limits, payload, cancel, deadline, &mut |_| {}).await
+}
+
+/// [`run_turn`], calling `on_replay` as each replay is scheduled (before its wait), so a caller
+/// can show retries as they happen.
+pub async fn run_turn_observed(
+    transport: &dyn Transport,
+    limits: &ReplayLimits,
+    payload: &dyn PayloadSource,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+    on_replay: &mut (dyn FnMut(&ReplayEntry) + Send),
+) -> TurnResult {
+    let started = Instant::now();
+    let ms_since_start = |t: Instant| duration_ms(t.saturating_duration_since(started));
+    let deadline_ms = deadline.map(ms_since_start);
+
+    let expected = payload.digest();
+    let mut turn = Turn {
+        started,
+        expected,
+        replays: Vec::new(),
+        past: Vec::new(),
+        requests: 0,
+        usage: Usage::default(),
+    };
+
+    let mut attempt: u32 = 1;
+    let mut last_failure: Option<TransportFailure> = None;
+    loop {
+        let bytes = payload.bytes_for_attempt(attempt);
+        let actual = PayloadDigest::of(&bytes);
+        if actual != expected {
+            return turn.finish(
+                TurnEnd::DigestMismatch { expected, actual },
+                Some(format!(
+                    "request {attempt} of the turn would not send the same bytes as the first (digest {actual} instead of {expected}); nothing was sent"
+                )),
+            );
+        }
+        if cancel.is_cancelled() {
+            return turn.finish(TurnEnd::Cancelled, None);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return turn.finish(
+                TurnEnd::DeadlineReached { last_failure },
+                Some("the attempt deadline passed before the request could be sent".into()),
+            );
+        }
+
+        turn.requests += 1;
+        let sent = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return turn.finish(TurnEnd::Cancelled, None),
+            _ = sleep_until_opt(deadline) => {
+                return turn.finish(
+                    TurnEnd::DeadlineReached { last_failure },
+                    Some("the attempt deadline passed while the request was in flight".into()),
+                );
+            }
+            sent = transport.send(bytes) => sent,
+        };
+
+        let failed = match sent {
+            Ok(outcome) => {
+                turn.usage = turn.usage.plus(outcome.usage);
+                return turn.finish(TurnEnd::Completed(outcome), None);
+            }
+            Err(f) => f,
+        };
+        turn.usage = turn.usage.plus(failed.usage);
+
+        // The policy says the same (REP-14); checked here too because replaying a published
+        // stream would show the user an answer twice, whatever a future policy says.
+        let decision = if failed.failure.content_published {
+            ReplayDecision::Stop {
+                reason: StopReason::ContentPublished,
+            }
+        } else {
+            let now_ms = ms_since_start(Instant::now());
+            decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms)
+        };
+
+        let (wait_ms, window) = match decision {
+            ReplayDecision::Stop { reason } => {
+                let detail = Some(failed.detail.clone());
+                return turn.finish(
+                    TurnEnd::Failed {
+                        failure: failed,
+                        stop: reason,
+                    },
+                    detail,
+                );
+            }
+            ReplayDecision::Replay { wait_ms, window } => (wait_ms, window),
+        };
+
+        let f = failed.failure;
+        let entry = ReplayEntry {
+            cause: match f.http_status {
+                Some(s) => ReplayCause::Status(s),
+                None => ReplayCause::Fault(f.fault),
+            },
+            provider_error_class: f.class,
+            wait_ms,
+            retry_after_ms: f.retry_after_ms,
+            window,
+        };
+        turn.replays.push(entry);
+        turn.past.push(PastReplay {
+            failure: f,
+            wait_ms,
+        });
+        on_replay(&entry);
+
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return turn.finish(TurnEnd::Cancelled, None),
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
+        }
+        last_failure = Some(failed);
+        attempt += 1;
+    }
+}
+
+/// The running account of a turn.
+struct Turn {
+    started: Instant,
+    expected: PayloadDigest,
+    replays: Vec<ReplayEntry>,
+    past: Vec<PastReplay>,
+    requests: u32,
+    usage: Usage,
+}
+
+impl Turn {
+    fn finish(self, end: TurnEnd, detail: Option<String>) -> TurnResult {
+        let (status, kind, failure, stop_reason) = match &end {
+            TurnEnd::Completed(_) => (TurnStatus::Completed, EndKind::Completed, None, None),
+            TurnEnd::Failed { failure, stop } => (
+                TurnStatus::Failed,
+                EndKind::ProviderFailure,
+                Some(failure.failure),
+                Some(*stop),
+            ),
+            TurnEnd::DeadlineReached { last_failure } => (
+                TurnStatus::Failed,
+                EndKind::Deadline,
+                last_failure.as_ref().map(|f| f.failure),
+                None,
+            ),
+            TurnEnd::DigestMismatch { .. } => {
+                (TurnStatus::Failed, EndKind::DigestMismatch, None, None)
+            }
+            TurnEnd::Cancelled => (TurnStatus::Cancelled, EndKind::Cancelled, None, None),
+        };
+        let record = TurnRecord {
+            status,
+            end: kind,
+            provider_retries: u32::try_from(self.replays.len()).unwrap_or(u32::MAX),
+            replays: self.replays,
+            requests: self.requests,
+            payload_digest: self.expected.to_hex(),
+            failure,
+            stop_reason,
+            detail,
+            usage: self.usage,
+            duration_ms: duration_ms(self.started.elapsed()),
+        };
+        TurnResult { end, record }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

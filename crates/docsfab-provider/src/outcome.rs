@@ -1,0 +1,671 @@
+//! What one provider request produced: a [`StreamOutcome`] when the stream ended as a stream
+//! should, or a [`TransportFailure`] that carries the policy's [`ProviderFailure`].
+//!
+//! [`StreamReader`] turns decoded SSE events of either API into that result. It is pure (events
+//! in, outcome out), so the end-of-stream rules below are tested without sockets:
+//!
+//! * OpenAI Chat Completions: a stream that closes cleanly with no finish reason and no `[DONE]`
+//!   is `stream-incomplete` (CLS-2). One with `[DONE]` but no finish reason is an outcome with
+//!   `finish_reason: None`, as before that rule existed (CLS-3); the runtime judges it.
+//! * Anthropic Messages: every complete stream ends with `message_stop`, which plays the part of
+//!   `[DONE]`, and `message_delta.stop_reason` plays the finish reason. So a clean close with
+//!   neither is `stream-incomplete` too, and a stream with either one is an outcome. We apply the
+//!   same rule on both APIs because the failure is the same (a hosted stream closed early) and a
+//!   different answer per API would make the step retry depend on the wire format.
+//! * A body that fails while transferring keeps its transport classification (`network`, or
+//!   `timeout` for a read timeout) whatever was read before (CLS-3).
+
+use docsfab_boundary::SseEvent;
+use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_error_event};
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+use crate::request::Api;
+
+/// Why the model stopped, normalized across both APIs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A natural end (`stop`, `end_turn`, `stop_sequence`).
+    Stop,
+    /// The output limit cut the answer (`length`, `max_tokens`).
+    Length,
+    /// The model asked for tools (`tool_calls`, `function_call`, `tool_use`).
+    ToolCalls,
+    /// The provider refused the content (`content_filter`, `refusal`).
+    ContentFilter,
+    /// Any other reason, as the provider spelled it.
+    Other(String),
+}
+
+impl FinishReason {
+    fn from_openai(s: &str) -> Self {
+        match s {
+            "stop" => FinishReason::Stop,
+            "length" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+
+    fn from_anthropic(s: &str) -> Self {
+        match s {
+            "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "max_tokens" => FinishReason::Length,
+            "tool_use" => FinishReason::ToolCalls,
+            "refusal" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool-calls",
+            FinishReason::ContentFilter => "content-filter",
+            FinishReason::Other(s) => s,
+        }
+    }
+}
+
+impl Serialize for FinishReason {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Token usage as the provider reported it (zero when it reported none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+        }
+    }
+}
+
+/// A tool call the model made in this turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments text exactly as streamed.
+    pub arguments: String,
+    /// The arguments were cut: not valid JSON when the stream ended, or the output limit ended
+    /// the answer. The agent loop rejects such a call before it runs (LSE-1).
+    pub truncated: bool,
+}
+
+/// A provider answer whose stream ended as a stream should.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamOutcome {
+    pub http_status: u16,
+    pub text: String,
+    /// Whether answer content (a text or tool-call delta) was published.
+    pub content_published: bool,
+    pub finish_reason: Option<FinishReason>,
+    /// Whether the API's end marker arrived (`[DONE]` or `message_stop`).
+    pub done: bool,
+    pub usage: Usage,
+    pub tool_calls: Vec<ToolCall>,
+    /// Every model the stream named, in order of first mention.
+    pub models: Vec<String>,
+}
+
+/// A provider request that failed, with a one-line description for people.
+///
+/// `detail` never holds the API key: it is built from statuses, error kinds and at most a short
+/// prefix of an error body, none of which carry the request's headers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct TransportFailure {
+    pub failure: ProviderFailure,
+    pub detail: String,
+    /// Tokens the provider reported before the request failed (it may still bill them).
+    pub usage: Usage,
+    /// Models the stream named before it failed.
+    pub models: Vec<String>,
+}
+
+impl TransportFailure {
+    /// A failure with no stream behind it (no response head, or a non-2xx status).
+    pub fn new(failure: ProviderFailure, detail: impl Into<String>) -> Self {
+        TransportFailure {
+            failure,
+            detail: detail.into(),
+            usage: Usage::default(),
+            models: Vec::new(),
+        }
+    }
+}
+
+/// Builds a [`ProviderFailure`] with the fields that are usually empty left empty.
+pub fn failure(fault: FaultKind, class: ProviderErrorClass) -> ProviderFailure {
+    ProviderFailure {
+        fault,
+        class,
+        http_status: None,
+        declared_status: None,
+        retry_after_ms: None,
+        content_published: false,
+    }
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+    saw_argument_delta: bool,
+}
+
+/// Reads the decoded events of one 200 stream into an outcome or a failure.
+#[derive(Debug)]
+pub struct StreamReader {
+    api: Api,
+    http_status: u16,
+    text: String,
+    published: bool,
+    finish: Option<FinishReason>,
+    done: bool,
+    usage: Usage,
+    calls: BTreeMap<u64, PartialCall>,
+    models: Vec<String>,
+}
+
+impl StreamReader {
+    pub fn new(api: Api, http_status: u16) -> Self {
+        StreamReader {
+            api,
+            http_status,
+            text: String::new(),
+            published: false,
+            finish: None,
+            done: false,
+            usage: Usage::default(),
+            calls: BTreeMap::new(),
+            models: Vec::new(),
+        }
+    }
+
+    /// Whether answer content has been published so far.
+    pub fn content_published(&self) -> bool {
+        self.published
+    }
+
+    /// Reads one event. `Err` ends the request: the stream carried an error.
+    pub fn event(&mut self, ev: &SseEvent) -> Result<(), TransportFailure> {
+        match self.api {
+            Api::OpenaiChat => self.openai_event(ev),
+            Api::AnthropicMessages => self.anthropic_event(ev),
+        }
+    }
+
+    /// The stream closed cleanly: an outcome, or `stream-incomplete` (CLS-2), or the refusal of
+    /// a content-filter finish.
+    pub fn finish(self) -> Result<StreamOutcome, TransportFailure> {
+        if self.finish == Some(FinishReason::ContentFilter) {
+            return Err(self.content_filter_finish());
+        }
+        if self.finish.is_none() && !self.done {
+            let what = match self.api {
+                Api::OpenaiChat => "no finish reason and no [DONE]",
+                Api::AnthropicMessages => "no stop_reason and no message_stop",
+            };
+            let detail = format!("the stream closed cleanly with {what} (stream-incomplete)");
+            return Err(self.fail(
+                failure(
+                    FaultKind::StreamIncomplete,
+                    ProviderErrorClass::StreamIncomplete,
+                ),
+                detail,
+            ));
+        }
+        let truncated_by_limit = self.finish == Some(FinishReason::Length);
+        let tool_calls = self
+            .calls
+            .into_values()
+            .map(|c| {
+                let arguments = if c.arguments.trim().is_empty() && !c.saw_argument_delta {
+                    "{}".to_owned()
+                } else {
+                    c.arguments
+                };
+                let valid = serde_json::from_str::<Value>(&arguments).is_ok();
+                ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    truncated: truncated_by_limit || !valid,
+                    arguments,
+                }
+            })
+            .collect();
+        Ok(StreamOutcome {
+            http_status: self.http_status,
+            text: self.text,
+            content_published: self.published,
+            finish_reason: self.finish,
+            done: self.done,
+            usage: self.usage,
+            tool_calls,
+            models: self.models,
+        })
+    }
+
+    /// The body failed while transferring: it keeps that classification (CLS-3), unless the
+    /// provider had already refused the content.
+    pub fn cut(
+        self,
+        fault: FaultKind,
+        class: ProviderErrorClass,
+        detail: String,
+    ) -> TransportFailure {
+        if self.finish == Some(FinishReason::ContentFilter) {
+            return self.content_filter_finish();
+        }
+        self.fail(failure(fault, class), detail)
+    }
+
+    fn content_filter_finish(self) -> TransportFailure {
+        self.fail(
+            failure(FaultKind::ContentFilter, ProviderErrorClass::ContentFilter),
+            "the provider ended the answer with a content-filter finish reason".to_owned(),
+        )
+    }
+
+    fn fail(self, mut f: ProviderFailure, detail: String) -> TransportFailure {
+        f.content_published = self.published;
+        TransportFailure {
+            failure: f,
+            detail,
+            usage: self.usage,
+            models: self.models,
+        }
+    }
+
+    fn note_model(&mut self, v: &Value) {
+        if let Some(m) = v.as_str()
+            && !self.models.iter().any(|x| x == m)
+        {
+            self.models.push(m.to_owned());
+        }
+    }
+
+    fn error_event(self_published: bool, v: &Value) -> (ProviderFailure, String) {
+        let err = &v["error"];
+        let is_filter = ["code", "type"].iter().any(|k| {
+            matches!(
+                err[*k].as_str(),
+                Some("content_filter" | "content_policy_violation")
+            )
+        });
+        let mut f = if is_filter {
+            failure(FaultKind::ContentFilter, ProviderErrorClass::ContentFilter)
+        } else {
+            match classify_error_event(v) {
+                Some(c) => ProviderFailure {
+                    declared_status: c.declared_status,
+                    ..failure(FaultKind::ErrorEvent, c.class)
+                },
+                None => failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown),
+            }
+        };
+        f.content_published = self_published;
+        // The message is never read (CLS-5): the detail names only the type and declared code.
+        let ty = err["type"].as_str().unwrap_or("unknown");
+        let detail = match f.declared_status {
+            Some(code) => format!("the 200 stream carried an error event: type {ty}, code {code}"),
+            None => format!("the 200 stream carried an error event: type {ty}"),
+        };
+        (f, detail)
+    }
+
+    fn openai_event(&mut self, ev: &SseEvent) -> Result<(), TransportFailure> {
+        // Each data line is one JSON chunk; a multi-line event is read line by line.
+        for line in &ev.data_lines {
+            if line.trim() == "[DONE]" {
+                self.done = true;
+                continue;
+            }
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value = match serde_json::from_str(line) {
+                Ok(v) => v,
+                Err(_) => return Err(self.unreadable()),
+            };
+            if v.get("error").is_some() {
+                let (f, detail) = Self::error_event(self.published, &v);
+                return Err(self.take_fail(f, detail));
+            }
+            self.note_model(&v["model"]);
+            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                self.usage = Usage {
+                    input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                    output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+                };
+            }
+            let Some(choices) = v["choices"].as_array() else {
+                continue;
+            };
+            for choice in choices {
+                let delta = &choice["delta"];
+                if let Some(t) = delta["content"].as_str()
+                    && !t.is_empty()
+                {
+                    self.text.push_str(t);
+                    self.published = true;
+                }
+                if let Some(calls) = delta["tool_calls"].as_array() {
+                    for (pos, c) in calls.iter().enumerate() {
+                        let index = c["index"].as_u64().unwrap_or(pos as u64);
+                        let call = self.calls.entry(index).or_default();
+                        if let Some(id) = c["id"].as_str() {
+                            call.id = id.to_owned();
+                        }
+                        if let Some(name) = c["function"]["name"].as_str() {
+                            call.name.push_str(name);
+                        }
+                        if let Some(args) = c["function"]["arguments"].as_str() {
+                            call.arguments.push_str(args);
+                            call.saw_argument_delta |= !args.is_empty();
+                        }
+                        self.published = true;
+                    }
+                }
+                if let Some(r) = choice["finish_reason"].as_str() {
+                    self.finish = Some(FinishReason::from_openai(r));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn anthropic_event(&mut self, ev: &SseEvent) -> Result<(), TransportFailure> {
+        if ev.data.trim().is_empty() {
+            return Ok(());
+        }
+        let v: Value = match serde_json::from_str(&ev.data) {
+            Ok(v) => v,
+            Err(_) => return Err(self.unreadable()),
+        };
+        let ty = v["type"].as_str().or(ev.event.as_deref()).unwrap_or("");
+        if ty == "error" || ev.event.as_deref() == Some("error") {
+            let (f, detail) = Self::error_event(self.published, &v);
+            return Err(self.take_fail(f, detail));
+        }
+        match ty {
+            "message_start" => {
+                let m = &v["message"];
+                self.note_model(&m["model"]);
+                self.usage.input_tokens = m["usage"]["input_tokens"].as_u64().unwrap_or(0);
+                self.usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
+            }
+            "content_block_start" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                let block = &v["content_block"];
+                match block["type"].as_str() {
+                    Some("tool_use") => {
+                        self.calls.insert(
+                            index,
+                            PartialCall {
+                                id: block["id"].as_str().unwrap_or_default().to_owned(),
+                                name: block["name"].as_str().unwrap_or_default().to_owned(),
+                                ..PartialCall::default()
+                            },
+                        );
+                        self.published = true;
+                    }
+                    Some("text") => {
+                        if let Some(t) = block["text"].as_str()
+                            && !t.is_empty()
+                        {
+                            self.text.push_str(t);
+                            self.published = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = v["index"].as_u64().unwrap_or(0);
+                let delta = &v["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        if let Some(t) = delta["text"].as_str()
+                            && !t.is_empty()
+                        {
+                            self.text.push_str(t);
+                            self.published = true;
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let part = delta["partial_json"].as_str().unwrap_or_default();
+                        let call = self.calls.entry(index).or_default();
+                        call.arguments.push_str(part);
+                        call.saw_argument_delta |= !part.is_empty();
+                        self.published = true;
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = v["delta"]["stop_reason"].as_str() {
+                    self.finish = Some(FinishReason::from_anthropic(r));
+                }
+                if let Some(out) = v["usage"]["output_tokens"].as_u64() {
+                    self.usage.output_tokens = out;
+                }
+                if let Some(inp) = v["usage"]["input_tokens"].as_u64() {
+                    self.usage.input_tokens = inp;
+                }
+            }
+            "message_stop" => self.done = true,
+            _ => {} // ping, content_block_stop, and events we do not need
+        }
+        Ok(())
+    }
+
+    fn unreadable(&mut self) -> TransportFailure {
+        // A data line that is not JSON is no answer and no declared error: `unknown`, which is
+        // never replayed.
+        let f = failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown);
+        self.take_fail(
+            f,
+            "the 200 stream carried a data line that is not JSON".to_owned(),
+        )
+    }
+
+    fn take_fail(&mut self, mut f: ProviderFailure, detail: String) -> TransportFailure {
+        f.content_published = self.published;
+        TransportFailure {
+            failure: f,
+            detail,
+            usage: self.usage,
+            models: std::mem::take(&mut self.models),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use docsfab_boundary::SseDecoder;
+
+    /// Decodes `body` as one stream that closed cleanly.
+    fn read(api: Api, body: &str) -> Result<StreamOutcome, TransportFailure> {
+        let mut dec = SseDecoder::new();
+        let mut events = Vec::new();
+        dec.feed(body.as_bytes(), |e| events.push(e));
+        dec.finish(|e| events.push(e));
+        let mut r = StreamReader::new(api, 200);
+        for e in &events {
+            r.event(e)?;
+        }
+        r.finish()
+    }
+
+    const OA_TEXT: &str = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
+data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n\
+data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"model\":\"m1\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2}}\n\n\
+data: [DONE]\n\n";
+
+    #[test]
+    fn openai_complete_stream() {
+        let o = read(Api::OpenaiChat, OA_TEXT).unwrap();
+        assert_eq!(o.text, "Hello");
+        assert!(o.content_published && o.done);
+        assert_eq!(o.finish_reason, Some(FinishReason::Stop));
+        assert_eq!(
+            o.usage,
+            Usage {
+                input_tokens: 11,
+                output_tokens: 2
+            }
+        );
+        assert_eq!(o.models, vec!["m1".to_string()]);
+    }
+
+    #[test]
+    fn openai_clean_close_without_finish_or_done_is_stream_incomplete_cls_2() {
+        let body = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+        let f = read(Api::OpenaiChat, body).unwrap_err();
+        assert_eq!(f.failure.fault, FaultKind::StreamIncomplete);
+        assert_eq!(f.failure.class, ProviderErrorClass::StreamIncomplete);
+        assert!(f.failure.content_published);
+    }
+
+    #[test]
+    fn openai_done_without_finish_is_not_stream_incomplete_cls_3() {
+        let body = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n";
+        let o = read(Api::OpenaiChat, body).unwrap();
+        assert!(o.done);
+        assert_eq!(o.finish_reason, None);
+    }
+
+    #[test]
+    fn openai_cut_body_keeps_network_class_cls_3() {
+        let mut r = StreamReader::new(Api::OpenaiChat, 200);
+        let f = r.event(&SseEvent {
+            event: None,
+            data: String::new(),
+            data_lines: vec![],
+        });
+        assert!(f.is_ok());
+        let f = r.cut(
+            FaultKind::BodyCut,
+            ProviderErrorClass::Network,
+            "cut".into(),
+        );
+        assert_eq!(f.failure.class, ProviderErrorClass::Network);
+        assert!(!f.failure.content_published);
+    }
+
+    #[test]
+    fn openai_tool_calls_and_truncation() {
+        let body = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"read_file\",\"arguments\":\"{\\\"pa\"}}]}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"th\\\":\\\"a\\\"}\"}}]}}]}\n\n\
+data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":1,\"id\":\"c2\",\"function\":{\"name\":\"list_files\",\"arguments\":\"{\\\"pa\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n\
+data: [DONE]\n\n";
+        let o = read(Api::OpenaiChat, body).unwrap();
+        assert_eq!(o.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(o.tool_calls.len(), 2);
+        assert_eq!(o.tool_calls[0].arguments, "{\"path\":\"a\"}");
+        assert!(!o.tool_calls[0].truncated);
+        assert!(
+            o.tool_calls[1].truncated,
+            "invalid JSON at the end is truncated"
+        );
+        assert!(o.content_published);
+    }
+
+    #[test]
+    fn length_finish_marks_tool_arguments_truncated() {
+        let body = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"t\",\"arguments\":\"{}\"}}]},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
+        let o = read(Api::OpenaiChat, body).unwrap();
+        assert!(o.tool_calls[0].truncated);
+    }
+
+    #[test]
+    fn content_filter_finish_is_content_filter_cls_1() {
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"content_filter\"}]}\n\ndata: [DONE]\n\n";
+        let f = read(Api::OpenaiChat, body).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::ContentFilter);
+        assert_eq!(f.failure.fault, FaultKind::ContentFilter);
+    }
+
+    #[test]
+    fn content_filter_error_code_is_content_filter_rep_5() {
+        // The message mentions a timeout; the class still comes from the code.
+        let body = "data: {\"error\":{\"code\":\"content_filter\",\"message\":\"connection timeout\"}}\n\n";
+        let f = read(Api::OpenaiChat, body).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::ContentFilter);
+    }
+
+    #[test]
+    fn unparseable_data_line_is_unknown() {
+        let f = read(Api::OpenaiChat, "data: {nope\n\n").unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::Unknown);
+    }
+
+    const AN_TEXT: &str = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-x\",\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: ping\ndata: {\"type\":\"ping\"}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"read_file\",\"input\":{}}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"path\\\":\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\\\"a\\\"}\"}}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":7}}\n\n";
+
+    #[test]
+    fn anthropic_complete_stream() {
+        let body = format!("{AN_TEXT}event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n");
+        let o = read(Api::AnthropicMessages, &body).unwrap();
+        assert_eq!(o.text, "Hi");
+        assert!(o.done);
+        assert_eq!(o.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(
+            o.usage,
+            Usage {
+                input_tokens: 9,
+                output_tokens: 7
+            }
+        );
+        assert_eq!(o.tool_calls[0].arguments, "{\"path\":\"a\"}");
+        assert!(!o.tool_calls[0].truncated);
+        assert_eq!(o.models, vec!["claude-x".to_string()]);
+    }
+
+    #[test]
+    fn anthropic_stop_reason_without_message_stop_is_an_outcome() {
+        let o = read(Api::AnthropicMessages, AN_TEXT).unwrap();
+        assert!(!o.done);
+    }
+
+    #[test]
+    fn anthropic_clean_close_without_stop_is_stream_incomplete_cls_2() {
+        let body = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"c\"}}\n\n";
+        let f = read(Api::AnthropicMessages, body).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::StreamIncomplete);
+        assert!(!f.failure.content_published);
+    }
+
+    #[test]
+    fn anthropic_refusal_is_content_filter() {
+        let body = "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"refusal\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+        let f = read(Api::AnthropicMessages, body).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::ContentFilter);
+    }
+}

@@ -1,0 +1,350 @@
+//! Sending one request: the [`Transport`] seam, and [`HttpTransport`], the real one on reqwest.
+//!
+//! A transport sends the exact bytes it is given, once, and reports what came back. It never
+//! retries: replays are the driver's decision ([`crate::driver`]), and a hidden resend inside the
+//! client would make an attempt invisible to the record. So the reqwest client is built with
+//! `retry::never()`, no redirects, no proxy, and no connection pool (one request, one fresh
+//! connection: a stale pooled connection would otherwise surface as a fault nobody caused).
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use docsfab_boundary::SseDecoder;
+use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_http_status};
+use docsfab_policy::retry_after::parse_retry_after;
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, failure};
+use crate::request::Api;
+use crate::secret::ApiKey;
+
+/// Sends one request's bytes and reads the answer. Object-safe, so the runtime can hold a
+/// `Box<dyn Transport>` and tests can drive the replay driver with a scripted one.
+pub trait Transport: Send + Sync {
+    /// Sends `body` once. The future may be dropped at any point (cancellation, deadline).
+    fn send(&self, body: Bytes) -> BoxFuture<'_, Result<StreamOutcome, TransportFailure>>;
+}
+
+/// Settings of the HTTP transport.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub api: Api,
+    /// The provider's base URL including its version prefix, e.g. `https://api.example.com/v1`.
+    pub base_url: String,
+    /// `None` sends no auth header (a local simulator needs none).
+    pub api_key: Option<ApiKey>,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// How long the response head, or the next body read, may take; a longer silence is a
+    /// request timeout (`timeout`).
+    pub read_timeout: Duration,
+}
+
+impl HttpConfig {
+    /// Defaults for a hosted provider: 10 s to connect, 120 s of silence at most.
+    pub fn new(api: Api, base_url: impl Into<String>, api_key: Option<ApiKey>) -> Self {
+        HttpConfig {
+            api,
+            base_url: base_url.into(),
+            api_key,
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why a transport could not be built. Nothing was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportBuildError {
+    #[error("the provider base URL {url:?} is not a valid URL: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("the API key contains characters that cannot go into an HTTP header")]
+    BadApiKey,
+    #[error("the HTTP client could not be built: {0}")]
+    Client(String),
+}
+
+/// The reqwest transport for either API.
+#[derive(Debug, Clone)]
+pub struct HttpTransport {
+    api: Api,
+    url: reqwest::Url,
+    headers: HeaderMap,
+    client: reqwest::Client,
+}
+
+/// The most of an error body read for its type and code; the rest is not needed.
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+impl HttpTransport {
+    pub fn new(config: HttpConfig) -> Result<Self, TransportBuildError> {
+        let raw = format!(
+            "{}{}",
+            config.base_url.trim_end_matches('/'),
+            config.api.path()
+        );
+        let url = reqwest::Url::parse(&raw).map_err(|e| TransportBuildError::BadUrl {
+            url: config.base_url.clone(),
+            reason: e.to_string(),
+        })?;
+
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if config.api == Api::AnthropicMessages {
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static("2023-06-01"),
+            );
+        }
+        if let Some(key) = &config.api_key {
+            let (name, value) = match config.api {
+                Api::OpenaiChat => (
+                    reqwest::header::AUTHORIZATION,
+                    format!("Bearer {}", key.expose()),
+                ),
+                Api::AnthropicMessages => (
+                    HeaderName::from_static("x-api-key"),
+                    key.expose().to_owned(),
+                ),
+            };
+            let mut value =
+                HeaderValue::from_str(&value).map_err(|_| TransportBuildError::BadApiKey)?;
+            // Sensitive values print as "Sensitive" in any Debug output of the headers.
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .retry(reqwest::retry::never())
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(0)
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.read_timeout)
+            .build()
+            .map_err(|e| TransportBuildError::Client(e.to_string()))?;
+        Ok(HttpTransport {
+            api: config.api,
+            url,
+            headers,
+            client,
+        })
+    }
+
+    pub fn api(&self) -> Api {
+        self.api
+    }
+
+    async fn send_once(&self, body: Bytes) -> Result<StreamOutcome, TransportFailure> {
+        let response = self
+            .client
+            .post(self.url.clone())
+            .headers(self.headers.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| before_head_failure(&e))?;
+
+        let status = response.status().as_u16();
+        if !response.status().is_success() {
+            return Err(status_failure(response).await);
+        }
+
+        let mut reader = StreamReader::new(self.api, status);
+        let mut decoder = SseDecoder::new();
+        let mut events = Vec::new();
+        let mut body = response.bytes_stream();
+        while let Some(read) = body.next().await {
+            match read {
+                Ok(chunk) => {
+                    decoder.feed(&chunk, |e| events.push(e));
+                    for e in events.drain(..) {
+                        reader.event(&e)?;
+                    }
+                }
+                Err(e) => {
+                    let (fault, class) = if e.is_timeout() {
+                        (FaultKind::RequestTimeout, ProviderErrorClass::Timeout)
+                    } else {
+                        (FaultKind::BodyCut, ProviderErrorClass::Network)
+                    };
+                    let detail = format!("the response body failed mid-transfer: {}", chain(&e));
+                    return Err(reader.cut(fault, class, detail));
+                }
+            }
+        }
+        decoder.finish(|e| events.push(e));
+        for e in events.drain(..) {
+            reader.event(&e)?;
+        }
+        reader.finish()
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send(&self, body: Bytes) -> BoxFuture<'_, Result<StreamOutcome, TransportFailure>> {
+        Box::pin(self.send_once(body))
+    }
+}
+
+/// Installs rustls' ring provider for the process. The workspace builds reqwest with
+/// `rustls-no-provider`, so without this the first HTTPS client would panic. A provider that is
+/// already installed (by us or by the binary) is fine.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A request that got no response head: refused, dropped, reset or timed out.
+fn before_head_failure(e: &reqwest::Error) -> TransportFailure {
+    let (fault, class, what) = if e.is_timeout() {
+        (
+            FaultKind::RequestTimeout,
+            ProviderErrorClass::Timeout,
+            "timed out before a response head arrived",
+        )
+    } else if e.is_connect() {
+        (
+            FaultKind::ConnectRefused,
+            ProviderErrorClass::Network,
+            "could not connect",
+        )
+    } else {
+        (
+            FaultKind::ConnectionDropped,
+            ProviderErrorClass::Network,
+            "the connection was dropped before a response head arrived",
+        )
+    };
+    TransportFailure::new(failure(fault, class), format!("{what}: {}", chain(e)))
+}
+
+/// A non-2xx response. The status decides the class (REP-4): the body is read only for a
+/// content-filter code on a request the provider rejected, and for the type and code named in
+/// the detail. Its message is never copied, since some providers echo part of the key there.
+async fn status_failure(response: reqwest::Response) -> TransportFailure {
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let retry_after_ms = parse_retry_after(
+        header("retry-after").as_deref(),
+        header("retry-after-ms").as_deref(),
+        SystemTime::now(),
+    );
+
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= ERROR_BODY_LIMIT {
+            break;
+        }
+    }
+    let error = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .map(|v| v["error"].clone())
+        .unwrap_or_default();
+    let field = |k: &str| match &error[k] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+
+    let mut class = classify_http_status(status);
+    let mut fault = FaultKind::HttpStatus;
+    let filtered = ["code", "type"].iter().any(|k| {
+        matches!(
+            field(k).as_deref(),
+            Some("content_filter" | "content_policy_violation")
+        )
+    });
+    // Only a request the provider rejected (an invalid-request 4xx) is refined to
+    // content-filter: both are terminal, so the status' decision never flips (REP-4).
+    if filtered && class == ProviderErrorClass::InvalidRequest {
+        class = ProviderErrorClass::ContentFilter;
+        fault = FaultKind::ContentFilter;
+    }
+
+    let mut detail = format!("HTTP {status}");
+    if let Some(t) = field("type") {
+        detail.push_str(&format!(", error type {}", printable(&t)));
+    }
+    if let Some(c) = field("code") {
+        detail.push_str(&format!(", error code {}", printable(&c)));
+    }
+    TransportFailure::new(
+        ProviderFailure {
+            http_status: Some(status),
+            retry_after_ms,
+            ..failure(fault, class)
+        },
+        detail,
+    )
+}
+
+/// A short, single-line rendering of a provider-chosen word.
+fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// The error and its sources on one line, so the detail says what the OS said.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let t = HttpTransport::new(HttpConfig::new(
+            Api::OpenaiChat,
+            "http://127.0.0.1:9/v1",
+            Some(ApiKey::new("sk-secret-123")),
+        ))
+        .unwrap();
+        let shown = format!("{t:?}");
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        let t = HttpTransport::new(HttpConfig::new(
+            Api::AnthropicMessages,
+            "http://127.0.0.1:9/v1",
+            Some(ApiKey::new("sk-ant-secret")),
+        ))
+        .unwrap();
+        assert!(!format!("{t:?}").contains("sk-ant-secret"));
+    }
+
+    #[test]
+    fn url_joins_base_and_api_path() {
+        let t = HttpTransport::new(HttpConfig::new(
+            Api::AnthropicMessages,
+            "http://127.0.0.1:9/v1/",
+            None,
+        ))
+        .unwrap();
+        assert_eq!(t.url.as_str(), "http://127.0.0.1:9/v1/messages");
+        assert!(matches!(
+            HttpTransport::new(HttpConfig::new(Api::OpenaiChat, "not a url", None)),
+            Err(TransportBuildError::BadUrl { .. })
+        ));
+    }
+}
