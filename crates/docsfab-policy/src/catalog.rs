@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use crate::host::{HostConfig, RawKind, RawValue};
 use crate::replay::ReplayLimits;
+use crate::step::StepBudgets;
 
 /// Every limit docsfab resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -365,6 +366,20 @@ impl EffectiveLimits {
             ),
             max_throttled_total_delay_ms: self
                 .value(Limit::ProviderAttemptMaxThrottledTotalDelayMs),
+        }
+    }
+
+    /// The budgets the step retry decision applies.
+    pub fn step_budgets(&self) -> StepBudgets {
+        StepBudgets {
+            max_retries: self.effective_max_retries(),
+            max_transport_retries: self.max_transport_retries(),
+            base_delay_ms: self.retry_base_delay_ms(),
+            transport_max_delay_ms: self.transport_max_delay_ms(),
+            transport_max_elapsed_ms: self.transport_max_elapsed_ms(),
+            cut_answer_retries: self.max_cut_answer_retries(),
+            timeout_retries: self.max_timeout_retries(),
+            no_progress_retries: self.max_no_progress_retries(),
         }
     }
 

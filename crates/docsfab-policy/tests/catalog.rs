@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use docsfab_policy::catalog::{ConfigError, Limit, Source, host_catalog_keys, resolve};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::replay::ReplayLimits;
+use docsfab_policy::step::StepBudgets;
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -59,6 +60,32 @@ fn catalog_defaults_with_nothing_set_cfg_1_cfg_2() {
     );
     assert!(l.iter().all(|(_, e)| e.source == Source::Catalog));
     assert_eq!(l.replay_limits(), ReplayLimits::default());
+    assert_eq!(l.step_budgets(), StepBudgets::default());
+}
+
+#[test]
+fn step_budgets_carry_effective_values_cfg_5_cfg_7() {
+    let l = resolve(
+        &host("readOnlyMaxRetries: 2\n"),
+        &env(&[
+            ("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES", "4"),
+            ("DOCSFAB_RETRY_BASE_DELAY_MS", "250"),
+            ("DOCSFAB_READ_ONLY_MAX_TIMEOUT_RETRIES", "2"),
+        ]),
+    )
+    .unwrap();
+    let b = l.step_budgets();
+    assert_eq!(
+        (
+            b.max_retries,
+            b.max_transport_retries,
+            b.base_delay_ms,
+            b.timeout_retries
+        ),
+        (2, 4, 250, 2)
+    );
+    assert_eq!((b.cut_answer_retries, b.no_progress_retries), (1, 1));
+    assert_eq!(l.transport_retry().max_transport_retries, 4);
 }
 
 #[test]
