@@ -388,6 +388,64 @@ impl StepDecision {
     }
 }
 
+/// The record fields of one decided attempt, flat and camelCase, as the run record stores them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    pub retry_decision: RetryDecision,
+    pub retry_rule: Option<String>,
+    pub retry_scheduled: bool,
+    pub wait_ms: Option<u64>,
+    /// The budget of the next attempt, when one follows.
+    pub next_budget: Option<RetryBudget>,
+    pub feedback: Option<Feedback>,
+    pub timeout_kind: Option<TimeoutKind>,
+    pub failure: Option<StepFailure>,
+}
+
+impl DecisionRecord {
+    /// The record of an attempt that succeeded: nothing was decided.
+    pub fn succeeded() -> DecisionRecord {
+        DecisionRecord {
+            retry_decision: RetryDecision::None,
+            retry_rule: None,
+            retry_scheduled: false,
+            wait_ms: None,
+            next_budget: None,
+            feedback: None,
+            timeout_kind: None,
+            failure: None,
+        }
+    }
+}
+
+impl From<&StepDecision> for DecisionRecord {
+    fn from(d: &StepDecision) -> DecisionRecord {
+        DecisionRecord {
+            retry_decision: d.retry_decision(),
+            retry_rule: Some(d.retry_rule().to_string()),
+            retry_scheduled: d.retry_scheduled(),
+            wait_ms: d.wait_ms(),
+            next_budget: d.next_budget(),
+            feedback: d.feedback(),
+            timeout_kind: d.timeout_kind(),
+            failure: d.failure().cloned(),
+        }
+    }
+}
+
+/// The budget paying for the attempt after `past`: `initial` for the first attempt, else the
+/// budget of the retry scheduled before it.
+pub fn current_budget(past: &[PastAttempt]) -> Budget {
+    past.last()
+        .map_or(Budget::Initial, |p| Budget::from(p.retry.budget))
+}
+
+/// The feedback the attempt after `past` carries: that of the retry scheduled before it.
+pub fn current_feedback(past: &[PastAttempt]) -> Option<Feedback> {
+    past.last().and_then(|p| p.retry.feedback)
+}
+
 /// Decides the failed attempt `past.len() + 1` of a step that ran for `duration_ms`.
 ///
 /// Order: the provider class first (STP-3), then the condition or the refused-before-send text

@@ -235,3 +235,17 @@ fn class_names_are_kebab_case() {
         json!("rate-limit")
     );
 }
+
+// Proves CLS-5.
+#[test]
+fn string_error_is_an_event_of_unknown_class_cls_5() {
+    let got = classify_error_event(&json!({"error":"upstream said 503 server_error"}))
+        .expect("an error event");
+    assert_eq!(
+        got,
+        ErrorEventClass {
+            class: C::Unknown,
+            declared_status: None
+        }
+    );
+}

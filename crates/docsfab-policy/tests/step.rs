@@ -605,3 +605,43 @@ fn decisions_serialize_to_record_names() {
         serde_json::json!("provider-timeout")
     );
 }
+
+// Proves STP-5.
+#[test]
+fn history_gives_budget_and_feedback_of_the_running_attempt_stp_5() {
+    use docsfab_policy::step::{Budget, DecisionRecord, current_budget, current_feedback};
+    let t = table();
+    let b = StepBudgets::default();
+    assert_eq!(current_budget(&[]), Budget::Initial);
+    assert_eq!(current_feedback(&[]), None);
+    let mut past = Vec::new();
+    for f in [prose(), http(503)] {
+        let d = decide(&t, &b, StepAccess::ReadOnly, &past, &f, 10);
+        past.push(PastAttempt {
+            duration_ms: 10,
+            retry: *d.scheduled().expect("scheduled"),
+        });
+    }
+    assert_eq!(current_budget(&past), Budget::Transport);
+    assert_eq!(
+        current_feedback(&past),
+        Some(Feedback::ReturnOnlyTheJsonObject)
+    );
+
+    let d = decide(
+        &t,
+        &b,
+        StepAccess::ReadOnly,
+        &past,
+        &AttemptFailure::ContextExhausted,
+        10,
+    );
+    let record = serde_json::to_value(DecisionRecord::from(&d)).expect("serializes");
+    assert_eq!(record["retryDecision"], "terminal");
+    assert_eq!(record["retryRule"], "terminal-context-exhausted");
+    assert_eq!(record["retryScheduled"], false);
+    assert_eq!(record["waitMs"], serde_json::Value::Null);
+    assert_eq!(record["failure"]["category"], "context-exhausted");
+    let ok = serde_json::to_value(DecisionRecord::succeeded()).expect("serializes");
+    assert_eq!(ok["retryDecision"], "none");
+}
