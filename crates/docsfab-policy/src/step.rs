@@ -274,7 +274,7 @@ pub struct PastAttempt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RetryDecision {
-    /// The attempt succeeded; nothing was decided.
+    /// Nothing was decided: the attempt succeeded, or the caller cancelled it.
     None,
     Scheduled,
     /// A retry was allowed by the rules but a budget bound refused it.
@@ -296,13 +296,15 @@ pub struct StepFailure {
     pub remediation: String,
 }
 
-/// How a step ends: the three `retryDecision`s that schedule nothing.
+/// How a step ends without another attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ending {
     Exhausted,
     Terminal,
     Declined,
+    /// The caller cancelled: nothing was decided, so the record's `retryDecision` is `none`.
+    Cancelled,
 }
 
 /// The decision about a failed attempt.
@@ -331,6 +333,7 @@ impl StepDecision {
                 Ending::Exhausted => RetryDecision::Exhausted,
                 Ending::Terminal => RetryDecision::Terminal,
                 Ending::Declined => RetryDecision::Declined,
+                Ending::Cancelled => RetryDecision::None,
             },
         }
     }
@@ -505,6 +508,9 @@ pub fn decide(
         timeout_kind,
     };
 
+    if matches!(failure, AttemptFailure::Cancelled) {
+        return end(Ending::Cancelled, rule, facts.failure(None));
+    }
     if action == RuleAction::Terminal {
         return end(Ending::Terminal, rule, facts.failure(None));
     }

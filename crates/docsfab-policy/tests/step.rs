@@ -499,13 +499,21 @@ fn terminal_refusals_are_never_retried_stp_14() {
             refusal: ValidatorRefusal::AuthorityRefusal,
         },
         AttemptFailure::ContextExhausted,
-        AttemptFailure::Cancelled,
     ] {
         let d = read_only(std::slice::from_ref(&f));
         assert_eq!(d[0].retry_decision(), RetryDecision::Terminal, "{f:?}");
         assert!(!d[0].retry_scheduled());
         assert_eq!(d[0].wait_ms(), None);
     }
+    // A cancelled attempt ends the step with nothing decided.
+    let d = read_only(&[AttemptFailure::Cancelled, prose()]);
+    assert_eq!(d.len(), 1);
+    assert_eq!(d[0].retry_decision(), RetryDecision::None);
+    assert!(!d[0].retry_scheduled());
+    assert_eq!(
+        d[0].failure().map(|f| f.category.as_str()),
+        Some("cancelled")
+    );
     let d = read_only(&[AttemptFailure::ContextExhausted]);
     assert_eq!(
         d[0].failure().map(|f| f.category.as_str()),
