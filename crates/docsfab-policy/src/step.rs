@@ -580,7 +580,7 @@ pub fn decide(
             }
         }
         // Terminal returned above; what remains is a contract retry.
-        _ => {
+        RuleAction::Contract | RuleAction::Terminal => {
             let used = count(past, |r| r.budget == RetryBudget::Contract);
             let n = used.saturating_add(1);
             if n > budgets.max_retries {
@@ -592,14 +592,11 @@ pub fn decide(
             }
             if let Some(c) = condition
                 && let Some(limit) = budgets.condition_budget(c)
+                && let Some((name, key)) = condition_bound(c)
             {
                 let m = count(past, |r| r.condition == Some(c)).saturating_add(1);
                 if m > limit {
-                    let bound = format!(
-                        "{}: {m} exceeds {} = {limit} count.",
-                        condition_bound_name(c),
-                        condition_key(c)
-                    );
+                    let bound = format!("{name}: {m} exceeds {key} = {limit} count.");
                     return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
                 }
             }
@@ -631,19 +628,22 @@ fn carried_feedback(past: &[PastAttempt]) -> Option<Feedback> {
         .and_then(|p| p.retry.feedback)
 }
 
-fn condition_bound_name(c: Condition) -> &'static str {
+/// The bound name and catalog key a condition budget reports when it refuses; `None` for
+/// conditions that have no budget of their own.
+fn condition_bound(c: Condition) -> Option<(&'static str, &'static str)> {
     match c {
-        Condition::CutAnswer => "retry-max-cut-answer-retries-bound",
-        Condition::AttemptDeadline => "retry-max-timeout-retries-bound",
-        _ => "retry-max-no-progress-retries-bound",
-    }
-}
-
-fn condition_key(c: Condition) -> &'static str {
-    match c {
-        Condition::CutAnswer => "retry.maxCutAnswerRetries",
-        Condition::AttemptDeadline => "retry.maxTimeoutRetries",
-        _ => "retry.maxNoProgressRetries",
+        Condition::CutAnswer => Some((
+            "retry-max-cut-answer-retries-bound",
+            "retry.maxCutAnswerRetries",
+        )),
+        Condition::AttemptDeadline => {
+            Some(("retry-max-timeout-retries-bound", "retry.maxTimeoutRetries"))
+        }
+        Condition::NoProgress => Some((
+            "retry-max-no-progress-retries-bound",
+            "retry.maxNoProgressRetries",
+        )),
+        _ => None,
     }
 }
 
