@@ -247,7 +247,7 @@ fn run_of_a_killed_owner_is_interrupted_with_its_attempts_intact() {
     child.wait().unwrap();
 
     let store = RunStore::open(&path).unwrap();
-    assert_eq!(store.interrupted_on_open(), [run.clone()]);
+    assert_eq!(store.interrupted_on_open(), std::slice::from_ref(&run));
     let record = store.load_run(&run).unwrap().unwrap();
     assert_eq!(record.status, RunStatus::Interrupted);
     assert!(record.ended_at.is_some());
