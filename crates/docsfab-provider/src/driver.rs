@@ -240,16 +240,15 @@ pub async fn run_turn_observed(
         };
         turn.usage = turn.usage.plus(failed.usage);
 
-        // The policy says the same (REP-14); checked here too because replaying a published
-        // stream would show the user an answer twice, whatever a future policy says.
-        let decision = if failed.failure.content_published {
-            ReplayDecision::Stop {
+        let now_ms = ms_since_start(Instant::now());
+        let mut decision = decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms);
+        // The policy already refuses this (REP-14); the driver holds the line too, because
+        // replaying a published stream would show the user an answer twice.
+        if failed.failure.content_published && matches!(decision, ReplayDecision::Replay { .. }) {
+            decision = ReplayDecision::Stop {
                 reason: StopReason::ContentPublished,
-            }
-        } else {
-            let now_ms = ms_since_start(Instant::now());
-            decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms)
-        };
+            };
+        }
 
         let (wait_ms, window) = match decision {
             ReplayDecision::Stop { reason } => {
