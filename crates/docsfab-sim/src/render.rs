@@ -1,0 +1,645 @@
+//! Turns a scenario response into bytes in the shape of the API that was called.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::http::{Framing, Outgoing};
+use crate::scenario::{
+    Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusReply,
+    StreamErrorReply, ToolCall,
+};
+
+/// Which provider API a request addressed (chosen by its path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    OpenAiChat,
+    AnthropicMessages,
+}
+
+/// What the simulator took from the request body; anything missing or unreadable is a default.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestInfo {
+    pub api: Api,
+    pub index: usize,
+    pub model: Option<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub body_len: usize,
+}
+
+impl RequestInfo {
+    pub(crate) fn from_body(api: Api, index: usize, body: &[u8]) -> Self {
+        let parsed: Option<Value> = serde_json::from_slice(body).ok();
+        let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name));
+        RequestInfo {
+            api,
+            index,
+            model: field("model").and_then(Value::as_str).map(str::to_owned),
+            stream: field("stream").and_then(Value::as_bool).unwrap_or(false),
+            include_usage: field("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            body_len: body.len(),
+        }
+    }
+}
+
+/// Used when neither the scenario nor the request names a model.
+const DEFAULT_MODEL: &str = "sim-model";
+
+pub(crate) fn outgoing(response: &Response, req: &RequestInfo) -> Outgoing {
+    let mut out = match &response.reply {
+        Reply::Status(status) => status_reply(status, req),
+        Reply::Answer(answer) if req.stream => match req.api {
+            Api::OpenAiChat => openai_stream(answer, req),
+            Api::AnthropicMessages => anthropic_stream(answer, req),
+        },
+        Reply::Answer(answer) => json_reply(answer, req),
+        Reply::StreamError(reply) => stream_error(reply, req),
+    };
+    // Scenario headers replace a default of the same name.
+    out.headers.retain(|(name, _)| {
+        !response
+            .headers
+            .iter()
+            .any(|(n, _)| n.eq_ignore_ascii_case(name))
+    });
+    out.headers.extend(response.headers.iter().cloned());
+    out
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn status_reply(reply: &StatusReply, req: &RequestInfo) -> Outgoing {
+    let body = match &reply.body {
+        Some(body) => body.clone(),
+        None if reply.status >= 400 => default_error_body(reply.status, req.api),
+        None => String::new(),
+    };
+    let mut headers = Vec::new();
+    if !body.is_empty() {
+        headers.push(("content-type".to_owned(), "application/json".to_owned()));
+    }
+    Outgoing {
+        status: reply.status,
+        headers,
+        pieces: vec![body.into_bytes()],
+        framing: if reply.chunked {
+            Framing::Chunked
+        } else {
+            Framing::ContentLength
+        },
+        piece_delay: Duration::ZERO,
+    }
+}
+
+/// A provider-style error body, so clients that parse error JSON see the shape they expect.
+fn default_error_body(status: u16, api: Api) -> String {
+    let message = format!(
+        "simulated HTTP {status} ({})",
+        crate::http::reason_phrase(status)
+    );
+    match api {
+        Api::OpenAiChat => {
+            let kind = match status {
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                408 => "timeout",
+                409 => "conflict",
+                413 => "request_too_large",
+                429 => "rate_limit_exceeded",
+                502 => "bad_gateway",
+                503 => "service_unavailable",
+                504 => "gateway_timeout",
+                529 => "overloaded_error",
+                500..=599 => "server_error",
+                _ => "invalid_request_error",
+            };
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+                .to_string()
+        }
+        Api::AnthropicMessages => {
+            let kind = match status {
+                401 => "authentication_error",
+                403 => "permission_error",
+                404 => "not_found_error",
+                408 | 504 => "timeout_error",
+                413 => "request_too_large",
+                429 => "rate_limit_error",
+                503 | 529 => "overloaded_error",
+                500..=599 => "api_error",
+                _ => "invalid_request_error",
+            };
+            json!({"type": "error", "error": {"type": kind, "message": message}}).to_string()
+        }
+    }
+}
+
+fn sse_headers() -> Vec<(String, String)> {
+    vec![
+        ("content-type".to_owned(), "text/event-stream".to_owned()),
+        ("cache-control".to_owned(), "no-cache".to_owned()),
+    ]
+}
+
+/// Writes SSE events with the scenario's line endings and byte order marks.
+struct Sse<'a> {
+    framing: &'a LineFraming,
+    lines: usize,
+    last_was_cr: bool,
+}
+
+impl<'a> Sse<'a> {
+    fn new(framing: &'a LineFraming) -> Self {
+        Sse {
+            framing,
+            lines: 0,
+            last_was_cr: false,
+        }
+    }
+
+    /// One event: an optional `event:` line, one `data:` line, and the blank line that ends it.
+    fn event(&mut self, name: Option<&str>, data: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Some(name) = name {
+            self.line(&mut out, &format!("event: {name}"));
+        }
+        self.line(&mut out, &format!("data: {data}"));
+        self.line(&mut out, "");
+        out
+    }
+
+    fn line(&mut self, out: &mut Vec<u8>, text: &str) {
+        if let Some(bom) = &self.framing.bom {
+            let wanted = !text.is_empty()
+                && match bom.lines {
+                    BomLines::All => true,
+                    BomLines::First => self.lines == 0,
+                    BomLines::Data => text.starts_with("data:"),
+                };
+            if wanted {
+                for _ in 0..bom.count {
+                    out.extend_from_slice("\u{FEFF}".as_bytes());
+                }
+            }
+        }
+        out.extend_from_slice(text.as_bytes());
+        let mut ending: &[u8] = match self.framing.line_ending {
+            LineEnding::Lf => b"\n",
+            LineEnding::Crlf => b"\r\n",
+            LineEnding::Cr => b"\r",
+            LineEnding::Mixed => [b"\n".as_slice(), b"\r\n", b"\r"][self.lines % 3],
+        };
+        // After a bare CR, a blank line ending in LF would read as one CRLF and swallow the
+        // blank line; keep the event boundary by ending it with CR as well.
+        if self.last_was_cr && text.is_empty() && ending != b"\r" {
+            ending = b"\r";
+        }
+        out.extend_from_slice(ending);
+        self.last_was_cr = ending == b"\r";
+        self.lines += 1;
+    }
+}
+
+/// Splits `text` into at most `n` pieces of roughly equal length, on character boundaries.
+/// Empty text gives no pieces.
+fn split_text(text: &str, n: usize) -> Vec<&str> {
+    let chars: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let n = n.clamp(1, chars.len());
+    let mut pieces = Vec::with_capacity(n);
+    let mut start = 0;
+    for k in 1..=n {
+        let end = if k == n {
+            text.len()
+        } else {
+            chars[k * chars.len() / n]
+        };
+        if end > start {
+            pieces.push(&text[start..end]);
+            start = end;
+        }
+    }
+    pieces
+}
+
+fn truncated_arguments(call: &ToolCall) -> &str {
+    match call.truncate_at {
+        Some(at) if at < call.arguments.len() => {
+            let mut at = at;
+            while !call.arguments.is_char_boundary(at) {
+                at -= 1;
+            }
+            &call.arguments[..at]
+        }
+        _ => &call.arguments,
+    }
+}
+
+fn usage_of(answer: &Answer, req: &RequestInfo) -> (u64, u64) {
+    if let Some(u) = answer.usage {
+        return (u.input_tokens, u.output_tokens);
+    }
+    // A rough chars/4 estimate: deterministic and plausible is all a test needs.
+    let input = (req.body_len as u64 / 4).max(1);
+    let produced: usize = answer.content.as_deref().map_or(0, str::len)
+        + answer
+            .tool_calls
+            .iter()
+            .map(|c| c.arguments.len() + c.name.len())
+            .sum::<usize>();
+    (input, (produced as u64 / 4).max(1))
+}
+
+fn model_of(answer: &Answer, req: &RequestInfo) -> String {
+    answer
+        .model
+        .clone()
+        .or_else(|| req.model.clone())
+        .unwrap_or_else(|| DEFAULT_MODEL.to_owned())
+}
+
+fn finish_reason(answer: &Answer, api: Api) -> String {
+    if let Some(reason) = &answer.finish_reason {
+        return reason.clone();
+    }
+    match (api, answer.tool_calls.is_empty()) {
+        (Api::OpenAiChat, true) => "stop",
+        (Api::OpenAiChat, false) => "tool_calls",
+        (Api::AnthropicMessages, true) => "end_turn",
+        (Api::AnthropicMessages, false) => "tool_use",
+    }
+    .to_owned()
+}
+
+fn tool_call_id(call: &ToolCall, api: Api, req: &RequestInfo, k: usize) -> String {
+    call.id.clone().unwrap_or_else(|| match api {
+        Api::OpenAiChat => format!("call_sim_{}_{k}", req.index),
+        Api::AnthropicMessages => format!("toolu_sim_{}_{k}", req.index),
+    })
+}
+
+fn error_event_json(event: &ErrorEvent, api: Api) -> String {
+    let mut inner = serde_json::Map::new();
+    inner.insert("type".to_owned(), Value::String(event.kind.clone()));
+    if let Some(code) = &event.code {
+        inner.insert("code".to_owned(), code.clone());
+    }
+    let message = match (&event.message, api) {
+        (Some(m), _) => Some(m.clone()),
+        // Anthropic error events always carry a message; the OpenAI-compatible shape in the
+        // spec has none, so none is invented there.
+        (None, Api::AnthropicMessages) => Some(format!("simulated {}", event.kind)),
+        (None, Api::OpenAiChat) => None,
+    };
+    if let Some(m) = message {
+        inner.insert("message".to_owned(), Value::String(m));
+    }
+    // Written by hand so `type` comes first, as providers send it.
+    let mut fields: Vec<String> = Vec::new();
+    for key in ["type", "code", "message"] {
+        if let Some(v) = inner.get(key) {
+            fields.push(format!("{}:{v}", Value::String(key.to_owned())));
+        }
+    }
+    let inner = format!("{{{}}}", fields.join(","));
+    match api {
+        Api::OpenAiChat => format!("{{\"error\":{inner}}}"),
+        Api::AnthropicMessages => format!("{{\"type\":\"error\",\"error\":{inner}}}"),
+    }
+}
+
+fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
+    let faults = &answer.faults;
+    let model = model_of(answer, req);
+    let id = format!("chatcmpl-sim-{}", req.index);
+    let created = unix_secs();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        json!({
+            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
+        })
+    };
+    let mut before: Vec<Value> = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    if let Some(content) = &answer.content {
+        for piece in split_text(content, answer.deltas.get()) {
+            before.push(chunk(json!({"content": piece}), None));
+        }
+    }
+    for (k, call) in answer.tool_calls.iter().enumerate() {
+        before.push(chunk(
+            json!({"tool_calls": [{"index": k, "id": tool_call_id(call, Api::OpenAiChat, req, k),
+                "type": "function", "function": {"name": call.name, "arguments": ""}}]}),
+            None,
+        ));
+        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
+            before.push(chunk(
+                json!({"tool_calls": [{"index": k, "function": {"arguments": piece}}]}),
+                None,
+            ));
+        }
+    }
+    let mut after: Vec<Value> = Vec::new();
+    if !faults.omit_finish_reason {
+        after.push(chunk(
+            json!({}),
+            Some(&finish_reason(answer, Api::OpenAiChat)),
+        ));
+    }
+    if req.include_usage {
+        let (input, output) = usage_of(answer, req);
+        after.push(json!({
+            "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [],
+            "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}
+        }));
+    }
+    if let Some(foreign) = &faults.foreign_model {
+        // The first chunk after the role chunk names the other model (the role chunk itself when
+        // it is the only one).
+        let at = usize::from(before.len() + after.len() > 1);
+        let target = if at < before.len() {
+            &mut before[at]
+        } else {
+            &mut after[at - before.len()]
+        };
+        target["model"] = Value::String(foreign.clone());
+    }
+
+    let mut sse = Sse::new(&faults.framing);
+    let mut pieces: Vec<Vec<u8>> = before
+        .iter()
+        .map(|c| sse.event(None, &c.to_string()))
+        .collect();
+    if let Some(event) = &faults.error_event {
+        pieces.push(sse.event(None, &error_event_json(event, Api::OpenAiChat)));
+    }
+    pieces.extend(after.iter().map(|c| sse.event(None, &c.to_string())));
+    if !faults.omit_done {
+        pieces.push(sse.event(None, "[DONE]"));
+    }
+    for data in &faults.after_done {
+        pieces.push(sse.event(None, data));
+    }
+    Outgoing {
+        status: 200,
+        headers: sse_headers(),
+        pieces,
+        framing: Framing::Chunked,
+        piece_delay: Duration::from_millis(faults.event_delay_ms),
+    }
+}
+
+fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
+    let faults = &answer.faults;
+    let model = faults
+        .foreign_model
+        .clone()
+        .unwrap_or_else(|| model_of(answer, req));
+    let (input, output) = usage_of(answer, req);
+    let mut sse = Sse::new(&faults.framing);
+    let mut pieces = Vec::new();
+    let mut emit = |sse: &mut Sse, name: &str, data: Value| {
+        pieces.push(sse.event(Some(name), &data.to_string()))
+    };
+
+    emit(
+        &mut sse,
+        "message_start",
+        json!({
+            "type": "message_start",
+            "message": {
+                "id": format!("msg_sim_{}", req.index), "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": input, "output_tokens": 1}
+            }
+        }),
+    );
+    let mut block = 0usize;
+    if let Some(content) = &answer.content {
+        emit(
+            &mut sse,
+            "content_block_start",
+            json!({
+                "type": "content_block_start", "index": block, "content_block": {"type": "text", "text": ""}
+            }),
+        );
+        emit(&mut sse, "ping", json!({"type": "ping"}));
+        for piece in split_text(content, answer.deltas.get()) {
+            emit(
+                &mut sse,
+                "content_block_delta",
+                json!({
+                    "type": "content_block_delta", "index": block, "delta": {"type": "text_delta", "text": piece}
+                }),
+            );
+        }
+        emit(
+            &mut sse,
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        );
+        block += 1;
+    }
+    for (k, call) in answer.tool_calls.iter().enumerate() {
+        emit(
+            &mut sse,
+            "content_block_start",
+            json!({
+                "type": "content_block_start", "index": block,
+                "content_block": {"type": "tool_use", "id": tool_call_id(call, Api::AnthropicMessages, req, k),
+                    "name": call.name, "input": {}}
+            }),
+        );
+        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
+            emit(
+                &mut sse,
+                "content_block_delta",
+                json!({
+                    "type": "content_block_delta", "index": block,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}
+                }),
+            );
+        }
+        emit(
+            &mut sse,
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        );
+        block += 1;
+    }
+    if let Some(event) = &faults.error_event {
+        pieces.push(sse.event(
+            Some("error"),
+            &error_event_json(event, Api::AnthropicMessages),
+        ));
+    }
+    let mut emit = |sse: &mut Sse, name: &str, data: Value| {
+        pieces.push(sse.event(Some(name), &data.to_string()))
+    };
+    if !faults.omit_finish_reason {
+        emit(
+            &mut sse,
+            "message_delta",
+            json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": finish_reason(answer, Api::AnthropicMessages), "stop_sequence": null},
+                "usage": {"output_tokens": output}
+            }),
+        );
+    }
+    if !faults.omit_done {
+        emit(&mut sse, "message_stop", json!({"type": "message_stop"}));
+    }
+    for data in &faults.after_done {
+        pieces.push(sse.event(None, data));
+    }
+    Outgoing {
+        status: 200,
+        headers: sse_headers(),
+        pieces,
+        framing: Framing::Chunked,
+        piece_delay: Duration::from_millis(faults.event_delay_ms),
+    }
+}
+
+/// The non-streamed answer (`stream` false or absent). Stream faults do not apply.
+fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
+    let model = model_of(answer, req);
+    let (input, output) = usage_of(answer, req);
+    let body = match req.api {
+        Api::OpenAiChat => {
+            let tool_calls: Vec<Value> = answer
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(k, call)| {
+                    json!({"id": tool_call_id(call, Api::OpenAiChat, req, k), "type": "function",
+                        "function": {"name": call.name, "arguments": truncated_arguments(call)}})
+                })
+                .collect();
+            let mut message = json!({"role": "assistant", "content": answer.content});
+            if !tool_calls.is_empty() {
+                message["tool_calls"] = Value::Array(tool_calls);
+            }
+            json!({
+                "id": format!("chatcmpl-sim-{}", req.index), "object": "chat.completion",
+                "created": unix_secs(), "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": null,
+                    "finish_reason": finish_reason(answer, Api::OpenAiChat)}],
+                "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}
+            })
+        }
+        Api::AnthropicMessages => {
+            let mut content: Vec<Value> = Vec::new();
+            if let Some(text) = &answer.content {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for (k, call) in answer.tool_calls.iter().enumerate() {
+                let raw = truncated_arguments(call);
+                // A truncated or non-JSON argument string stays a string: the fault is the point.
+                let input = serde_json::from_str::<Value>(raw)
+                    .unwrap_or_else(|_| Value::String(raw.to_owned()));
+                content.push(json!({"type": "tool_use", "id": tool_call_id(call, Api::AnthropicMessages, req, k),
+                    "name": call.name, "input": input}));
+            }
+            json!({
+                "id": format!("msg_sim_{}", req.index), "type": "message", "role": "assistant",
+                "model": model, "content": content,
+                "stop_reason": finish_reason(answer, Api::AnthropicMessages), "stop_sequence": null,
+                "usage": {"input_tokens": input, "output_tokens": output}
+            })
+        }
+    };
+    Outgoing {
+        status: 200,
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        pieces: vec![body.to_string().into_bytes()],
+        framing: Framing::ContentLength,
+        piece_delay: Duration::ZERO,
+    }
+}
+
+fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
+    let mut sse = Sse::new(&reply.framing);
+    let mut pieces = Vec::new();
+    match req.api {
+        Api::OpenAiChat => {
+            pieces.push(sse.event(None, &error_event_json(&reply.event, Api::OpenAiChat)));
+            if reply.done {
+                pieces.push(sse.event(None, "[DONE]"));
+            }
+        }
+        Api::AnthropicMessages => {
+            pieces.push(sse.event(
+                Some("error"),
+                &error_event_json(&reply.event, Api::AnthropicMessages),
+            ));
+        }
+    }
+    Outgoing {
+        status: 200,
+        headers: sse_headers(),
+        pieces,
+        framing: Framing::Chunked,
+        piece_delay: Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Bom;
+
+    #[test]
+    fn split_text_keeps_every_character_and_respects_boundaries() {
+        let text = "héllo wörld ✓";
+        for n in 1..20 {
+            let pieces = split_text(text, n);
+            assert_eq!(pieces.concat(), text);
+            assert_eq!(pieces.len(), n.min(text.chars().count()));
+        }
+        assert!(split_text("", 3).is_empty());
+    }
+
+    #[test]
+    fn mixed_line_endings_never_merge_a_blank_line_into_crlf() {
+        let framing = LineFraming {
+            line_ending: LineEnding::Mixed,
+            bom: None,
+        };
+        let mut sse = Sse::new(&framing);
+        let bytes: Vec<u8> = (0..4).flat_map(|_| sse.event(Some("e"), "{}")).collect();
+        let text = String::from_utf8(bytes).unwrap();
+        // Lines cycle LF, CRLF, CR; a blank line after CR is a CR too.
+        assert!(
+            text.starts_with("event: e\ndata: {}\r\n\revent: e\n"),
+            "{text:?}"
+        );
+        assert!(!text.contains("\r\r\n"), "{text:?}");
+    }
+
+    #[test]
+    fn boms_go_on_the_chosen_lines_only() {
+        let framing = LineFraming {
+            line_ending: LineEnding::Lf,
+            bom: Some(Bom {
+                count: 2,
+                lines: BomLines::Data,
+            }),
+        };
+        let mut sse = Sse::new(&framing);
+        let text = String::from_utf8(sse.event(Some("x"), "1")).unwrap();
+        assert_eq!(text, "event: x\n\u{FEFF}\u{FEFF}data: 1\n\n");
+    }
+}

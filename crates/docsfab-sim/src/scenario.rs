@@ -1,0 +1,1050 @@
+//! The scenario: what the simulator answers to each incoming request, in order.
+//!
+//! The YAML is read into `Raw*` types (strict: unknown fields are refused), then checked and turned
+//! into the resolved types below, where each response kind is one enum variant and the seeded random
+//! models are already expanded into a fixed list. Doing the expansion at load time keeps a run
+//! deterministic however requests interleave, and lets the request log name each generated entry.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use serde_saphyr::Spanned;
+
+use crate::SimError;
+use crate::rng::SplitMix64;
+
+/// Upper bound on the script length after expanding repeats is not needed (repeats are counted,
+/// not copied), but random models are expanded entry by entry, so their size is capped.
+const MAX_EXPANDED_ENTRIES: usize = 1_000_000;
+
+/// A loaded, checked scenario. Build it with [`Scenario::from_yaml_str`] or [`Scenario::load`].
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    name: Option<String>,
+    slots: Vec<Slot>,
+    /// `ends[i]` is the script index one past the last request answered by `slots[i]`.
+    ends: Vec<u64>,
+    fallback: Fallback,
+}
+
+/// One scripted entry after expansion: answers `repeat` consecutive requests.
+#[derive(Debug, Clone)]
+struct Slot {
+    label: String,
+    repeat: u32,
+    step: Arc<Step>,
+}
+
+#[derive(Debug, Clone)]
+enum Fallback {
+    RepeatLast,
+    Cycle,
+    Respond(Arc<Step>),
+}
+
+/// What one request gets: an optional delay before anything is sent, then an action.
+#[derive(Debug)]
+pub(crate) struct Step {
+    pub delay_ms: u64,
+    pub action: Action,
+}
+
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Read the request, then close the connection without a response.
+    Drop(CloseHow),
+    Respond(Response),
+}
+
+/// How a connection ends early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum CloseHow {
+    /// An orderly close (FIN).
+    Close,
+    /// An abortive close (RST, through `SO_LINGER = 0`).
+    Reset,
+}
+
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub reply: Reply,
+    /// Extra response headers, in the order given (after the simulator's own defaults, which a
+    /// header of the same name replaces).
+    pub headers: Vec<(String, String)>,
+    pub stall: Option<Stall>,
+    pub cut: Option<Cut>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Status(StatusReply),
+    Answer(Box<Answer>),
+    StreamError(StreamErrorReply),
+}
+
+#[derive(Debug)]
+pub(crate) struct StatusReply {
+    pub status: u16,
+    /// `None`: a provider-style JSON error body fitting the status and the API.
+    pub body: Option<String>,
+    pub chunked: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Answer {
+    /// The assistant text (a `json:` answer is stored as its compact JSON text).
+    pub content: Option<String>,
+    pub deltas: NonZeroUsize,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+    pub model: Option<String>,
+    pub faults: StreamFaults,
+}
+
+#[derive(Debug)]
+pub(crate) struct ToolCall {
+    pub id: Option<String>,
+    pub name: String,
+    pub arguments: String,
+    pub deltas: NonZeroUsize,
+    pub truncate_at: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct StreamFaults {
+    pub omit_finish_reason: bool,
+    pub omit_done: bool,
+    pub error_event: Option<ErrorEvent>,
+    pub framing: LineFraming,
+    pub foreign_model: Option<String>,
+    pub after_done: Vec<String>,
+    pub event_delay_ms: u64,
+}
+
+/// How SSE lines are terminated and prefixed.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LineFraming {
+    pub line_ending: LineEnding,
+    pub bom: Option<Bom>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum LineEnding {
+    #[default]
+    Lf,
+    Crlf,
+    Cr,
+    /// Cycles LF, CRLF, CR line by line.
+    Mixed,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Bom {
+    #[serde(default = "one")]
+    pub count: usize,
+    #[serde(default)]
+    pub lines: BomLines,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum BomLines {
+    /// Every non-blank line.
+    #[default]
+    All,
+    /// Only the first line of the body.
+    First,
+    /// Only `data:` lines.
+    Data,
+}
+
+/// A structured error event inside a 200 stream.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ErrorEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Sent verbatim: usually an integer status, but any JSON scalar is allowed.
+    #[serde(default)]
+    pub code: Option<serde_json::Value>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct StreamErrorReply {
+    pub event: ErrorEvent,
+    pub done: bool,
+    pub framing: LineFraming,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Stall {
+    #[serde(default)]
+    pub after_bytes: u64,
+    pub ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Cut {
+    pub after_bytes: u64,
+    pub with: CloseHow,
+}
+
+/// The scenario entry chosen for one request.
+pub(crate) struct Pick {
+    pub label: String,
+    pub step: Arc<Step>,
+}
+
+impl Scenario {
+    /// Parses and checks a scenario. `source` names the text in error messages (usually its path).
+    pub fn from_yaml_str(text: &str, source: &str) -> Result<Scenario, SimError> {
+        let options = serde_saphyr::options! {
+            strict_booleans: true,
+            with_snippet: false,
+        };
+        let raw: RawScenario = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+            let line = e.location().map(|l| l.line()).filter(|&l| l > 0);
+            SimError::Scenario {
+                file: source.to_owned(),
+                line,
+                message: plain_yaml_message(&e),
+            }
+        })?;
+        let fail = |line: Option<u64>, message: String| SimError::Scenario {
+            file: source.to_owned(),
+            line,
+            message,
+        };
+        Resolver::default()
+            .scenario(raw)
+            .map_err(|e| fail(e.line, e.message))
+    }
+
+    /// Reads and parses a scenario file.
+    pub fn load(path: &Path) -> Result<Scenario, SimError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::ReadScenario {
+            path: path.to_owned(),
+            source,
+        })?;
+        Scenario::from_yaml_str(&text, &path.display().to_string())
+    }
+
+    /// The scenario's optional `name`.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// How many requests the script answers before the fallback takes over.
+    pub fn scripted_len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// The label of the entry that answers the request with this 0-based script index, as written
+    /// to the request log's `entry` field.
+    pub fn entry_label(&self, index: u64) -> String {
+        self.pick(index).label
+    }
+
+    pub(crate) fn pick(&self, index: u64) -> Pick {
+        let total = self.scripted_len();
+        if index < total {
+            return self.scripted(index);
+        }
+        match &self.fallback {
+            Fallback::Respond(step) => Pick {
+                label: "fallback".to_owned(),
+                step: Arc::clone(step),
+            },
+            Fallback::Cycle => {
+                let inner = self.scripted(index % total);
+                Pick {
+                    label: format!("{} (fallback: cycle)", inner.label),
+                    step: inner.step,
+                }
+            }
+            Fallback::RepeatLast => {
+                // The resolver refuses an empty script unless the fallback is `respond`.
+                let slot = self.slots.last().unwrap_or_else(|| unreachable!());
+                Pick {
+                    label: format!("{} (fallback: repeat-last)", slot.label),
+                    step: Arc::clone(&slot.step),
+                }
+            }
+        }
+    }
+
+    fn scripted(&self, index: u64) -> Pick {
+        let at = self.ends.partition_point(|&end| end <= index);
+        let slot = &self.slots[at];
+        let start = if at == 0 { 0 } else { self.ends[at - 1] };
+        let label = if slot.repeat > 1 {
+            format!("{}#{}", slot.label, index - start + 1)
+        } else {
+            slot.label.clone()
+        };
+        Pick {
+            label,
+            step: Arc::clone(&slot.step),
+        }
+    }
+}
+
+/// serde-saphyr's rendering carries its own location prefix; keep only the message so that ours
+/// (file and line) comes first and is not repeated.
+fn plain_yaml_message(e: &serde_saphyr::Error) -> String {
+    let rendered = e.to_string();
+    let first = rendered.lines().next().unwrap_or("invalid YAML").trim();
+    // Drop a trailing " at line L, column C" that some messages carry.
+    match first.find(" at line ") {
+        Some(at) => first[..at].to_owned(),
+        None => first.to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw, strictly deserialised YAML.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    responses: Vec<Spanned<RawEntry>>,
+    #[serde(default)]
+    fallback: Option<Spanned<RawFallback>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum RawFallback {
+    RepeatLast,
+    Cycle,
+    Respond(Box<Spanned<RawEntry>>),
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    repeat: Option<u32>,
+    #[serde(default)]
+    delay_ms: Option<u64>,
+
+    // The response kinds: exactly one per entry.
+    #[serde(default)]
+    status: Option<u16>,
+    #[serde(default)]
+    drop: Option<CloseHow>,
+    #[serde(default)]
+    answer: Option<RawAnswer>,
+    #[serde(default)]
+    stream_error: Option<RawStreamError>,
+    #[serde(default)]
+    random: Option<RawRandom>,
+
+    // Only with `status`.
+    #[serde(default)]
+    body: Option<String>,
+    #[serde(default)]
+    chunked: Option<bool>,
+
+    // With any kind that sends a response.
+    #[serde(default)]
+    headers: Option<BTreeMap<String, ScalarText>>,
+    #[serde(default)]
+    stall: Option<Stall>,
+    #[serde(default)]
+    cut: Option<Cut>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawAnswer {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    json: Option<serde_json::Value>,
+    #[serde(default)]
+    deltas: Option<usize>,
+    #[serde(default)]
+    tool_calls: Vec<RawToolCall>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    model: Option<String>,
+    // Stream faults.
+    #[serde(default)]
+    omit_finish_reason: bool,
+    #[serde(default)]
+    omit_done: bool,
+    #[serde(default)]
+    error_event: Option<ErrorEvent>,
+    #[serde(default)]
+    line_ending: LineEnding,
+    #[serde(default)]
+    bom: Option<Bom>,
+    #[serde(default)]
+    foreign_model: Option<String>,
+    #[serde(default)]
+    after_done: Vec<String>,
+    #[serde(default)]
+    event_delay_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolCall {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+    #[serde(default)]
+    arguments: Option<serde_json::Value>,
+    #[serde(default)]
+    deltas: Option<usize>,
+    #[serde(default)]
+    truncate_arguments: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStreamError {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default = "yes")]
+    done: bool,
+    #[serde(default)]
+    line_ending: LineEnding,
+    #[serde(default)]
+    bom: Option<Bom>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRandom {
+    seed: u64,
+    episodes: u32,
+    #[serde(default)]
+    burst: Option<RawBurst>,
+    #[serde(default)]
+    throttle: Option<RawThrottle>,
+    then: Box<Spanned<RawEntry>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBurst {
+    /// Inclusive `[min, max]` number of faults per burst.
+    length: [u32; 2],
+    statuses: Vec<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThrottle {
+    #[serde(default)]
+    chance: Option<f64>,
+    persistence: f64,
+    #[serde(default)]
+    max_run: Option<u32>,
+    #[serde(default)]
+    retry_after: Vec<ScalarText>,
+    #[serde(default)]
+    retry_after_ms: Vec<u64>,
+}
+
+/// A YAML scalar taken as text, so `retry-after: 2` and `retry-after: "2"` mean the same.
+struct ScalarText(String);
+
+impl<'de> Deserialize<'de> for ScalarText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ScalarText;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a number")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ScalarText, E> {
+                Ok(ScalarText(v.to_owned()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ScalarText, E> {
+                Ok(ScalarText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<ScalarText, E> {
+                Ok(ScalarText(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<ScalarText, E> {
+                Ok(ScalarText(v.to_string()))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking and resolving.
+
+struct Invalid {
+    line: Option<u64>,
+    message: String,
+}
+
+type Checked<T> = Result<T, Invalid>;
+
+/// A response header: name and value.
+type Header = (String, String);
+
+#[derive(Default)]
+struct Resolver {
+    expanded: usize,
+}
+
+fn invalid<T>(line: u64, message: impl Into<String>) -> Checked<T> {
+    Err(Invalid {
+        line: Some(line),
+        message: message.into(),
+    })
+}
+
+impl Resolver {
+    fn scenario(&mut self, raw: RawScenario) -> Checked<Scenario> {
+        let mut slots = Vec::new();
+        for (i, entry) in raw.responses.into_iter().enumerate() {
+            self.entry(entry, format!("responses[{i}]"), &mut slots)?;
+        }
+        let fallback = match raw.fallback {
+            None => Fallback::RepeatLast,
+            Some(spanned) => {
+                let line = spanned.referenced.line();
+                match spanned.value {
+                    RawFallback::RepeatLast => Fallback::RepeatLast,
+                    RawFallback::Cycle => Fallback::Cycle,
+                    RawFallback::Respond(entry) => {
+                        let entry_line = entry.referenced.line();
+                        let entry = entry.value;
+                        if entry.random.is_some() {
+                            return invalid(line, "fallback.respond cannot be a random model");
+                        }
+                        if entry.repeat.is_some() {
+                            return invalid(
+                                entry_line,
+                                "fallback.respond takes no repeat: it answers every request past the script",
+                            );
+                        }
+                        Fallback::Respond(Arc::new(self.step(entry, entry_line)?.1))
+                    }
+                }
+            }
+        };
+        if slots.is_empty() && !matches!(fallback, Fallback::Respond(_)) {
+            return Err(Invalid {
+                line: None,
+                message: "responses is empty: script at least one response or set `fallback: {respond: ...}`"
+                    .to_owned(),
+            });
+        }
+        let mut ends = Vec::with_capacity(slots.len());
+        let mut total: u64 = 0;
+        for slot in &slots {
+            total += u64::from(slot.repeat);
+            ends.push(total);
+        }
+        Ok(Scenario {
+            name: raw.name,
+            slots,
+            ends,
+            fallback,
+        })
+    }
+
+    fn entry(
+        &mut self,
+        spanned: Spanned<RawEntry>,
+        index_label: String,
+        out: &mut Vec<Slot>,
+    ) -> Checked<()> {
+        let line = spanned.referenced.line();
+        let mut entry = spanned.value;
+        let label = match entry.name.take() {
+            Some(name) if name.trim().is_empty() || name.chars().any(char::is_control) => {
+                return invalid(
+                    line,
+                    "name must be non-empty text without control characters",
+                );
+            }
+            Some(name) => name,
+            None => index_label,
+        };
+        if let Some(random) = entry.random.take() {
+            return self.random(entry, random, line, &label, out);
+        }
+        let repeat = match entry.repeat {
+            Some(0) => return invalid(line, "repeat must be at least 1"),
+            Some(n) => n,
+            None => 1,
+        };
+        let (_, step) = self.step(entry, line)?;
+        self.push(
+            out,
+            Slot {
+                label,
+                repeat,
+                step: Arc::new(step),
+            },
+            line,
+        )
+    }
+
+    fn push(&mut self, out: &mut Vec<Slot>, slot: Slot, line: u64) -> Checked<()> {
+        self.expanded += 1;
+        if self.expanded > MAX_EXPANDED_ENTRIES {
+            return invalid(
+                line,
+                format!(
+                    "the scenario expands to more than {MAX_EXPANDED_ENTRIES} entries; use repeat or fewer episodes"
+                ),
+            );
+        }
+        out.push(slot);
+        Ok(())
+    }
+
+    /// Checks a non-random entry and builds what it does. Returns the kind name for messages.
+    fn step(&mut self, entry: RawEntry, line: u64) -> Checked<(&'static str, Step)> {
+        let kinds = [
+            ("status", entry.status.is_some()),
+            ("drop", entry.drop.is_some()),
+            ("answer", entry.answer.is_some()),
+            ("stream_error", entry.stream_error.is_some()),
+            ("random", entry.random.is_some()),
+        ];
+        let given: Vec<&str> = kinds
+            .iter()
+            .filter(|(_, set)| *set)
+            .map(|(k, _)| *k)
+            .collect();
+        let kind = match given.as_slice() {
+            [one] => *one,
+            [] => {
+                return invalid(
+                    line,
+                    "the entry has no response kind: give exactly one of status, drop, answer, stream_error, random",
+                );
+            }
+            many => {
+                return invalid(
+                    line,
+                    format!(
+                        "the entry has several response kinds ({}); give exactly one",
+                        many.join(", ")
+                    ),
+                );
+            }
+        };
+        if kind != "status" {
+            if entry.body.is_some() {
+                return invalid(
+                    line,
+                    format!("body is only allowed with status, not with {kind}"),
+                );
+            }
+            if entry.chunked.is_some() {
+                return invalid(
+                    line,
+                    format!("chunked is only allowed with status, not with {kind}"),
+                );
+            }
+        }
+        let delay_ms = entry.delay_ms.unwrap_or(0);
+        if let Some(how) = entry.drop {
+            for (field, set) in [
+                ("headers", entry.headers.is_some()),
+                ("stall", entry.stall.is_some()),
+                ("cut", entry.cut.is_some()),
+            ] {
+                if set {
+                    return invalid(
+                        line,
+                        format!("{field} is not allowed with drop: nothing is sent"),
+                    );
+                }
+            }
+            return Ok((
+                kind,
+                Step {
+                    delay_ms,
+                    action: Action::Drop(how),
+                },
+            ));
+        }
+        let headers = match entry.headers {
+            None => Vec::new(),
+            Some(map) => {
+                let mut headers = Vec::with_capacity(map.len());
+                for (name, ScalarText(value)) in map {
+                    check_header(&name, &value).or_else(|m| invalid(line, m))?;
+                    headers.push((name, value));
+                }
+                headers
+            }
+        };
+        let reply = if let Some(status) = entry.status {
+            if !(100..=999).contains(&status) || (100..200).contains(&status) {
+                return invalid(
+                    line,
+                    format!("status {status} is not a final HTTP status (200..999)"),
+                );
+            }
+            Reply::Status(StatusReply {
+                status,
+                body: entry.body,
+                chunked: entry.chunked.unwrap_or(false),
+            })
+        } else if let Some(answer) = entry.answer {
+            Reply::Answer(Box::new(
+                resolve_answer(answer).or_else(|m| invalid(line, m))?,
+            ))
+        } else if let Some(raw) = entry.stream_error {
+            if let Some(bom) = &raw.bom {
+                check_bom(bom).or_else(|m| invalid(line, m))?;
+            }
+            Reply::StreamError(StreamErrorReply {
+                event: ErrorEvent {
+                    kind: raw.kind,
+                    code: raw.code,
+                    message: raw.message,
+                },
+                done: raw.done,
+                framing: LineFraming {
+                    line_ending: raw.line_ending,
+                    bom: raw.bom,
+                },
+            })
+        } else {
+            unreachable!("exactly one kind was checked above")
+        };
+        Ok((
+            kind,
+            Step {
+                delay_ms,
+                action: Action::Respond(Response {
+                    reply,
+                    headers,
+                    stall: entry.stall,
+                    cut: entry.cut,
+                }),
+            },
+        ))
+    }
+
+    fn random(
+        &mut self,
+        entry: RawEntry,
+        random: RawRandom,
+        line: u64,
+        label: &str,
+        out: &mut Vec<Slot>,
+    ) -> Checked<()> {
+        let others = [
+            ("repeat", entry.repeat.is_some()),
+            ("delay_ms", entry.delay_ms.is_some()),
+            ("status", entry.status.is_some()),
+            ("drop", entry.drop.is_some()),
+            ("answer", entry.answer.is_some()),
+            ("stream_error", entry.stream_error.is_some()),
+            ("body", entry.body.is_some()),
+            ("chunked", entry.chunked.is_some()),
+            ("headers", entry.headers.is_some()),
+            ("stall", entry.stall.is_some()),
+            ("cut", entry.cut.is_some()),
+        ];
+        if let Some((field, _)) = others.iter().find(|(_, set)| *set) {
+            return invalid(
+                line,
+                format!(
+                    "{field} is not allowed next to random (use episodes, and put responses in random.then)"
+                ),
+            );
+        }
+        if random.episodes == 0 {
+            return invalid(line, "random.episodes must be at least 1");
+        }
+        if random.burst.is_none() && random.throttle.is_none() {
+            return invalid(line, "random needs burst, throttle or both");
+        }
+        if let Some(burst) = &random.burst {
+            let [min, max] = burst.length;
+            if min > max {
+                return invalid(
+                    line,
+                    format!("random.burst.length [{min}, {max}]: min is above max"),
+                );
+            }
+            if max > 10_000 {
+                return invalid(line, "random.burst.length max must be at most 10000");
+            }
+            if burst.statuses.is_empty() {
+                return invalid(line, "random.burst.statuses must name at least one status");
+            }
+            if let Some(bad) = burst.statuses.iter().find(|s| !(200..=999).contains(*s)) {
+                return invalid(
+                    line,
+                    format!("random.burst.statuses: {bad} is not a final HTTP status"),
+                );
+            }
+        }
+        let throttle = match &random.throttle {
+            None => None,
+            Some(t) => {
+                let chance = match (t.chance, random.burst.is_some()) {
+                    (Some(c), _) => c,
+                    (None, false) => 1.0,
+                    (None, true) => {
+                        return invalid(
+                            line,
+                            "random.throttle.chance is required when burst is also given (the chance that an episode is a throttle run)",
+                        );
+                    }
+                };
+                for (field, p) in [("chance", chance), ("persistence", t.persistence)] {
+                    if !(0.0..=1.0).contains(&p) {
+                        return invalid(
+                            line,
+                            format!("random.throttle.{field} must be between 0 and 1, not {p}"),
+                        );
+                    }
+                }
+                let max_run = t.max_run.unwrap_or(23);
+                if max_run == 0 || max_run > 10_000 {
+                    return invalid(line, "random.throttle.max_run must be between 1 and 10000");
+                }
+                let mut retry_after: Vec<Option<Header>> = Vec::new();
+                for ScalarText(v) in &t.retry_after {
+                    if v.is_empty() {
+                        retry_after.push(None);
+                    } else {
+                        check_header("retry-after", v).or_else(|m| invalid(line, m))?;
+                        retry_after.push(Some(("retry-after".to_owned(), v.clone())));
+                    }
+                }
+                for ms in &t.retry_after_ms {
+                    retry_after.push(Some(("retry-after-ms".to_owned(), ms.to_string())));
+                }
+                Some((chance, t.persistence, max_run, retry_after))
+            }
+        };
+        let then_line = random.then.referenced.line();
+        let then = random.then.value;
+        if then.random.is_some() {
+            return invalid(then_line, "random.then cannot itself be a random model");
+        }
+        let then_repeat = match then.repeat {
+            Some(0) => return invalid(then_line, "repeat must be at least 1"),
+            Some(n) => n,
+            None => 1,
+        };
+        let then_step = Arc::new(self.step(then, then_line)?.1);
+
+        let mut rng = SplitMix64::new(random.seed);
+        let mut fault_steps: BTreeMap<(u16, Option<Header>), Arc<Step>> = BTreeMap::new();
+        let mut fault = |status: u16, header: Option<Header>| {
+            Arc::clone(
+                fault_steps
+                    .entry((status, header.clone()))
+                    .or_insert_with(|| {
+                        Arc::new(Step {
+                            delay_ms: 0,
+                            action: Action::Respond(Response {
+                                reply: Reply::Status(StatusReply {
+                                    status,
+                                    body: None,
+                                    chunked: false,
+                                }),
+                                headers: header.into_iter().collect(),
+                                stall: None,
+                                cut: None,
+                            }),
+                        })
+                    }),
+            )
+        };
+        for episode in 0..random.episodes {
+            let throttled = match (&throttle, &random.burst) {
+                (Some((chance, ..)), Some(_)) => rng.chance(*chance),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            let mut faults: Vec<Arc<Step>> = Vec::new();
+            if let (true, Some((_, persistence, max_run, retry_after))) = (throttled, &throttle) {
+                loop {
+                    let header = if retry_after.is_empty() {
+                        None
+                    } else {
+                        retry_after[rng.below(retry_after.len() as u64) as usize].clone()
+                    };
+                    faults.push(fault(429, header));
+                    if faults.len() as u32 >= *max_run || !rng.chance(*persistence) {
+                        break;
+                    }
+                }
+            } else if let Some(burst) = &random.burst {
+                let [min, max] = burst.length;
+                let length = min + rng.below(u64::from(max - min) + 1) as u32;
+                for _ in 0..length {
+                    let status = burst.statuses[rng.below(burst.statuses.len() as u64) as usize];
+                    faults.push(fault(status, None));
+                }
+            }
+            for (k, step) in faults.into_iter().enumerate() {
+                self.push(
+                    out,
+                    Slot {
+                        label: format!("{label}.episode[{episode}].fault[{k}]"),
+                        repeat: 1,
+                        step,
+                    },
+                    line,
+                )?;
+            }
+            self.push(
+                out,
+                Slot {
+                    label: format!("{label}.episode[{episode}].then"),
+                    repeat: then_repeat,
+                    step: Arc::clone(&then_step),
+                },
+                line,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
+    let content = match (raw.text, raw.json) {
+        (Some(_), Some(_)) => return Err("answer takes text or json, not both".to_owned()),
+        (Some(text), None) => Some(text),
+        (None, Some(value)) => Some(value.to_string()),
+        (None, None) => None,
+    };
+    let deltas = nonzero(raw.deltas, "answer.deltas")?;
+    let mut tool_calls = Vec::with_capacity(raw.tool_calls.len());
+    for call in raw.tool_calls {
+        if call.name.is_empty() {
+            return Err("answer.tool_calls: name must not be empty".to_owned());
+        }
+        let arguments = match call.arguments {
+            None => "{}".to_owned(),
+            // A string is sent verbatim, so a scenario can send arguments that are not JSON.
+            Some(serde_json::Value::String(s)) => s,
+            Some(value) => value.to_string(),
+        };
+        tool_calls.push(ToolCall {
+            id: call.id,
+            name: call.name,
+            arguments,
+            deltas: nonzero(call.deltas, "answer.tool_calls.deltas")?,
+            truncate_at: call.truncate_arguments,
+        });
+    }
+    if let Some(bom) = &raw.bom {
+        check_bom(bom)?;
+    }
+    if let Some(reason) = &raw.finish_reason
+        && reason.is_empty()
+    {
+        return Err("answer.finish_reason must not be empty (use omit_finish_reason)".to_owned());
+    }
+    Ok(Answer {
+        content,
+        deltas,
+        tool_calls,
+        finish_reason: raw.finish_reason,
+        usage: raw.usage,
+        model: raw.model,
+        faults: StreamFaults {
+            omit_finish_reason: raw.omit_finish_reason,
+            omit_done: raw.omit_done,
+            error_event: raw.error_event,
+            framing: LineFraming {
+                line_ending: raw.line_ending,
+                bom: raw.bom,
+            },
+            foreign_model: raw.foreign_model,
+            after_done: raw.after_done,
+            event_delay_ms: raw.event_delay_ms,
+        },
+    })
+}
+
+fn nonzero(value: Option<usize>, field: &str) -> Result<NonZeroUsize, String> {
+    match value {
+        None => Ok(NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN)),
+        Some(n) => NonZeroUsize::new(n).ok_or_else(|| format!("{field} must be at least 1")),
+    }
+}
+
+fn check_bom(bom: &Bom) -> Result<(), String> {
+    if bom.count == 0 || bom.count > 16 {
+        return Err("bom.count must be between 1 and 16".to_owned());
+    }
+    Ok(())
+}
+
+/// Header names must be HTTP tokens and values must not break the response head.
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(format!(
+            "header name {name:?} is not a valid HTTP header name"
+        ));
+    }
+    if value.chars().any(|c| c == '\r' || c == '\n' || c == '\0') {
+        return Err(format!(
+            "header {name}: the value must not contain CR, LF or NUL"
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if lower == "content-length" || lower == "transfer-encoding" || lower == "connection" {
+        return Err(format!(
+            "header {name} is set by the simulator (it frames the body); use chunked or cut instead"
+        ));
+    }
+    Ok(())
+}

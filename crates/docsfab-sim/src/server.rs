@@ -1,0 +1,311 @@
+//! The listening server, the request log and `docsfab sim serve`.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::SimError;
+use crate::http::{self, Ending, Framing, Outgoing, ReadError};
+use crate::render::{self, Api, RequestInfo};
+use crate::scenario::{Action, CloseHow, Scenario};
+
+/// One line of the request log: one request the simulator received in full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestLogEntry {
+    /// 0-based arrival order (requests are numbered when their body has been read).
+    pub index: usize,
+    /// When the request had been read, in milliseconds since the Unix epoch.
+    pub time_unix_ms: u64,
+    pub method: String,
+    /// The request path without its query string.
+    pub path: String,
+    /// SHA-256 of the exact request body bytes, lowercase hex.
+    pub sha256: String,
+    /// The body's `model`, when the body is a JSON object that has one.
+    pub model: Option<String>,
+    /// The body's `stream` (false when absent or unreadable).
+    pub stream: bool,
+    /// The scenario entry that answered, e.g. `responses[0]#3`, `fallback`, or `no-route` for a
+    /// request to a path the simulator does not serve (those do not consume the script).
+    pub entry: String,
+}
+
+struct Shared {
+    scenario: Scenario,
+    state: Mutex<LogState>,
+}
+
+struct LogState {
+    next_script_index: u64,
+    entries: Vec<RequestLogEntry>,
+    file: Option<std::fs::File>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        // A panic while holding the lock cannot leave the log half-updated in a way that matters
+        // more than losing the server, so keep serving.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A running simulator. Dropping it stops the server too; [`SimServer::shutdown`] also waits for
+/// the connections to end.
+pub struct SimServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl SimServer {
+    /// Binds (use "127.0.0.1:0" for a free port) and starts serving in a background task.
+    ///
+    /// Only loopback addresses are accepted. The log file, when given, is created (or truncated)
+    /// and gets one JSON line per request.
+    pub async fn start(
+        addr: SocketAddr,
+        scenario: Scenario,
+        log_path: Option<PathBuf>,
+    ) -> Result<SimServer, SimError> {
+        if !addr.ip().is_loopback() {
+            return Err(SimError::NotLoopback { addr });
+        }
+        let file = match &log_path {
+            None => None,
+            Some(path) => {
+                Some(
+                    std::fs::File::create(path).map_err(|source| SimError::LogFile {
+                        path: path.clone(),
+                        source,
+                    })?,
+                )
+            }
+        };
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| SimError::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| SimError::Bind { addr, source })?;
+        let shared = Arc::new(Shared {
+            scenario,
+            state: Mutex::new(LogState {
+                next_script_index: 0,
+                entries: Vec::new(),
+                file,
+            }),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
+        Ok(SimServer {
+            addr: local,
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL clients use: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The request log so far, in arrival order.
+    pub fn requests(&self) -> Vec<RequestLogEntry> {
+        self.shared.lock().entries.clone()
+    }
+
+    /// Stops accepting, ends every open connection and waits for the server task.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.shutdown().await;
+}
+
+async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    // Each SSE event should leave as its own segment, as a real provider's would.
+    let _ = stream.set_nodelay(true);
+    let request = match http::read_request(&mut stream).await {
+        Ok(request) => request,
+        Err(ReadError::Closed) => return,
+        Err(ReadError::Malformed(why)) => {
+            let out = plain_error(400, why);
+            http::write_response(&mut stream, &out, None, None).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+    };
+    let api = match request.path.as_str() {
+        "/v1/chat/completions" => Some(Api::OpenAiChat),
+        "/v1/messages" => Some(Api::AnthropicMessages),
+        _ => None,
+    };
+    let routed = api.filter(|_| request.method == "POST");
+    let (info, pick) = {
+        let mut state = shared.lock();
+        let index = state.entries.len();
+        let info = RequestInfo::from_body(routed.unwrap_or(Api::OpenAiChat), index, &request.body);
+        let pick = routed.map(|_| {
+            let pick = shared.scenario.pick(state.next_script_index);
+            state.next_script_index += 1;
+            pick
+        });
+        let entry = RequestLogEntry {
+            index,
+            time_unix_ms: unix_ms(),
+            method: request.method.clone(),
+            path: request.path.clone(),
+            sha256: hex::encode(Sha256::digest(&request.body)),
+            model: info.model.clone(),
+            stream: info.stream,
+            entry: pick
+                .as_ref()
+                .map_or_else(|| "no-route".to_owned(), |p| p.label.clone()),
+        };
+        if let Some(file) = state.file.as_mut() {
+            // The log is a test aid: a full disk must not take the simulator down with it.
+            if let Ok(line) = serde_json::to_string(&entry) {
+                let _ = writeln!(file, "{line}").and_then(|()| file.flush());
+            }
+        }
+        state.entries.push(entry);
+        (info, pick)
+    };
+
+    let Some(pick) = pick else {
+        let out = if api.is_some() {
+            plain_error(405, "use POST")
+        } else {
+            plain_error(
+                404,
+                "the simulator serves POST /v1/chat/completions and POST /v1/messages",
+            )
+        };
+        http::write_response(&mut stream, &out, None, None).await;
+        let _ = stream.shutdown().await;
+        return;
+    };
+    let step = pick.step;
+    if step.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(step.delay_ms)).await;
+    }
+    let ending = match &step.action {
+        Action::Drop(how) => Ending::Cut(*how),
+        Action::Respond(response) => {
+            let out = render::outgoing(response, &info);
+            http::write_response(&mut stream, &out, response.stall, response.cut).await
+        }
+    };
+    match ending {
+        Ending::Complete | Ending::Cut(CloseHow::Close) => {
+            let _ = stream.shutdown().await;
+        }
+        Ending::Cut(CloseHow::Reset) => reset(stream),
+        Ending::PeerGone => {}
+    }
+}
+
+/// Closes with RST instead of FIN: `SO_LINGER` with a zero timeout makes the close abortive.
+fn reset(stream: TcpStream) {
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+    drop(stream);
+}
+
+fn plain_error(status: u16, message: &str) -> Outgoing {
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
+    Outgoing {
+        status,
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        pieces: vec![body.to_string().into_bytes()],
+        framing: Framing::ContentLength,
+        piece_delay: Duration::ZERO,
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// What `docsfab sim serve --listen ADDR --scenario FILE [--log FILE]` runs: starts the server,
+/// prints `listening on http://ADDR/v1` as the first line of stdout (flushed), serves until
+/// Ctrl-C / SIGTERM.
+pub async fn serve_command(
+    listen: SocketAddr,
+    scenario: &Path,
+    log: Option<&Path>,
+) -> Result<(), SimError> {
+    let scenario = Scenario::load(scenario)?;
+    let server = SimServer::start(listen, scenario, log.map(Path::to_path_buf)).await?;
+    {
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on {}", server.base_url()).map_err(SimError::Stdout)?;
+        stdout.flush().map_err(SimError::Stdout)?;
+    }
+    wait_for_shutdown_signal().await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn wait_for_shutdown_signal() -> Result<(), SimError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(SimError::Signal)?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.map_err(SimError::Signal),
+        _ = term.recv() => Ok(()),
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_shutdown_signal() -> Result<(), SimError> {
+    tokio::signal::ctrl_c().await.map_err(SimError::Signal)
+}
