@@ -284,28 +284,54 @@ pub async fn serve_command(
     log: Option<&Path>,
 ) -> Result<(), SimError> {
     let scenario = Scenario::load(scenario)?;
+    // Installed before the `listening on` line, so a supervisor that signals as soon as it reads
+    // the line still gets a clean shutdown rather than the default action.
+    let signals = ShutdownSignals::install()?;
     let server = SimServer::start(listen, scenario, log.map(Path::to_path_buf)).await?;
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on {}", server.base_url()).map_err(SimError::Stdout)?;
         stdout.flush().map_err(SimError::Stdout)?;
     }
-    wait_for_shutdown_signal().await?;
+    signals.wait().await;
     server.shutdown().await;
     Ok(())
 }
 
 #[cfg(unix)]
-async fn wait_for_shutdown_signal() -> Result<(), SimError> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).map_err(SimError::Signal)?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.map_err(SimError::Signal),
-        _ = term.recv() => Ok(()),
+struct ShutdownSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl ShutdownSignals {
+    fn install() -> Result<Self, SimError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(ShutdownSignals {
+            interrupt: signal(SignalKind::interrupt()).map_err(SimError::Signal)?,
+            terminate: signal(SignalKind::terminate()).map_err(SimError::Signal)?,
+        })
+    }
+
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_shutdown_signal() -> Result<(), SimError> {
-    tokio::signal::ctrl_c().await.map_err(SimError::Signal)
+struct ShutdownSignals;
+
+#[cfg(not(unix))]
+impl ShutdownSignals {
+    fn install() -> Result<Self, SimError> {
+        Ok(ShutdownSignals)
+    }
+
+    async fn wait(self) {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

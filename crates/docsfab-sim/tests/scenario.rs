@@ -422,3 +422,21 @@ async fn serve_command_names_a_missing_scenario_file() {
     .unwrap_err();
     assert!(e.to_string().contains("/nope/s.yaml"), "{e}");
 }
+
+#[test]
+fn every_yaml_example_in_the_docs_is_a_valid_scenario() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/simulator.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let mut blocks = 0;
+    let mut rest = doc.as_str();
+    while let Some(start) = rest.find("```yaml\n") {
+        let body = &rest[start + 8..];
+        let end = body.find("```").expect("closed block");
+        if let Err(e) = Scenario::from_yaml_str(&body[..end], "docs/simulator.md") {
+            panic!("example {blocks} does not parse: {e}\n{}", &body[..end]);
+        }
+        blocks += 1;
+        rest = &body[end + 3..];
+    }
+    assert!(blocks >= 10, "found only {blocks} examples");
+}
