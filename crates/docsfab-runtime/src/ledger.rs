@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::composition::Tool;
 use crate::record::LeaseRecord;
-use crate::tools::ToolName;
 
 /// Why a tool call was rejected before host authorization (LSE-1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -155,8 +155,8 @@ impl BatchBuilder {
 
     /// Records that an authorized call is about to run; its result is missing until
     /// [`BatchBuilder::finish`] is called.
-    pub fn start(&mut self, id: &str, tool: ToolName) -> CallSlot {
-        self.push(id, tool.as_str(), CallOutcome::Executed { result: None });
+    pub fn start(&mut self, id: &str, tool: Tool) -> CallSlot {
+        self.push(id, tool.name(), CallOutcome::Executed { result: None });
         CallSlot(self.calls.len() - 1)
     }
 
@@ -359,7 +359,7 @@ impl ExecutionLease {
     }
 
     /// Counts one tool execution before it runs. Only an open turn of a live lease may execute.
-    pub fn authorize(&mut self, tool: ToolName) -> Result<(), AuthorizeError> {
+    pub fn authorize(&mut self, tool: Tool) -> Result<(), AuthorizeError> {
         if self.end.is_some() {
             return Err(AuthorizeError::LeaseEnded);
         }
@@ -368,7 +368,7 @@ impl ExecutionLease {
         }
         self.executed = self.executed.saturating_add(1);
         self.executed_this_turn = self.executed_this_turn.saturating_add(1);
-        *self.counters.entry(tool.as_str().to_owned()).or_insert(0) += 1;
+        *self.counters.entry(tool.name().to_owned()).or_insert(0) += 1;
         Ok(())
     }
 

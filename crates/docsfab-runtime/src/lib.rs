@@ -4,8 +4,14 @@
 //! - [`ledger`]: the tool ledger, the turn governor and the execution lease (LSE-1..3).
 //! - [`tools`]: the tools and the validation of their calls.
 //! - [`store`]: the SQLite run store, with crash recovery to `interrupted`.
+//! - [`workspace`]: the workspace jail that resolves every tool path.
+//! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
+//! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
 pub mod composition;
 pub mod ledger;
 pub mod record;
-pub mod tools;
+pub mod snapshot;
 pub mod store;
+pub mod supervision;
+pub mod tools;
+pub mod workspace;

@@ -75,13 +75,8 @@ impl RunStatus {
     }
 }
 
-/// Whether a step may write files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StepAccess {
-    ReadOnly,
-    Write,
-}
+/// Whether a step may write files (the composition's `access`).
+pub use crate::composition::Access as StepAccess;
 
 /// A step's status uses the run's vocabulary: a step is `running` until it ends, and
 /// `interrupted` when the run was.

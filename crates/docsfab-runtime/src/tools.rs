@@ -1,40 +1,722 @@
-//! The tools a step offers the model, and the validation of their calls.
+//! The tools a step offers the model: `list_files`, `read_file`, `search_text` and
+//! `write_file`, run inside the workspace jail.
+//!
+//! A call goes through three stages, each with its own kind of "no":
+//! 1. [`StepTools::validate`]: before host authorization. An unknown tool, arguments that are not
+//!    JSON or are cut short, or arguments that do not meet the tool's parameter schema are a
+//!    [`Rejection`] (LSE-1).
+//! 2. [`StepTools::authorize`]: host authorization of the paths. A path outside the workspace or
+//!    a write outside `writeRoots` is a [`PathRefusal`]; nothing runs.
+//! 3. [`StepTools::execute`]: the tool runs. What the model did wrong (a missing file, a spent
+//!    read budget, a bad regex) is a [`ToolReply`] with [`CallResult::ToolError`]: data for the
+//!    model. Only a failure of the host itself (the workspace vanished, a write that could not
+//!    be snapshotted or completed) is a [`HostFailure`], which ends the attempt (LSE-2).
+//!
+//! `read_file` and `search_text` spend the attempt's source-read budget (`sourceReadBytes`) by
+//! the bytes of source they return; a fresh [`StepTools`] per attempt restores it (STP-2).
 
-use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 
-/// The tools docsfab knows. `write_file` is the only one that changes the filesystem.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolName {
-    ListFiles,
-    ReadFile,
-    SearchText,
-    WriteFile,
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::composition::Tool;
+use crate::ledger::{CallResult, RejectReason};
+use crate::snapshot::{WriteSnapshots, write_atomically};
+use crate::supervision::{ReadSupervisor, ReadVerdict};
+use crate::workspace::{PathRefusal, Resolved, Workspace};
+
+/// Entries `list_files` returns at most; the reply says when it stopped early.
+pub const MAX_LIST_ENTRIES: usize = 2_000;
+/// Matching lines `search_text` returns at most.
+pub const MAX_SEARCH_MATCHES: usize = 200;
+/// A matching line longer than this is cut (at a character boundary) in the reply.
+pub const MAX_MATCH_LINE_BYTES: usize = 300;
+/// Files larger than this are skipped by `search_text`.
+pub const MAX_SEARCH_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The tool a model's name refers to, if docsfab has one by that name.
+pub fn tool_named(name: &str) -> Option<Tool> {
+    Tool::ALL.into_iter().find(|t| t.name() == name)
 }
 
-impl ToolName {
-    pub const ALL: [ToolName; 4] = [
-        ToolName::ListFiles,
-        ToolName::ReadFile,
-        ToolName::SearchText,
-        ToolName::WriteFile,
-    ];
+/// The JSON Schema of a tool's parameters, as sent to the model and checked on every call.
+pub fn parameter_schema(tool: Tool) -> Value {
+    match tool {
+        Tool::ListFiles => json!({
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "A directory relative to the workspace; default the workspace root."}},
+            "additionalProperties": false
+        }),
+        Tool::ReadFile => json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "A file relative to the workspace."},
+                "offset": {"type": "integer", "minimum": 0, "description": "First byte to read; default 0."},
+                "length": {"type": "integer", "minimum": 1, "description": "Bytes to read; default to the end of the file."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+        Tool::SearchText => json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "minLength": 1, "description": "A regular expression matched against each line."},
+                "path": {"type": "string", "description": "A file or directory relative to the workspace; default the workspace root."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        }),
+        Tool::WriteFile => json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "A file under one of the step's write roots."},
+                "content": {"type": "string", "description": "The whole new content of the file."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        }),
+    }
+}
 
-    pub fn as_str(self) -> &'static str {
+/// A one-line description of a tool for the provider's tool list.
+pub fn description(tool: Tool) -> &'static str {
+    match tool {
+        Tool::ListFiles => "List the files under a directory of the workspace, recursively.",
+        Tool::ReadFile => "Read a file of the workspace, or a byte range of it.",
+        Tool::SearchText => "Search the workspace's text files for lines matching a regex.",
+        Tool::WriteFile => "Write a whole file under the step's write roots.",
+    }
+}
+
+/// A call whose arguments met the tool's parameter schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolCall {
+    ListFiles {
+        path: Option<String>,
+    },
+    ReadFile {
+        path: String,
+        offset: Option<u64>,
+        length: Option<u64>,
+    },
+    SearchText {
+        pattern: String,
+        path: Option<String>,
+    },
+    WriteFile {
+        path: String,
+        content: String,
+    },
+}
+
+impl ToolCall {
+    pub fn tool(&self) -> Tool {
         match self {
-            ToolName::ListFiles => "list_files",
-            ToolName::ReadFile => "read_file",
-            ToolName::SearchText => "search_text",
-            ToolName::WriteFile => "write_file",
+            ToolCall::ListFiles { .. } => Tool::ListFiles,
+            ToolCall::ReadFile { .. } => Tool::ReadFile,
+            ToolCall::SearchText { .. } => Tool::SearchText,
+            ToolCall::WriteFile { .. } => Tool::WriteFile,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ListArgs {
+    path: Option<String>,
+}
+#[derive(Deserialize)]
+struct ReadArgs {
+    path: String,
+    offset: Option<u64>,
+    length: Option<u64>,
+}
+#[derive(Deserialize)]
+struct SearchArgs {
+    pattern: String,
+    path: Option<String>,
+}
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+/// A call rejected before host authorization, with a detail for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct Rejection {
+    pub reason: RejectReason,
+    pub detail: String,
+}
+
+/// A call that passed host authorization, with its paths resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    op: Op,
+}
+
+impl Authorized {
+    pub fn tool(&self) -> Tool {
+        match self.op {
+            Op::List { .. } => Tool::ListFiles,
+            Op::Read { .. } => Tool::ReadFile,
+            Op::Search { .. } => Tool::SearchText,
+            Op::Write { .. } => Tool::WriteFile,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    List {
+        target: Resolved,
+    },
+    Read {
+        target: Resolved,
+        offset: u64,
+        length: Option<u64>,
+    },
+    Search {
+        pattern: String,
+        target: Resolved,
+    },
+    Write {
+        target: Resolved,
+        content: String,
+    },
+}
+
+/// What an executed tool answers the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolReply {
+    pub result: CallResult,
+    pub text: String,
+}
+
+impl ToolReply {
+    fn ok(text: String) -> ToolReply {
+        ToolReply {
+            result: CallResult::Ok,
+            text,
+        }
+    }
+    fn error(text: String) -> ToolReply {
+        ToolReply {
+            result: CallResult::ToolError,
+            text: format!("error: {text}"),
+        }
+    }
+}
+
+/// The host itself failed while a tool ran; the attempt ends with this evidence (LSE-2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("host failure: {evidence}")]
+pub struct HostFailure {
+    pub evidence: String,
+}
+
+/// The source-read byte budget of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceBudget {
+    limit: u64,
+    spent: u64,
+}
+
+impl SourceBudget {
+    pub fn new(limit: u64) -> SourceBudget {
+        SourceBudget { limit, spent: 0 }
+    }
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+    pub fn spent(&self) -> u64 {
+        self.spent
+    }
+    pub fn remaining(&self) -> u64 {
+        self.limit - self.spent
+    }
+    /// Spends `bytes` when they fit; otherwise leaves the budget as it is.
+    fn try_spend(&mut self, bytes: u64) -> bool {
+        if bytes <= self.remaining() {
+            self.spent += bytes;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// What one step offers: its tools and, for a write step, its write roots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolPolicy {
+    pub offered: Vec<Tool>,
+    /// Empty on read-only steps.
+    pub write_roots: Vec<String>,
+    /// `sourceReadBytes`.
+    pub source_read_bytes: u64,
+}
+
+impl ToolPolicy {
+    /// The policy of a composition step under the composition's limits.
+    pub fn for_step(
+        step: &crate::composition::Step,
+        limits: &crate::composition::ModelLimits,
+    ) -> ToolPolicy {
+        ToolPolicy {
+            offered: step.tools.clone(),
+            write_roots: step.write_roots.clone(),
+            source_read_bytes: limits.source_read_bytes,
+        }
+    }
+}
+
+/// The tools of one attempt: a fresh read budget, read supervision and write snapshots.
+#[derive(Debug)]
+pub struct StepTools<'w> {
+    workspace: &'w Workspace,
+    policy: ToolPolicy,
+    budget: SourceBudget,
+    supervisor: ReadSupervisor,
+    snapshots: WriteSnapshots,
+}
+
+impl<'w> StepTools<'w> {
+    /// The tools for a new attempt: nothing read, nothing written, the whole budget.
+    pub fn for_attempt(workspace: &'w Workspace, policy: ToolPolicy) -> StepTools<'w> {
+        StepTools {
+            workspace,
+            budget: SourceBudget::new(policy.source_read_bytes),
+            supervisor: ReadSupervisor::default(),
+            snapshots: WriteSnapshots::new(workspace.root()),
+            policy,
         }
     }
 
-    pub fn parse(name: &str) -> Option<ToolName> {
-        ToolName::ALL.into_iter().find(|t| t.as_str() == name)
+    pub fn budget(&self) -> SourceBudget {
+        self.budget
+    }
+    pub fn supervisor(&self) -> &ReadSupervisor {
+        &self.supervisor
+    }
+    pub fn snapshots(&self) -> &WriteSnapshots {
+        &self.snapshots
+    }
+    /// The attempt's write snapshots, for a restore after it ends.
+    pub fn into_snapshots(self) -> WriteSnapshots {
+        self.snapshots
     }
 
-    /// Whether the tool can change the filesystem.
-    pub fn writes(self) -> bool {
-        self == ToolName::WriteFile
+    /// The host preflight for this step (LSE-2).
+    pub fn preflight(&self) -> Result<(), crate::ledger::PreflightFailure> {
+        self.workspace.preflight(&self.policy.write_roots)
     }
+
+    /// Stage 1: the tool must be offered and the arguments must meet its parameter schema.
+    /// Empty arguments count as `{}` (some providers send nothing for a call without
+    /// parameters).
+    pub fn validate(&self, name: &str, arguments: &str) -> Result<ToolCall, Rejection> {
+        let reject = |reason, detail: String| Rejection { reason, detail };
+        let Some(tool) = tool_named(name).filter(|t| self.policy.offered.contains(t)) else {
+            let offered: Vec<&str> = self.policy.offered.iter().map(|t| t.name()).collect();
+            return Err(reject(
+                RejectReason::UnknownTool,
+                format!(
+                    "this step has no tool named {name:?}; its tools are {}",
+                    offered.join(", ")
+                ),
+            ));
+        };
+        let text = if arguments.trim().is_empty() {
+            "{}"
+        } else {
+            arguments
+        };
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            if e.is_eof() {
+                reject(
+                    RejectReason::TruncatedArguments,
+                    format!("the arguments of {name} end before the JSON does: {e}"),
+                )
+            } else {
+                reject(
+                    RejectReason::InvalidArguments,
+                    format!("the arguments of {name} are not JSON: {e}"),
+                )
+            }
+        })?;
+        let schema = parameter_schema(tool);
+        let mismatch = |detail: String| {
+            reject(
+                RejectReason::SchemaMismatch,
+                format!("the arguments of {name} do not meet its parameters: {detail}"),
+            )
+        };
+        let validator =
+            jsonschema::draft202012::new(&schema).map_err(|e| mismatch(e.to_string()))?;
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{at}: {e}")
+                }
+            })
+            .collect();
+        if !errors.is_empty() {
+            return Err(mismatch(errors.join("; ")));
+        }
+        let typed = |e: serde_json::Error| mismatch(e.to_string());
+        Ok(match tool {
+            Tool::ListFiles => {
+                let a: ListArgs = serde_json::from_value(value).map_err(typed)?;
+                ToolCall::ListFiles { path: a.path }
+            }
+            Tool::ReadFile => {
+                let a: ReadArgs = serde_json::from_value(value).map_err(typed)?;
+                ToolCall::ReadFile {
+                    path: a.path,
+                    offset: a.offset,
+                    length: a.length,
+                }
+            }
+            Tool::SearchText => {
+                let a: SearchArgs = serde_json::from_value(value).map_err(typed)?;
+                ToolCall::SearchText {
+                    pattern: a.pattern,
+                    path: a.path,
+                }
+            }
+            Tool::WriteFile => {
+                let a: WriteArgs = serde_json::from_value(value).map_err(typed)?;
+                ToolCall::WriteFile {
+                    path: a.path,
+                    content: a.content,
+                }
+            }
+        })
+    }
+
+    /// Stage 2: host authorization of the call's paths. Nothing runs here.
+    pub fn authorize(&self, call: ToolCall) -> Result<Authorized, PathRefusal> {
+        let ws = self.workspace;
+        let op = match call {
+            ToolCall::ListFiles { path } => Op::List {
+                target: ws.resolve(path.as_deref().unwrap_or(""))?,
+            },
+            ToolCall::ReadFile {
+                path,
+                offset,
+                length,
+            } => Op::Read {
+                target: ws.resolve(&path)?,
+                offset: offset.unwrap_or(0),
+                length,
+            },
+            ToolCall::SearchText { pattern, path } => Op::Search {
+                target: ws.resolve(path.as_deref().unwrap_or(""))?,
+                pattern,
+            },
+            ToolCall::WriteFile { path, content } => Op::Write {
+                target: ws.resolve_for_write(&path, &self.policy.write_roots)?,
+                content,
+            },
+        };
+        Ok(Authorized { op })
+    }
+
+    /// Stage 3: runs an authorized call.
+    pub fn execute(&mut self, call: Authorized) -> Result<ToolReply, HostFailure> {
+        match call.op {
+            Op::List { target } => self.list(&target),
+            Op::Read {
+                target,
+                offset,
+                length,
+            } => self.read(&target, offset, length),
+            Op::Search { pattern, target } => self.search(&pattern, &target),
+            Op::Write { target, content } => self.write(&target, &content),
+        }
+    }
+
+    /// A filesystem error on the model's path is a tool error, unless the workspace itself is
+    /// gone, which is the host's failure.
+    fn io_error(&self, rel: &str, e: &io::Error) -> Result<ToolReply, HostFailure> {
+        self.workspace.preflight(&[]).map_err(|f| HostFailure {
+            evidence: f.evidence,
+        })?;
+        let shown = if rel.is_empty() { "." } else { rel };
+        Ok(ToolReply::error(match e.kind() {
+            io::ErrorKind::NotFound => format!("{shown} does not exist"),
+            _ => format!("{shown}: {e}"),
+        }))
+    }
+
+    fn list(&mut self, target: &Resolved) -> Result<ToolReply, HostFailure> {
+        match fs::metadata(&target.abs) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Ok(ToolReply::error(format!(
+                    "{} is a file, not a directory",
+                    target.rel
+                )));
+            }
+            Err(e) => return self.io_error(&target.rel, &e),
+        }
+        let mut entries = Vec::new();
+        let complete = walk(&target.abs, self.workspace.root(), &mut |rel, is_dir| {
+            entries.push(if is_dir { format!("{rel}/") } else { rel });
+            entries.len() < MAX_LIST_ENTRIES
+        });
+        if let Err(e) = complete.as_ref() {
+            return self.io_error(&target.rel, e);
+        }
+        let mut text = entries.join("\n");
+        if complete.ok() == Some(false) {
+            text.push_str(&format!(
+                "\n[stopped after {MAX_LIST_ENTRIES} entries; list a subdirectory]"
+            ));
+        }
+        self.supervisor.record_evidence();
+        Ok(ToolReply::ok(text))
+    }
+
+    fn read(
+        &mut self,
+        target: &Resolved,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<ToolReply, HostFailure> {
+        let size = match fs::metadata(&target.abs) {
+            Ok(m) if m.is_file() => m.len(),
+            Ok(_) => {
+                return Ok(ToolReply::error(format!(
+                    "{} is a directory; use list_files",
+                    target.rel
+                )));
+            }
+            Err(e) => return self.io_error(&target.rel, &e),
+        };
+        if offset > size {
+            return Ok(ToolReply::error(format!(
+                "offset {offset} is past the end of {} ({size} bytes)",
+                target.rel
+            )));
+        }
+        let end = length.map_or(size, |l| offset.saturating_add(l).min(size));
+        if let ReadVerdict::NoticeOnly { notice } =
+            self.supervisor.check_read(&target.rel, offset..end)
+        {
+            return Ok(ToolReply {
+                result: CallResult::Notice,
+                text: format!("notice: {notice}"),
+            });
+        }
+        let wanted = end - offset;
+        if !self.budget.try_spend(wanted) {
+            return Ok(ToolReply::error(format!(
+                "reading {} bytes {offset}..{end} needs {wanted} bytes of source, but only {} of \
+                 this attempt's {} remain; read a smaller range with offset and length, or \
+                 answer with what you have",
+                target.rel,
+                self.budget.remaining(),
+                self.budget.limit()
+            )));
+        }
+        let bytes = match read_range(&target.abs, offset, wanted) {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing was returned, so nothing is spent.
+                self.budget.spent -= wanted;
+                return self.io_error(&target.rel, &e);
+            }
+        };
+        self.supervisor.record_read(&target.rel, offset..end);
+        Ok(ToolReply::ok(format!(
+            "[{} bytes {offset}..{end} of {size}]\n{}",
+            target.rel,
+            String::from_utf8_lossy(&bytes)
+        )))
+    }
+
+    fn search(&mut self, pattern: &str, target: &Resolved) -> Result<ToolReply, HostFailure> {
+        let regex = match regex::bytes::RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return Ok(ToolReply::error(format!("the pattern is not a regex: {e}"))),
+        };
+        if let Err(e) = fs::metadata(&target.abs) {
+            return self.io_error(&target.rel, &e);
+        }
+        if let ReadVerdict::NoticeOnly { notice } =
+            self.supervisor.check_search(pattern, &target.rel)
+        {
+            return Ok(ToolReply {
+                result: CallResult::Notice,
+                text: format!("notice: {notice}"),
+            });
+        }
+        let root = self.workspace.root();
+        let mut files = Vec::new();
+        let walked = if target.abs.is_file() {
+            files.push((target.rel.clone(), target.abs.clone()));
+            Ok(true)
+        } else {
+            walk(&target.abs, root, &mut |rel, is_dir| {
+                let abs = root.join(&rel);
+                // Only regular files: a symlink found on the walk was not resolved by the jail.
+                if !is_dir && fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
+                    files.push((rel, abs));
+                }
+                true
+            })
+        };
+        if let Err(e) = walked {
+            return self.io_error(&target.rel, &e);
+        }
+        let mut lines = Vec::new();
+        let mut source_bytes: u64 = 0;
+        'files: for (rel, abs) in files {
+            let Ok(meta) = fs::metadata(&abs) else {
+                continue;
+            };
+            if meta.len() > MAX_SEARCH_FILE_BYTES {
+                continue;
+            }
+            let Ok(bytes) = fs::read(&abs) else { continue };
+            if bytes[..bytes.len().min(8192)].contains(&0) {
+                continue; // binary
+            }
+            for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+                if regex.is_match(line) {
+                    let shown = cut_utf8(line, MAX_MATCH_LINE_BYTES);
+                    source_bytes += shown.len() as u64;
+                    lines.push(format!("{rel}:{}: {shown}", n + 1));
+                    if lines.len() >= MAX_SEARCH_MATCHES {
+                        break 'files;
+                    }
+                }
+            }
+        }
+        if !self.budget.try_spend(source_bytes) {
+            return Ok(ToolReply::error(format!(
+                "the matches hold {source_bytes} bytes of source, but only {} of this attempt's \
+                 {} remain; narrow the pattern or the path, or answer with what you have",
+                self.budget.remaining(),
+                self.budget.limit()
+            )));
+        }
+        self.supervisor.record_search(pattern, &target.rel);
+        let mut text = if lines.is_empty() {
+            "no matches".to_owned()
+        } else {
+            lines.join("\n")
+        };
+        if lines.len() >= MAX_SEARCH_MATCHES {
+            text.push_str(&format!(
+                "\n[stopped after {MAX_SEARCH_MATCHES} matches; narrow the search]"
+            ));
+        }
+        Ok(ToolReply::ok(text))
+    }
+
+    fn write(&mut self, target: &Resolved, content: &str) -> Result<ToolReply, HostFailure> {
+        if target.abs.is_dir() {
+            return Ok(ToolReply::error(format!("{} is a directory", target.rel)));
+        }
+        let host = |what: &str, e: io::Error| HostFailure {
+            evidence: format!("{what} {}: {e}", target.rel),
+        };
+        let rel = PathBuf::from(&target.rel);
+        // The missing parents are created one by one so the restore can remove exactly them.
+        let mut dir = PathBuf::new();
+        if let Some(parent) = rel.parent() {
+            for part in parent.components() {
+                dir.push(part);
+                let abs = self.workspace.root().join(&dir);
+                match fs::symlink_metadata(&abs) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => {
+                        return Ok(ToolReply::error(format!(
+                            "{} is not a directory",
+                            dir.display()
+                        )));
+                    }
+                    Err(_) => {
+                        fs::create_dir(&abs)
+                            .map_err(|e| host("could not create a directory for", e))?;
+                        self.snapshots.created_dir(&dir);
+                    }
+                }
+            }
+        }
+        self.snapshots
+            .before_write(&rel)
+            .map_err(|e| host("could not snapshot", e))?;
+        write_atomically(&target.abs, content.as_bytes())
+            .map_err(|e| host("could not write", e))?;
+        self.supervisor.forget(&target.rel);
+        self.supervisor.record_evidence();
+        Ok(ToolReply::ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            target.rel
+        )))
+    }
+}
+
+fn read_range(path: &Path, offset: u64, length: u64) -> io::Result<Vec<u8>> {
+    let mut file = fs::File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    let mut bytes = Vec::new();
+    file.take(length).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// At most `max` bytes of `line`, cut back to a character boundary, without a trailing CR.
+fn cut_utf8(line: &[u8], max: usize) -> String {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let text = String::from_utf8_lossy(line);
+    if text.len() <= max {
+        return text.into_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// Walks `dir` depth-first in name order, calling `visit(rel, is_dir)` for each entry until it
+/// returns false. Symlinks are listed as files and never followed; `.git` is skipped. Returns
+/// whether the walk completed.
+fn walk(dir: &Path, root: &Path, visit: &mut dyn FnMut(String, bool) -> bool) -> io::Result<bool> {
+    let mut names: Vec<_> = fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    for path in names {
+        if path.file_name().is_some_and(|n| n == ".git") {
+            continue;
+        }
+        let Ok(rel) = path.strip_prefix(root) else {
+            continue;
+        };
+        let rel = rel.to_string_lossy().into_owned();
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if !visit(rel, is_dir) {
+            return Ok(false);
+        }
+        if is_dir && !walk(&path, root, visit)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

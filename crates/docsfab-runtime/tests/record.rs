@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
+use docsfab_runtime::composition::Tool;
 use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, RejectReason, StopReason};
 use docsfab_runtime::record::*;
-use docsfab_runtime::tools::ToolName;
 use serde_json::{Value, json};
 
 fn transport_attempt() -> AttemptRecord {
@@ -17,7 +17,7 @@ fn transport_attempt() -> AttemptRecord {
         RejectReason::UnknownTool,
         "no tool named read_fil",
     );
-    let slot = batch.start("c2", ToolName::ReadFile);
+    let slot = batch.start("c2", Tool::ReadFile);
     batch.finish(slot, CallResult::Ok);
     AttemptRecord {
         attempt: 1,

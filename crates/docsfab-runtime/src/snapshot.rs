@@ -1,0 +1,178 @@
+//! Write snapshots: what a write step's attempt changed, and how to undo it (WRT-1).
+//!
+//! Before the first write to a file in an attempt, its content (or the fact that it did not
+//! exist) is kept, and every directory the attempt creates is noted. [`WriteSnapshots::restore`]
+//! puts the workspace back: snapshotted files are rewritten (atomically, with their permissions),
+//! files the attempt created are removed, then the directories it created when they are empty.
+//! [`WriteSnapshots::verify`] checks the result by SHA-256, so a retry starts only from a
+//! workspace proven to be in its pre-attempt state.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// One file as it was before the attempt first wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FileSnapshot {
+    Existed {
+        bytes: Vec<u8>,
+        sha256: String,
+        permissions: fs::Permissions,
+    },
+    Absent,
+}
+
+/// The pre-write state of everything one attempt wrote. Paths are relative to the workspace
+/// root the snapshots were made in.
+#[derive(Debug, Clone)]
+pub struct WriteSnapshots {
+    root: PathBuf,
+    files: BTreeMap<PathBuf, FileSnapshot>,
+    created_dirs: Vec<PathBuf>,
+}
+
+/// A restore or its verification failed; the workspace is not proven clean.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("could not restore {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{path} does not match its pre-attempt state after the restore: {detail}")]
+    Mismatch { path: PathBuf, detail: String },
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl WriteSnapshots {
+    /// Snapshots for an attempt in the workspace at `root` (canonical).
+    pub fn new(root: &Path) -> WriteSnapshots {
+        WriteSnapshots {
+            root: root.to_owned(),
+            files: BTreeMap::new(),
+            created_dirs: Vec::new(),
+        }
+    }
+
+    /// Keeps the state of `rel` before the attempt's first write to it. Later calls for the
+    /// same file keep the first snapshot.
+    pub fn before_write(&mut self, rel: &Path) -> io::Result<()> {
+        if self.files.contains_key(rel) {
+            return Ok(());
+        }
+        let path = self.root.join(rel);
+        let snapshot = match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() => {
+                let bytes = fs::read(&path)?;
+                FileSnapshot::Existed {
+                    sha256: sha256_hex(&bytes),
+                    bytes,
+                    permissions: meta.permissions(),
+                }
+            }
+            Ok(_) => {
+                return Err(io::Error::other(format!(
+                    "{} is not a regular file",
+                    rel.display()
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => FileSnapshot::Absent,
+            Err(e) => return Err(e),
+        };
+        self.files.insert(rel.to_owned(), snapshot);
+        Ok(())
+    }
+
+    /// Notes a directory the attempt created (parents before children).
+    pub fn created_dir(&mut self, rel: &Path) {
+        self.created_dirs.push(rel.to_owned());
+    }
+
+    /// Whether the attempt wrote anything.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.created_dirs.is_empty()
+    }
+
+    /// The files the attempt wrote.
+    pub fn written(&self) -> impl Iterator<Item = &Path> {
+        self.files.keys().map(PathBuf::as_path)
+    }
+
+    /// Puts every written file back as it was and removes what the attempt created, then
+    /// verifies the result.
+    pub fn restore(&self) -> Result<(), RestoreError> {
+        for (rel, snapshot) in &self.files {
+            let path = self.root.join(rel);
+            let io_err = |source| RestoreError::Io {
+                path: rel.clone(),
+                source,
+            };
+            match snapshot {
+                FileSnapshot::Existed {
+                    bytes, permissions, ..
+                } => {
+                    if let Some(parent) = path.parent() {
+                        fs::create_dir_all(parent).map_err(io_err)?;
+                    }
+                    write_atomically(&path, bytes).map_err(io_err)?;
+                    fs::set_permissions(&path, permissions.clone()).map_err(io_err)?;
+                }
+                FileSnapshot::Absent => match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err(e)),
+                },
+            }
+        }
+        for rel in self.created_dirs.iter().rev() {
+            // Only empty directories go: anything else in them was not the attempt's.
+            let _ = fs::remove_dir(self.root.join(rel));
+        }
+        self.verify()
+    }
+
+    /// Checks that every written file is back in its pre-attempt state.
+    pub fn verify(&self) -> Result<(), RestoreError> {
+        for (rel, snapshot) in &self.files {
+            let path = self.root.join(rel);
+            let mismatch = |detail: String| RestoreError::Mismatch {
+                path: rel.clone(),
+                detail,
+            };
+            match snapshot {
+                FileSnapshot::Existed { sha256, .. } => {
+                    let now = fs::read(&path).map_err(|e| mismatch(e.to_string()))?;
+                    let got = sha256_hex(&now);
+                    if &got != sha256 {
+                        return Err(mismatch(format!("sha256 {got}, expected {sha256}")));
+                    }
+                }
+                FileSnapshot::Absent => {
+                    if fs::symlink_metadata(&path).is_ok() {
+                        return Err(mismatch("exists but did not before".to_owned()));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a
+/// reader never sees a half-written file.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("a file path without a parent"))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".docsfab-write-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
