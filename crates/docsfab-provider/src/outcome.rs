@@ -121,6 +121,11 @@ pub struct StreamOutcome {
     pub tool_calls: Vec<ToolCall>,
     /// Every model the stream named, in order of first mention.
     pub models: Vec<String>,
+    /// The 200 body exactly as received, when the transport was asked to keep it
+    /// ([`crate::HttpConfig::keep_raw_body`]): the composition route passes it through the
+    /// response boundary to its client.
+    #[serde(skip)]
+    pub raw_body: Option<bytes::Bytes>,
 }
 
 /// A provider request that failed, with a one-line description for people.
@@ -260,6 +265,7 @@ impl StreamReader {
             usage: self.usage,
             tool_calls,
             models: self.models,
+            raw_body: None,
         })
     }
 
@@ -331,6 +337,25 @@ impl StreamReader {
         (f, detail)
     }
 
+    /// A 200 answer whose body is one JSON document instead of a stream: a structured error is
+    /// classified like an error event; anything else is no stream at all (`unknown`).
+    pub fn json_body(mut self, body: &[u8]) -> TransportFailure {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
+                let (f, detail) = Self::error_event(self.published, &v);
+                self.take_fail(f, detail)
+            }
+            _ => {
+                let f = failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown);
+                self.take_fail(
+                    f,
+                    "the provider answered 200 with a JSON body instead of an event stream"
+                        .to_owned(),
+                )
+            }
+        }
+    }
+
     fn openai_event(&mut self, ev: &SseEvent) -> Result<(), TransportFailure> {
         // Each data line is one JSON chunk; a multi-line event is read line by line.
         for line in &ev.data_lines {
@@ -345,7 +370,7 @@ impl StreamReader {
                 Ok(v) => v,
                 Err(_) => return Err(self.unreadable()),
             };
-            if v.get("error").is_some() {
+            if v.get("error").is_some_and(|e| !e.is_null()) {
                 let (f, detail) = Self::error_event(self.published, &v);
                 return Err(self.take_fail(f, detail));
             }

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use docsfab_boundary::SseDecoder;
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_http_status};
 use docsfab_policy::retry_after::parse_retry_after;
@@ -40,6 +40,8 @@ pub struct HttpConfig {
     /// How long the response head, or the next body read, may take; a longer silence is a
     /// request timeout (`timeout`).
     pub read_timeout: Duration,
+    /// Keep the exact 200 body in [`StreamOutcome::raw_body`] (the composition route forwards it).
+    pub keep_raw_body: bool,
 }
 
 impl HttpConfig {
@@ -51,6 +53,7 @@ impl HttpConfig {
             api_key,
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(120),
+            keep_raw_body: false,
         }
     }
 }
@@ -73,6 +76,7 @@ pub struct HttpTransport {
     url: reqwest::Url,
     headers: HeaderMap,
     client: reqwest::Client,
+    keep_raw_body: bool,
 }
 
 /// The most of an error body read for its type and code; the rest is not needed.
@@ -132,6 +136,7 @@ impl HttpTransport {
             url,
             headers,
             client,
+            keep_raw_body: config.keep_raw_body,
         })
     }
 
@@ -154,13 +159,25 @@ impl HttpTransport {
             return Err(status_failure(response).await);
         }
 
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
         let mut reader = StreamReader::new(self.api, status);
         let mut decoder = SseDecoder::new();
         let mut events = Vec::new();
+        let mut raw = BytesMut::new();
         let mut body = response.bytes_stream();
         while let Some(read) = body.next().await {
             match read {
                 Ok(chunk) => {
+                    if self.keep_raw_body || is_json {
+                        raw.extend_from_slice(&chunk);
+                    }
+                    if is_json {
+                        continue;
+                    }
                     decoder.feed(&chunk, |e| events.push(e));
                     for e in events.drain(..) {
                         reader.event(&e)?;
@@ -177,11 +194,18 @@ impl HttpTransport {
                 }
             }
         }
+        if is_json {
+            return Err(reader.json_body(&raw));
+        }
         decoder.finish(|e| events.push(e));
         for e in events.drain(..) {
             reader.event(&e)?;
         }
-        reader.finish()
+        let mut outcome = reader.finish()?;
+        if self.keep_raw_body {
+            outcome.raw_body = Some(raw.freeze());
+        }
+        Ok(outcome)
     }
 }
 

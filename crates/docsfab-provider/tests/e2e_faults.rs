@@ -752,3 +752,57 @@ both_apis!(
         assert!(got.iter().all(|g| g.body_sha256 == digest));
     }
 );
+
+both_apis!(
+    a_200_json_error_body_is_classified_like_an_error_event_cls_5,
+    |api| {
+        let json = Resp::new(200)
+            .header("content-type", "application/json")
+            .chunk("{\"error\":{\"type\":\"overloaded_error\",\"code\":503}}")
+            .act();
+        let (r, srv) = turn(api, vec![json, answer(api)]).await;
+        replayed_then_answered(
+            api,
+            &r,
+            &srv,
+            ReplayCause::Fault(FaultKind::ErrorEvent),
+            ProviderErrorClass::Server,
+        );
+    }
+);
+
+both_apis!(
+    a_200_json_body_that_is_no_error_is_unknown_and_terminal,
+    |api| {
+        let json = Resp::new(200)
+            .header("content-type", "application/json")
+            .chunk("{\"id\":\"x\",\"choices\":[]}")
+            .act();
+        let (r, srv) = turn(api, vec![json, answer(api)]).await;
+        ended_at_first(
+            &r,
+            &srv,
+            FaultKind::ErrorEvent,
+            ProviderErrorClass::Unknown,
+            StopReason::NotReplayable,
+        );
+    }
+);
+
+both_apis!(the_raw_200_body_is_kept_byte_for_byte_when_asked, |api| {
+    let srv = FaultServer::start(vec![answer(api)]).await;
+    let t = HttpTransport::new(HttpConfig {
+        keep_raw_body: true,
+        ..HttpConfig::new(api, srv.base_url(), None)
+    })
+    .expect("transport");
+    let p = payload(api);
+    let r = run_turn(&t, &limits(), &p, &CancellationToken::new(), None).await;
+    let expected = format!("{}{}{}", preamble(api), content(api), finish(api));
+    match r.end {
+        TurnEnd::Completed(o) => {
+            assert_eq!(o.raw_body.as_deref(), Some(expected.as_bytes()));
+        }
+        other => panic!("expected an answer, got {other:?}"),
+    }
+});

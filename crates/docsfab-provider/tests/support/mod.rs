@@ -169,7 +169,13 @@ async fn serve(
             } else {
                 "application/json"
             };
-            head.push_str(&format!("content-type: {content_type}\r\n"));
+            if !resp
+                .headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            {
+                head.push_str(&format!("content-type: {content_type}\r\n"));
+            }
             head.push_str("transfer-encoding: chunked\r\nconnection: close\r\n");
             for (n, v) in &resp.headers {
                 head.push_str(&format!("{n}: {v}\r\n"));
