@@ -1,1 +1,48 @@
-fn main() {}
+//! The docsfab command line. One module per command; each returns `Result<(), CliError>` and
+//! `main` turns the error into one sentence on stderr and an exit code (0 ok, 1 failed, 2 bad
+//! input or configuration, 130 cancelled).
+
+mod doctor;
+mod error;
+mod home;
+mod setup;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::error::CliError;
+
+/// Run multi-step documentation workflows against LLM providers, with auditable retries.
+#[derive(Debug, Parser)]
+#[command(name = "docsfab", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Debug, Subcommand)]
+enum Commands {
+    /// Write DOCSFAB_HOME/host.yaml (keeps an existing readOnlyMaxRetries as it is).
+    Setup(setup::SetupArgs),
+    /// Check the host configuration, environment and a composition; print effective limits.
+    Doctor(doctor::DoctorArgs),
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Commands::Setup(args) => setup::run(&args),
+        Commands::Doctor(args) => doctor::run(&args),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! `docsfab doctor`: validate everything a run would read at startup (host.yaml, the
+//! environment, the rules table and optionally a composition), then print every effective limit
+//! with its source, the transport retry budget and the retry envelope of one read-only step.
+//!
+//! Exit 0 when the configuration is valid, even with warnings; exit 2 with one sentence on
+//! stderr at the first problem. Secrets are never printed: for each provider doctor says only
+//! whether the variable it names is set.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use docsfab_policy::catalog::{EffectiveLimits, Limit, Source};
+use docsfab_policy::envelope::RetryEnvelope;
+use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+use crate::home::{HostContext, read_optional};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A composition file to check; its limits.timeoutMs is the attempt timer of the envelope.
+    #[arg(long, value_name = "FILE")]
+    pub composition: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Every environment variable docsfab reads for limits.
+fn known_limit_vars() -> Vec<&'static str> {
+    Limit::ALL.into_iter().filter_map(Limit::env_var).collect()
+}
+
+struct Report {
+    ctx: HostContext,
+    composition: Option<(PathBuf, Composition)>,
+    timer_ms: u64,
+    envelope: RetryEnvelope,
+    warnings: Vec<String>,
+}
+
+pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
+    let report = match check(args) {
+        Ok(r) => r,
+        Err(e) => {
+            if args.json {
+                println!("{}", json!({"valid": false, "error": e.message}));
+            }
+            return Err(e);
+        }
+    };
+    if args.json {
+        println!("{:#}", to_json(&report));
+    } else {
+        print!("{}", to_text(&report));
+    }
+    Ok(())
+}
+
+fn check(args: &DoctorArgs) -> Result<Report, CliError> {
+    let ctx = HostContext::load()?;
+    let mut warnings = Vec::new();
+
+    let composition = match &args.composition {
+        Some(path) => {
+            let text = read_optional(path, "composition")?.ok_or_else(|| {
+                CliError::bad_input(format!(
+                    "the composition {} does not exist; check the path given to --composition.",
+                    path.display()
+                ))
+            })?;
+            let c = Composition::parse(&text, &path.display().to_string())?;
+            // Without a host.yaml the warning below already says no provider is configured.
+            if ctx.host_file_exists && !ctx.host.providers.contains_key(&c.provider) {
+                let known: Vec<&str> = ctx.host.providers.keys().map(String::as_str).collect();
+                return Err(CliError::bad_input(format!(
+                    "the composition {} uses provider {:?}, which {} does not define (it defines: {}); add the provider to host.yaml (`docsfab setup` writes \"default\") or name a defined one.",
+                    path.display(),
+                    c.provider,
+                    ctx.host.path,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+            Some((path.clone(), c))
+        }
+        None => None,
+    };
+
+    if !ctx.host_file_exists {
+        warnings.push(format!(
+            "{} does not exist, so the catalog defaults apply and no provider is configured; run `docsfab setup` to create it.",
+            ctx.host.path
+        ));
+    } else if ctx.host.providers.is_empty() {
+        warnings.push(format!(
+            "{} defines no provider; run `docsfab setup` to add the default one.",
+            ctx.host.path
+        ));
+    }
+    for (name, p) in &ctx.host.providers {
+        if !key_var_is_set(&p.api_key_env) {
+            warnings.push(format!(
+                "provider {name:?} reads its key from {}, which is not set in this environment; export it before `docsfab run`.",
+                p.api_key_env
+            ));
+        }
+    }
+    if let Some(v) = ctx.limits.shadowed_env_max_retries() {
+        warnings.push(format!(
+            "DOCSFAB_READ_ONLY_MAX_RETRIES={v} is set but the host override readOnlyMaxRetries={} in {} stays in force; remove the override to let the environment decide.",
+            ctx.limits.effective_max_retries(),
+            ctx.host.path
+        ));
+    }
+    let known = known_limit_vars();
+    for var in ctx.env.keys() {
+        let looks_like_limit =
+            var.starts_with("DOCSFAB_READ_ONLY_") || var.starts_with("DOCSFAB_RETRY_");
+        if looks_like_limit && !known.contains(&var.as_str()) {
+            warnings.push(format!(
+                "{var} is not a variable docsfab reads, so it has no effect; check its spelling (known: {}).",
+                known.join(", ")
+            ));
+        }
+    }
+
+    let timer_ms = composition
+        .as_ref()
+        .map_or(DEFAULT_TIMEOUT_MS, |(_, c)| c.limits.timeout_ms);
+    let envelope = RetryEnvelope::for_limits(&ctx.limits, timer_ms);
+    if envelope.exceeds_deadline {
+        warnings.push(format!(
+            "one read-only step may take up to {}ms, more than runtime.deadlineMilliseconds={}, so a hosted job deadline could cancel the run first; lower DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES (or DOCSFAB_READ_ONLY_MAX_RETRIES), or seal a shorter limits.timeoutMs in the composition.",
+            envelope.total_ms, envelope.deadline_ms
+        ));
+    }
+
+    Ok(Report {
+        ctx,
+        composition,
+        timer_ms,
+        envelope,
+        warnings,
+    })
+}
+
+fn key_var_is_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
+/// The four values of the transport budget, by the names the doctor line uses.
+const TRANSPORT_VALUES: [(&str, Limit); 4] = [
+    ("maxTransportRetries", Limit::MaxTransportRetries),
+    ("transportMaxDelayMs", Limit::TransportMaxDelayMs),
+    ("transportMaxElapsedMs", Limit::TransportMaxElapsedMs),
+    ("baseDelayMs", Limit::RetryBaseDelayMs),
+];
+
+/// `(catalog)` when every value shares one source, otherwise each value's source by name.
+fn transport_sources(l: &EffectiveLimits) -> String {
+    let values = TRANSPORT_VALUES;
+    let first = l.get(values[0].1).source;
+    if values.iter().all(|(_, lim)| l.get(*lim).source == first) {
+        return format!("({first})");
+    }
+    let parts: Vec<String> = values
+        .iter()
+        .map(|(name, lim)| format!("{name}: {}", l.get(*lim).source))
+        .collect();
+    format!("({})", parts.join(", "))
+}
+
+/// The `Transport retry budget:` line.
+pub fn transport_line(l: &EffectiveLimits) -> String {
+    format!(
+        "Transport retry budget: maxTransportRetries={} transportMaxDelayMs={} transportMaxElapsedMs={} baseDelayMs={} {}",
+        l.max_transport_retries(),
+        l.transport_max_delay_ms(),
+        l.transport_max_elapsed_ms(),
+        l.retry_base_delay_ms(),
+        transport_sources(l)
+    )
+}
+
+/// The `Retry envelope:` line.
+pub fn envelope_line(e: &RetryEnvelope) -> String {
+    let verdict = if e.exceeds_deadline {
+        "exceeds"
+    } else {
+        "within"
+    };
+    format!(
+        "Retry envelope: attempts<={} contract<={}ms transport<={}ms total<={}ms ({verdict} runtime.deadlineMilliseconds={})",
+        e.attempts, e.contract_ms, e.transport_ms, e.total_ms, e.deadline_ms
+    )
+}
+
+fn to_text(r: &Report) -> String {
+    let ctx = &r.ctx;
+    let l = &ctx.limits;
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!(
+        "Home: {} ({})",
+        ctx.home.dir.display(),
+        if ctx.home.from_env {
+            "DOCSFAB_HOME"
+        } else {
+            "default $HOME/.docsfab"
+        }
+    ));
+    line(format!(
+        "Host file: {} ({})",
+        ctx.host.path,
+        if ctx.host_file_exists {
+            "valid"
+        } else {
+            "absent: catalog defaults"
+        }
+    ));
+    for (name, p) in &ctx.host.providers {
+        line(format!(
+            "Provider {name}: api={} baseUrl={} model={} apiKeyEnv={} ({})",
+            p.api,
+            p.base_url,
+            p.model,
+            p.api_key_env,
+            if key_var_is_set(&p.api_key_env) {
+                "set"
+            } else {
+                "not set"
+            }
+        ));
+    }
+    let rules = &ctx.rules;
+    let counts = format!(
+        "{} class rules, {} condition rules, {} text rules",
+        rules.class_rules().len(),
+        rules.condition_rules().len(),
+        rules.text_rules().len()
+    );
+    line(match &ctx.rules_path {
+        Some(p) => format!(
+            "Rules table: {} (operator copy, valid: {counts})",
+            p.display()
+        ),
+        None => format!(
+            "Rules table: embedded {} (valid: {counts})",
+            docsfab_policy::rules::EMBEDDED_NAME
+        ),
+    });
+    match &r.composition {
+        Some((path, c)) => {
+            line(format!(
+                "Composition: {} ({}) steps={} provider={} model={} (valid)",
+                c.name,
+                path.display(),
+                c.steps.len(),
+                c.provider,
+                c.model.as_deref().unwrap_or("(the provider's model)")
+            ));
+            line(format!(
+                "Attempt timer: {}ms (composition limits.timeoutMs)",
+                r.timer_ms
+            ));
+        }
+        None => line(format!(
+            "Attempt timer: {}ms (default; pass --composition FILE to use its limits.timeoutMs)",
+            r.timer_ms
+        )),
+    }
+    line("Limits:".to_string());
+    for (limit, e) in l.iter() {
+        let via = limit
+            .env_var()
+            .map(|v| format!(" [{v}]"))
+            .unwrap_or_default();
+        let extra = if limit == Limit::MaxRetries {
+            format!(
+                " configuredMaxRetries={} effectiveMaxRetries={}",
+                l.configured_max_retries(),
+                l.effective_max_retries()
+            )
+        } else {
+            String::new()
+        };
+        line(format!(
+            "  {}={} ({}){extra}{via}",
+            limit.key(),
+            e.value,
+            e.source
+        ));
+    }
+    line(transport_line(l));
+    line(envelope_line(&r.envelope));
+    for w in &r.warnings {
+        line(format!("warning: {w}"));
+    }
+    line("Configuration is valid.".to_string());
+    out
+}
+
+fn source_str(s: Source) -> &'static str {
+    s.as_str()
+}
+
+fn to_json(r: &Report) -> Value {
+    let ctx = &r.ctx;
+    let l = &ctx.limits;
+    let limits: Vec<Value> = l
+        .iter()
+        .map(|(limit, e)| {
+            json!({
+                "key": limit.key(),
+                "value": e.value,
+                "source": source_str(e.source),
+                "default": limit.default_value(),
+                "min": limit.min(),
+                "max": limit.max(),
+                "env": limit.env_var(),
+                "hostCatalog": limit.in_host_catalog(),
+            })
+        })
+        .collect();
+    let providers: Vec<Value> = ctx
+        .host
+        .providers
+        .iter()
+        .map(|(name, p)| {
+            json!({
+                "name": name,
+                "api": p.api.as_str(),
+                "baseUrl": p.base_url,
+                "model": p.model,
+                "apiKeyEnv": p.api_key_env,
+                "apiKeyEnvSet": key_var_is_set(&p.api_key_env),
+            })
+        })
+        .collect();
+    let tr = l.transport_retry();
+    let e = &r.envelope;
+    json!({
+        "valid": true,
+        "home": ctx.home.dir.display().to_string(),
+        "hostFile": {"path": ctx.host.path, "exists": ctx.host_file_exists},
+        "providers": providers,
+        "rulesTable": match &ctx.rules_path {
+            Some(p) => json!({"source": "operator", "path": p.display().to_string()}),
+            None => json!({"source": "embedded", "path": docsfab_policy::rules::EMBEDDED_NAME}),
+        },
+        "composition": r.composition.as_ref().map(|(path, c)| json!({
+            "path": path.display().to_string(),
+            "name": c.name,
+            "provider": c.provider,
+            "model": c.model,
+            "steps": c.steps.len(),
+            "limits": c.limits,
+        })),
+        "limits": limits,
+        "configuredMaxRetries": l.configured_max_retries(),
+        "effectiveMaxRetries": l.effective_max_retries(),
+        "effectiveMaxRetriesSource": source_str(l.get(Limit::MaxRetries).source),
+        "transportRetry": {
+            "maxTransportRetries": tr.max_transport_retries,
+            "transportMaxDelayMs": tr.transport_max_delay_ms,
+            "transportMaxElapsedMs": tr.transport_max_elapsed_ms,
+            "baseDelayMs": tr.base_delay_ms,
+            "sources": {
+                "maxTransportRetries": source_str(l.get(Limit::MaxTransportRetries).source),
+                "transportMaxDelayMs": source_str(l.get(Limit::TransportMaxDelayMs).source),
+                "transportMaxElapsedMs": source_str(l.get(Limit::TransportMaxElapsedMs).source),
+                "baseDelayMs": source_str(l.get(Limit::RetryBaseDelayMs).source),
+            },
+        },
+        "envelope": {
+            "attemptTimerMs": e.attempt_timer_ms,
+            "attempts": e.attempts,
+            "contractMs": e.contract_ms,
+            "transportMs": e.transport_ms,
+            "totalMs": e.total_ms,
+            "deadlineMilliseconds": e.deadline_ms,
+            "exceedsDeadline": e.exceeds_deadline,
+        },
+        "warnings": r.warnings,
+    })
+}

@@ -1,0 +1,112 @@
+//! The one error type every command returns, and the exit code it maps to.
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// How a command ended when it did not succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The work ran and failed (exit 1).
+    Failed,
+    /// Bad input or configuration, found before any work started (exit 2).
+    BadInput,
+    /// The caller cancelled (exit 130, as a shell reports SIGINT).
+    // Constructed by the commands that run work (run, demo), which are added as modules.
+    #[allow(dead_code)]
+    Cancelled,
+}
+
+impl ErrorKind {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            ErrorKind::Failed => 1,
+            ErrorKind::BadInput => 2,
+            ErrorKind::Cancelled => 130,
+        }
+    }
+}
+
+/// A command's failure: its kind and one sentence for stderr saying what is wrong, where, and
+/// what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn bad_input(message: impl Into<String>) -> CliError {
+        CliError {
+            kind: ErrorKind::BadInput,
+            message: message.into(),
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> CliError {
+        CliError {
+            kind: ErrorKind::Failed,
+            message: message.into(),
+        }
+    }
+
+    #[allow(dead_code)] // see `ErrorKind::Cancelled`
+    pub fn cancelled(message: impl Into<String>) -> CliError {
+        CliError {
+            kind: ErrorKind::Cancelled,
+            message: message.into(),
+        }
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.kind.exit_code())
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// Configuration errors from the libraries are all bad input.
+impl From<docsfab_policy::host::HostError> for CliError {
+    fn from(e: docsfab_policy::host::HostError) -> Self {
+        CliError::bad_input(e.to_string())
+    }
+}
+
+impl From<docsfab_policy::catalog::ConfigError> for CliError {
+    fn from(e: docsfab_policy::catalog::ConfigError) -> Self {
+        CliError::bad_input(e.to_string())
+    }
+}
+
+impl From<docsfab_runtime::composition::CompositionError> for CliError {
+    fn from(e: docsfab_runtime::composition::CompositionError) -> Self {
+        CliError::bad_input(e.to_string())
+    }
+}
+
+impl From<docsfab_policy::rules::RulesError> for CliError {
+    fn from(e: docsfab_policy::rules::RulesError) -> Self {
+        let text = e.to_string();
+        let text = text.trim_end_matches('.');
+        CliError::bad_input(format!(
+            "{text}; fix the rules table or remove the operator copy to use the embedded one."
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_map_to_documented_exit_codes() {
+        assert_eq!(CliError::failed("x").kind.exit_code(), 1);
+        assert_eq!(CliError::bad_input("x").kind.exit_code(), 2);
+        assert_eq!(CliError::cancelled("x").kind.exit_code(), 130);
+    }
+}

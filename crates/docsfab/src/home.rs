@@ -1,0 +1,127 @@
+//! The host directory and what every command reads from it: `host.yaml`, the `DOCSFAB_`
+//! environment, and the resolved limits. The pure parsing and resolution live in
+//! `docsfab_policy`; this module only does the I/O around them.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind as IoKind;
+use std::path::{Path, PathBuf};
+
+use docsfab_policy::catalog::{EffectiveLimits, resolve};
+use docsfab_policy::host::HostConfig;
+use docsfab_policy::rules::{OPERATOR_FILE_NAME, RulesTable};
+
+use crate::error::CliError;
+
+/// The file name of the host configuration inside `DOCSFAB_HOME`.
+pub const HOST_FILE_NAME: &str = "host.yaml";
+
+/// Where `DOCSFAB_HOME` is and how it was chosen.
+#[derive(Debug, Clone)]
+pub struct Home {
+    pub dir: PathBuf,
+    /// `true` when `DOCSFAB_HOME` was set, `false` for the `$HOME/.docsfab` default.
+    pub from_env: bool,
+}
+
+impl Home {
+    /// `DOCSFAB_HOME`, or `$HOME/.docsfab`.
+    pub fn locate() -> Result<Home, CliError> {
+        if let Some(dir) = std::env::var_os("DOCSFAB_HOME").filter(|d| !d.is_empty()) {
+            return Ok(Home {
+                dir: PathBuf::from(dir),
+                from_env: true,
+            });
+        }
+        match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+            Some(home) => Ok(Home {
+                dir: PathBuf::from(home).join(".docsfab"),
+                from_env: false,
+            }),
+            None => Err(CliError::bad_input(
+                "neither DOCSFAB_HOME nor HOME is set, so docsfab cannot find its host directory; set DOCSFAB_HOME to a directory docsfab may use.",
+            )),
+        }
+    }
+
+    pub fn host_file(&self) -> PathBuf {
+        self.dir.join(HOST_FILE_NAME)
+    }
+
+    pub fn rules_file(&self) -> PathBuf {
+        self.dir.join(OPERATOR_FILE_NAME)
+    }
+}
+
+/// Reads a text file that may be absent. Any other read failure is bad configuration.
+pub fn read_optional(path: &Path, what: &str) -> Result<Option<String>, CliError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
+        Err(e) => Err(CliError::bad_input(format!(
+            "cannot read the {what} {} ({e}); check that it is a readable UTF-8 file.",
+            path.display()
+        ))),
+    }
+}
+
+/// The host configuration, and whether a `host.yaml` exists.
+pub fn load_host(home: &Home) -> Result<(HostConfig, bool), CliError> {
+    let path = home.host_file();
+    let shown = path.display().to_string();
+    match read_optional(&path, "host configuration")? {
+        Some(text) => Ok((HostConfig::parse(&text, &shown)?, true)),
+        None => Ok((HostConfig::empty(shown), false)),
+    }
+}
+
+/// The `DOCSFAB_` environment variables. A value that is not UTF-8 is kept lossily, so it is
+/// refused as "not a whole number" by name rather than silently ignored.
+pub fn docsfab_env() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            k.starts_with("DOCSFAB_")
+                .then(|| (k, v.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
+/// Everything a command needs from the host, validated.
+#[derive(Debug, Clone)]
+pub struct HostContext {
+    pub home: Home,
+    pub host: HostConfig,
+    pub host_file_exists: bool,
+    pub env: BTreeMap<String, String>,
+    pub limits: EffectiveLimits,
+    pub rules: RulesTable,
+    /// `None` for the embedded table, or the operator copy's path.
+    pub rules_path: Option<PathBuf>,
+}
+
+impl HostContext {
+    /// Reads and validates `host.yaml`, the environment and the rules table.
+    pub fn load() -> Result<HostContext, CliError> {
+        let home = Home::locate()?;
+        let (host, host_file_exists) = load_host(&home)?;
+        let env = docsfab_env();
+        let limits = resolve(&host, &env)?;
+        let rules_file = home.rules_file();
+        let (rules, rules_path) = match read_optional(&rules_file, "rules table")? {
+            Some(text) => (
+                RulesTable::parse(&text, &rules_file.display().to_string())?,
+                Some(rules_file),
+            ),
+            None => (RulesTable::embedded()?, None),
+        };
+        Ok(HostContext {
+            home,
+            host,
+            host_file_exists,
+            env,
+            limits,
+            rules,
+            rules_path,
+        })
+    }
+}

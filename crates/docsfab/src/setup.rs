@@ -1,0 +1,392 @@
+//! `docsfab setup`: write `DOCSFAB_HOME/host.yaml`.
+//!
+//! The generated file has no numeric `readOnlyMaxRetries`, so `retry.maxRetries` follows the
+//! catalog (CFG-4). An existing numeric `readOnlyMaxRetries` is an explicit operator override and
+//! is written back exactly as it was; setup does not guess where it came from. Other providers
+//! and `catalog:` lowerings are kept; the `default` provider gets the flags given. YAML comments
+//! of an existing file are not kept. No key is ever written: `--api-key-env` takes the NAME of
+//! the variable, and a value that looks like a key is refused without being echoed.
+//!
+//! The file is written to a temporary file in the same directory and renamed over `host.yaml`,
+//! so a reader never sees a half-written file.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use clap::{Args, ValueEnum};
+use docsfab_policy::host::{Api, HostConfig, ProviderConfig, check_key_env_name, looks_like_key};
+
+use crate::error::CliError;
+use crate::home::{Home, load_host};
+
+/// The provider `setup` writes.
+const PROVIDER: &str = "default";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ApiArg {
+    OpenaiChat,
+    AnthropicMessages,
+}
+
+impl From<ApiArg> for Api {
+    fn from(a: ApiArg) -> Api {
+        match a {
+            ApiArg::OpenaiChat => Api::OpenaiChat,
+            ApiArg::AnthropicMessages => Api::AnthropicMessages,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SetupArgs {
+    /// The provider's wire protocol.
+    #[arg(long, value_enum, value_name = "API")]
+    pub api: Option<ApiArg>,
+    /// The provider's base URL, including the version prefix (e.g. https://api.openai.com/v1).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The provider's default model.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The NAME of the environment variable that holds the key (never the key itself).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+}
+
+/// What a fresh provider entry of `api` starts from.
+fn defaults_for(api: Api) -> ProviderConfig {
+    match api {
+        Api::OpenaiChat => ProviderConfig {
+            api,
+            base_url: "https://api.openai.com/v1".into(),
+            api_key_env: "OPENAI_API_KEY".into(),
+            model: "gpt-4o-mini".into(),
+        },
+        Api::AnthropicMessages => ProviderConfig {
+            api,
+            base_url: "https://api.anthropic.com/v1".into(),
+            api_key_env: "ANTHROPIC_API_KEY".into(),
+            model: "claude-sonnet-4-5".into(),
+        },
+    }
+}
+
+/// The `default` provider after applying the flags to what exists. When the api changes, the
+/// fields not given that still hold the old api's defaults move to the new api's defaults;
+/// anything the operator customised stays.
+fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig {
+    let api = args
+        .api
+        .map(Api::from)
+        .or(existing.map(|p| p.api))
+        .unwrap_or(Api::OpenaiChat);
+    let fresh = defaults_for(api);
+    let Some(old) = existing else {
+        return ProviderConfig {
+            api,
+            base_url: args.base_url.clone().unwrap_or(fresh.base_url),
+            api_key_env: args.api_key_env.clone().unwrap_or(fresh.api_key_env),
+            model: args.model.clone().unwrap_or(fresh.model),
+        };
+    };
+    let old_defaults = defaults_for(old.api);
+    let keep = |given: &Option<String>, old_v: &str, old_default: &str, new_default: String| {
+        given.clone().unwrap_or_else(|| {
+            if old.api != api && old_v == old_default {
+                new_default
+            } else {
+                old_v.to_string()
+            }
+        })
+    };
+    ProviderConfig {
+        api,
+        base_url: keep(
+            &args.base_url,
+            &old.base_url,
+            &old_defaults.base_url,
+            fresh.base_url,
+        ),
+        api_key_env: keep(
+            &args.api_key_env,
+            &old.api_key_env,
+            &old_defaults.api_key_env,
+            fresh.api_key_env,
+        ),
+        model: keep(&args.model, &old.model, &old_defaults.model, fresh.model),
+    }
+}
+
+/// Refuses flag values that would put a secret (or an unusable value) into host.yaml. Never
+/// repeats a value that looks like a key.
+fn check_args(args: &SetupArgs) -> Result<(), CliError> {
+    if let Some(name) = &args.api_key_env
+        && let Err(problem) = check_key_env_name(name)
+    {
+        return Err(CliError::bad_input(format!(
+            "--api-key-env was refused because {problem}; pass the variable's name, for example --api-key-env OPENAI_API_KEY, and export the key in that variable."
+        )));
+    }
+    if let Some(url) = &args.base_url {
+        if looks_like_key(url) || url_carries_secret(url) {
+            return Err(CliError::bad_input(
+                "--base-url was refused because it appears to contain a key or credentials; give the plain base URL and pass the key through the variable named by --api-key-env.",
+            ));
+        }
+        if !(url.starts_with("https://") || url.starts_with("http://"))
+            || url.contains(char::is_whitespace)
+        {
+            return Err(CliError::bad_input(format!(
+                "--base-url {url:?} is not an http:// or https:// URL; give the provider's base URL including its version prefix, such as https://api.openai.com/v1."
+            )));
+        }
+    }
+    if let Some(model) = &args.model {
+        if looks_like_key(model) {
+            return Err(CliError::bad_input(
+                "--model was refused because the value looks like a key rather than a model name; pass the model name and put the key in the variable named by --api-key-env.",
+            ));
+        }
+        if model.trim().is_empty() || model.contains(char::is_control) {
+            return Err(CliError::bad_input(
+                "--model is empty or contains control characters; pass the provider's model name.",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A URL with user information (`user:pass@`) or a key-like query parameter.
+fn url_carries_secret(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return true;
+    }
+    let query = url
+        .split_once('?')
+        .map_or("", |(_, q)| q)
+        .to_ascii_lowercase();
+    [
+        "key=",
+        "token=",
+        "secret=",
+        "password=",
+        "api_key=",
+        "apikey=",
+    ]
+    .iter()
+    .any(|k| query.contains(k))
+}
+
+pub fn run(args: &SetupArgs) -> Result<(), CliError> {
+    check_args(args)?;
+    let home = Home::locate()?;
+    let (existing, existed) = load_host(&home).map_err(|e| {
+        let text = e.message.trim_end_matches('.').to_string();
+        CliError::bad_input(format!(
+            "{text} (setup keeps the settings of an existing host.yaml, so it must parse; fix it or move it aside and run setup again)."
+        ))
+    })?;
+    let provider = merge(existing.providers.get(PROVIDER), args);
+    let mut host = existing.clone();
+    host.providers
+        .insert(PROVIDER.to_string(), provider.clone());
+
+    let text = render(&host);
+    // The file we write must be one docsfab accepts; anything else is a bug to report, not a
+    // file to leave behind.
+    let path = home.host_file();
+    HostConfig::parse(&text, &path.display().to_string()).map_err(|e| {
+        CliError::failed(format!(
+            "setup produced a host.yaml it cannot read back ({e}); nothing was written, please report this."
+        ))
+    })?;
+    std::fs::create_dir_all(&home.dir).map_err(|e| {
+        CliError::bad_input(format!(
+            "cannot create the host directory {} ({e}); set DOCSFAB_HOME to a writable directory.",
+            home.dir.display()
+        ))
+    })?;
+    write_atomically(&path, &text)?;
+
+    println!(
+        "{} {}",
+        if existed { "Updated" } else { "Wrote" },
+        path.display()
+    );
+    println!(
+        "Provider {PROVIDER}: api={} baseUrl={} model={} apiKeyEnv={}",
+        provider.api, provider.base_url, provider.model, provider.api_key_env
+    );
+    match &host.read_only_max_retries {
+        Some(raw) => println!(
+            "Kept readOnlyMaxRetries: {} as the operator's explicit override of retry.maxRetries; remove it to follow the catalog.",
+            raw.text
+        ),
+        None => println!("readOnlyMaxRetries is not set, so retry.maxRetries follows the catalog."),
+    }
+    if std::env::var_os(&provider.api_key_env).is_none_or(|v| v.is_empty()) {
+        println!(
+            "Note: {} is not set in this shell; export the key there before `docsfab run`.",
+            provider.api_key_env
+        );
+    }
+    println!("Run `docsfab doctor` to check the configuration.");
+    Ok(())
+}
+
+/// A YAML scalar: plain when that cannot be misread, otherwise double-quoted (JSON string
+/// syntax is valid YAML).
+fn scalar(s: &str) -> String {
+    let plain_chars = s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_./:-+@".contains(c));
+    let starts_ok = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
+    let reserved = matches!(
+        s.to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null" | "nan" | "inf"
+    );
+    if plain_chars && starts_ok && !reserved && !s.ends_with(':') {
+        s.to_string()
+    } else {
+        serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+    }
+}
+
+/// The text of host.yaml for `host`.
+fn render(host: &HostConfig) -> String {
+    let mut out = String::new();
+    out.push_str("# docsfab host configuration, written by `docsfab setup`.\n");
+    out.push_str("# Keys are never stored here: apiKeyEnv names the environment variable that holds the key.\n");
+    out.push_str("# Settings and their limits: docs/configuration.md.\n");
+    out.push_str("providers:\n");
+    for (name, p) in &host.providers {
+        let _ = writeln!(out, "  {}:", scalar(name));
+        let _ = writeln!(out, "    api: {}", p.api);
+        let _ = writeln!(out, "    baseUrl: {}", scalar(&p.base_url));
+        let _ = writeln!(out, "    apiKeyEnv: {}", scalar(&p.api_key_env));
+        let _ = writeln!(out, "    model: {}", scalar(&p.model));
+    }
+    if let Some(raw) = &host.read_only_max_retries {
+        // Written back exactly as the operator wrote it.
+        let _ = writeln!(out, "readOnlyMaxRetries: {}", raw.text);
+    }
+    if !host.catalog.is_empty() {
+        out.push_str("catalog:\n");
+        for (key, raw) in &host.catalog {
+            let _ = writeln!(out, "  {}: {}", scalar(key), raw.text);
+        }
+    }
+    out
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), CliError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".host.yaml.tmp-{}", std::process::id()));
+    let fail = |e: std::io::Error| {
+        CliError::bad_input(format!(
+            "cannot write {} ({e}); check that the host directory is writable.",
+            path.display()
+        ))
+    };
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(
+        api: Option<ApiArg>,
+        url: Option<&str>,
+        model: Option<&str>,
+        env: Option<&str>,
+    ) -> SetupArgs {
+        SetupArgs {
+            api,
+            base_url: url.map(str::to_string),
+            model: model.map(str::to_string),
+            api_key_env: env.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn scalar_quotes_only_when_needed() {
+        assert_eq!(
+            scalar("https://api.example.com/v1"),
+            "https://api.example.com/v1"
+        );
+        assert_eq!(scalar("OPENAI_API_KEY"), "OPENAI_API_KEY");
+        assert_eq!(scalar("yes"), "\"yes\"");
+        assert_eq!(scalar("123"), "\"123\"");
+        assert_eq!(scalar("a b # c"), "\"a b # c\"");
+        assert_eq!(scalar(""), "\"\"");
+    }
+
+    #[test]
+    fn api_change_moves_untouched_defaults_only() {
+        let old = defaults_for(Api::OpenaiChat);
+        let mut custom = old.clone();
+        custom.base_url = "https://gw.internal/v1".into();
+        let m = merge(
+            Some(&custom),
+            &args(Some(ApiArg::AnthropicMessages), None, None, None),
+        );
+        assert_eq!(m.api, Api::AnthropicMessages);
+        assert_eq!(m.base_url, "https://gw.internal/v1");
+        assert_eq!(m.api_key_env, "ANTHROPIC_API_KEY");
+        let m = merge(Some(&old), &args(None, None, Some("m2"), None));
+        assert_eq!((m.api, m.model.as_str()), (Api::OpenaiChat, "m2"));
+    }
+
+    #[test]
+    fn secrets_in_flags_refused_without_echo_cfg_4() {
+        let key = "sk-proj-Abc123Def456Ghi789";
+        for a in [
+            args(None, None, None, Some(key)),
+            args(None, Some(&format!("https://u:{key}@h/v1")), None, None),
+            args(None, Some("https://h/v1?api_key=zzz"), None, None),
+            args(None, None, Some(key), None),
+        ] {
+            let e = check_args(&a).unwrap_err();
+            assert_eq!(e.kind, crate::error::ErrorKind::BadInput);
+            assert!(!e.message.contains("Abc123"), "{}", e.message);
+        }
+        assert!(check_args(&args(None, Some("https://h/v1"), Some("m"), Some("MY_KEY"))).is_ok());
+    }
+
+    #[test]
+    fn rendered_file_round_trips_with_override_kept_cfg_4() {
+        let host = HostConfig::parse(
+            "readOnlyMaxRetries: 2\ncatalog:\n  retry.maxRetries: 3\n",
+            "h.yaml",
+        )
+        .unwrap();
+        let mut host2 = host.clone();
+        host2
+            .providers
+            .insert("default".into(), defaults_for(Api::OpenaiChat));
+        let text = render(&host2);
+        let back = HostConfig::parse(&text, "h.yaml").unwrap();
+        assert_eq!(back.read_only_max_retries.unwrap().text, "2");
+        assert_eq!(back.catalog["retry.maxRetries"].text, "3");
+        assert_eq!(back.providers["default"], defaults_for(Api::OpenaiChat));
+        let fresh = render(&HostConfig {
+            providers: host2.providers.clone(),
+            ..HostConfig::empty("h.yaml")
+        });
+        assert!(!fresh.contains("readOnlyMaxRetries"), "{fresh}");
+    }
+}
