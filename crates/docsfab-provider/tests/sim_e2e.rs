@@ -162,3 +162,233 @@ async fn sim_terminal_status_is_sent_once_rep_3() {
         );
     }
 }
+
+fn outcome(r: &TurnResult) -> &docsfab_provider::StreamOutcome {
+    match &r.end {
+        TurnEnd::Completed(o) => o,
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn sim_tool_calls_and_truncated_arguments_are_read_on_both_apis() {
+    let yaml = "responses:
+  - answer:
+      text: Reading.
+      tool_calls:
+        - id: call_1
+          name: read_file
+          arguments: {path: src/lib.rs}
+        - id: call_2
+          name: write_file
+          arguments: {path: docs/a.md, content: '# A'}
+          truncate_arguments: 12
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits()).await;
+        assert_eq!(log.len(), 1);
+        let o = outcome(&r);
+        assert_eq!(o.text, "Reading.");
+        assert_eq!(
+            o.finish_reason,
+            Some(docsfab_provider::FinishReason::ToolCalls)
+        );
+        assert_eq!(o.tool_calls.len(), 2, "{api:?}");
+        assert_eq!(o.tool_calls[0].id, "call_1");
+        assert_eq!(o.tool_calls[0].name, "read_file");
+        let args: serde_json::Value =
+            serde_json::from_str(&o.tool_calls[0].arguments).expect("complete arguments");
+        assert_eq!(args, serde_json::json!({"path": "src/lib.rs"}));
+        assert!(!o.tool_calls[0].truncated);
+        assert!(o.tool_calls[1].truncated, "{api:?}: {:?}", o.tool_calls[1]);
+        assert_eq!(o.models, vec!["sim-model".to_string()]);
+    }
+}
+
+#[tokio::test]
+async fn sim_odd_line_framing_still_reads_the_answer_bnd_6() {
+    let yaml = "responses:
+  - answer: {text: one, line_ending: cr}
+  - answer: {text: two, line_ending: mixed, bom: {count: 2, lines: data}}
+  - answer: {text: three, line_ending: crlf, bom: {count: 1, lines: all}}
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let scenario = Scenario::from_yaml_str(yaml, "framing").expect("scenario");
+        let sim = SimServer::start("127.0.0.1:0".parse().expect("addr"), scenario, None)
+            .await
+            .expect("simulator");
+        let t = HttpTransport::new(HttpConfig::new(api, sim.base_url(), None)).expect("t");
+        let p = payload(api);
+        for want in ["one", "two", "three"] {
+            let r = run_turn(&t, &limits(), &p, &CancellationToken::new(), None).await;
+            let o = outcome(&r);
+            assert_eq!(o.text, want, "{api:?}");
+            assert!(o.done && o.finish_reason.is_some(), "{api:?} {want}");
+        }
+        sim.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn sim_clean_close_after_content_is_stream_incomplete_and_not_replayed_cls_2_rep_14() {
+    let yaml = "responses:
+  - answer: {text: The first half of an ans, omit_finish_reason: true, omit_done: true}
+  - answer: {text: never}
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits()).await;
+        assert_eq!(log.len(), 1);
+        let f = r.record.failure.expect("failure");
+        assert_eq!(f.class, ProviderErrorClass::StreamIncomplete, "{api:?}");
+        assert!(f.content_published);
+        assert_eq!(r.record.stop_reason, Some(StopReason::ContentPublished));
+    }
+}
+
+#[tokio::test]
+async fn sim_error_event_after_content_is_not_replayed_rep_14_cls_5() {
+    let yaml = "responses:
+  - answer:
+      text: partial
+      error_event: {type: service_unavailable, code: 503}
+      omit_finish_reason: true
+  - answer: {text: never}
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits()).await;
+        assert_eq!(log.len(), 1);
+        let f = r.record.failure.expect("failure");
+        assert_eq!(
+            (f.fault, f.class, f.declared_status),
+            (FaultKind::ErrorEvent, ProviderErrorClass::Server, Some(503)),
+            "{api:?}"
+        );
+        assert_eq!(r.record.stop_reason, Some(StopReason::ContentPublished));
+    }
+}
+
+#[tokio::test]
+async fn sim_quota_error_event_is_terminal_rep_6() {
+    let yaml = "responses:
+  - stream_error: {type: insufficient_quota, code: 429, done: false}
+  - answer: {text: never}
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits()).await;
+        assert_eq!(log.len(), 1, "{api:?}");
+        assert_eq!(
+            r.record.failure.map(|f| f.class),
+            Some(ProviderErrorClass::RateLimit)
+        );
+        assert_eq!(r.record.stop_reason, Some(StopReason::NotReplayable));
+    }
+}
+
+#[tokio::test]
+async fn sim_cut_and_stall_before_content_are_replayed_rep_2() {
+    let yaml = "responses:
+  - answer: {text: hello}
+    cut: {after_bytes: 0, with: reset}
+  - answer: {text: hello}
+    cut: {after_bytes: 0, with: close}
+  - drop: close
+    delay_ms: 2000
+  - answer: {text: hello}
+";
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits()).await;
+        assert_eq!(log.len(), 4, "{api:?}");
+        assert_eq!(r.record.status, TurnStatus::Completed);
+        let causes: Vec<ReplayCause> = r.record.replays.iter().map(|e| e.cause).collect();
+        assert_eq!(
+            causes,
+            vec![
+                ReplayCause::Fault(FaultKind::BodyCut),
+                ReplayCause::Fault(FaultKind::BodyCut),
+                ReplayCause::Fault(FaultKind::RequestTimeout),
+            ],
+            "{api:?}"
+        );
+        assert_eq!(outcome(&r).text, "hello");
+    }
+}
+
+#[tokio::test]
+async fn sim_retry_after_ms_sets_the_wait_rep_8() {
+    let yaml = "responses:
+  - status: 429
+    headers: {retry-after-ms: 120}
+  - answer: {text: ok}
+";
+    let limits = ReplayLimits {
+        max_delay_ms: 1_000,
+        ..limits()
+    };
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+        let (r, log) = turn_against(api, yaml, limits).await;
+        assert_eq!(log.len(), 2);
+        assert_eq!(r.record.replays[0].retry_after_ms, Some(120));
+        assert_eq!(r.record.replays[0].wait_ms, 120);
+        assert!(log[1].time_unix_ms - log[0].time_unix_ms >= 120);
+    }
+}
+
+#[tokio::test]
+async fn sim_content_filter_finish_is_terminal_cls_1() {
+    for (api, reason) in [
+        (Api::OpenaiChat, "content_filter"),
+        (Api::AnthropicMessages, "refusal"),
+    ] {
+        let yaml = format!(
+            "responses:\n  - answer: {{text: hm, finish_reason: {reason}}}\n  - answer: {{text: never}}\n"
+        );
+        let (r, log) = turn_against(api, &yaml, limits()).await;
+        assert_eq!(log.len(), 1);
+        assert_eq!(
+            r.record.failure.map(|f| f.class),
+            Some(ProviderErrorClass::ContentFilter)
+        );
+        assert_eq!(r.record.stop_reason, Some(StopReason::NotReplayable));
+    }
+}
+
+#[tokio::test]
+async fn sim_seeded_fault_bursts_each_end_in_one_completed_turn_rep_1() {
+    // Twelve episodes of 0..=7 faults (408 or 503), each followed by an answer: every burst fits
+    // the 8-attempt window, so each turn completes with one replay per fault of its burst.
+    let yaml = "responses:
+  - name: storm
+    random:
+      seed: 7
+      episodes: 12
+      burst: {length: [0, 7], statuses: [408, 503]}
+      then:
+        answer: {text: recovered}
+";
+    let api = Api::OpenaiChat;
+    let scenario = Scenario::from_yaml_str(yaml, "storm").expect("scenario");
+    let sim = SimServer::start("127.0.0.1:0".parse().expect("addr"), scenario, None)
+        .await
+        .expect("simulator");
+    let t = HttpTransport::new(HttpConfig::new(api, sim.base_url(), None)).expect("t");
+    let p = payload(api);
+    let mut seen = 0;
+    let mut total_faults = 0;
+    for episode in 0..12 {
+        let r = run_turn(&t, &limits(), &p, &CancellationToken::new(), None).await;
+        let log = sim.requests();
+        let this: Vec<_> = log[seen..].to_vec();
+        seen = log.len();
+        let faults = this.iter().filter(|e| e.entry.contains(".fault[")).count();
+        total_faults += faults;
+        assert_eq!(r.record.status, TurnStatus::Completed, "episode {episode}");
+        assert_eq!(
+            r.record.provider_retries as usize, faults,
+            "episode {episode}"
+        );
+        assert!(this.last().is_some_and(|e| e.entry.ends_with(".then")));
+        assert!(this.iter().all(|e| e.sha256 == p.digest().to_hex()));
+    }
+    assert!(total_faults > 12, "the seed gives real bursts: {total_faults}");
+    sim.shutdown().await;
+}
