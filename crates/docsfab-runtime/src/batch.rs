@@ -1,0 +1,114 @@
+//! Runs one turn's tool batch: each call through validation, host authorization, the lease and
+//! execution, recorded in the ledger. This is the piece of the agent loop between "the provider
+//! answered with tool calls" and the checkpoint.
+
+use crate::ledger::{BatchBuilder, ExecutionLease, StopReason, ToolBatch};
+use crate::tools::{HostFailure, StepTools};
+
+/// A tool call as the provider returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestedCall {
+    pub id: String,
+    pub name: String,
+    /// The raw argument text, which may be cut short or not JSON at all.
+    pub arguments: String,
+}
+
+/// What the model is told about one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallReply {
+    pub id: String,
+    pub text: String,
+}
+
+/// The result of running a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub batch: ToolBatch,
+    /// One reply per call that was answered, in order. Empty after a host failure: the
+    /// attempt ends and the model is not asked again.
+    pub replies: Vec<CallReply>,
+    /// Set when the host failed; the lease has then ended as `preflight-failed` with it.
+    pub host_failure: Option<HostFailure>,
+}
+
+/// Runs `calls` in order. A rejection or refusal answers the model with an error and runs
+/// nothing; an authorized call is counted by the lease before it runs. A host failure stops the
+/// batch and ends the lease with its evidence (LSE-2); the call that failed keeps no result, and
+/// the calls after it are recorded as refused.
+pub fn run_batch(
+    tools: &mut StepTools<'_>,
+    lease: &mut ExecutionLease,
+    calls: &[RequestedCall],
+) -> BatchOutcome {
+    let mut builder = BatchBuilder::new();
+    let mut replies = Vec::new();
+    let mut host_failure = None;
+    for call in calls {
+        if host_failure.is_some() {
+            builder.refuse(
+                &call.id,
+                &call.name,
+                "not run: the host failed earlier in the batch",
+            );
+            continue;
+        }
+        let reply = |text: String| CallReply {
+            id: call.id.clone(),
+            text,
+        };
+        let valid = match tools.validate(&call.name, &call.arguments) {
+            Ok(valid) => valid,
+            Err(rejection) => {
+                builder.reject(&call.id, &call.name, rejection.reason, &rejection.detail);
+                replies.push(reply(format!("error: {}", rejection.detail)));
+                continue;
+            }
+        };
+        let authorized = match tools.authorize(valid) {
+            Ok(authorized) => authorized,
+            Err(refusal) => {
+                // A path that cannot be resolved because the workspace itself is gone is the
+                // host's failure, not the model's mistake.
+                if let Err(failure) = tools.preflight() {
+                    builder.refuse(&call.id, &call.name, "not run: the host preflight failed");
+                    lease.stop(StopReason::PreflightFailed, Some(failure.evidence.clone()));
+                    host_failure = Some(HostFailure {
+                        evidence: failure.evidence,
+                    });
+                    continue;
+                }
+                let detail = refusal.to_string();
+                builder.refuse(&call.id, &call.name, &detail);
+                replies.push(reply(format!("error: {detail}")));
+                continue;
+            }
+        };
+        let tool = authorized.tool();
+        if let Err(e) = lease.authorize(tool) {
+            let detail = e.to_string();
+            builder.refuse(&call.id, &call.name, &detail);
+            replies.push(reply(format!("error: {detail}")));
+            continue;
+        }
+        let slot = builder.start(&call.id, tool);
+        match tools.execute(authorized) {
+            Ok(answer) => {
+                builder.finish(slot, answer.result);
+                replies.push(reply(answer.text));
+            }
+            Err(failure) => {
+                lease.stop(StopReason::PreflightFailed, Some(failure.evidence.clone()));
+                host_failure = Some(failure);
+            }
+        }
+    }
+    if host_failure.is_some() {
+        replies.clear();
+    }
+    BatchOutcome {
+        batch: builder.build(),
+        replies,
+        host_failure,
+    }
+}
