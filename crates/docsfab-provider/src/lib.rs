@@ -27,6 +27,7 @@ pub use driver::{
 pub use outcome::{FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{
     Api, AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,
+    endpoint_path,
 };
 pub use secret::ApiKey;
 pub use transport::{HttpConfig, HttpTransport, Transport, TransportBuildError};

@@ -9,31 +9,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Which provider API a payload is written for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Api {
-    /// OpenAI-compatible Chat Completions: `POST {baseUrl}/chat/completions`.
-    OpenaiChat,
-    /// Anthropic Messages: `POST {baseUrl}/messages`.
-    AnthropicMessages,
-}
+/// Which provider API a payload is written for: the policy's `host.yaml` type, re-exported
+/// here so the runtime passes one value from configuration to transport.
+pub use docsfab_policy::host::Api;
 
-impl Api {
-    /// The path appended to the provider's `baseUrl` (which already holds the version prefix).
-    pub fn path(self) -> &'static str {
-        match self {
-            Api::OpenaiChat => "/chat/completions",
-            Api::AnthropicMessages => "/messages",
-        }
-    }
-
-    /// The name used in `host.yaml` (`api:`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Api::OpenaiChat => "openai-chat",
-            Api::AnthropicMessages => "anthropic-messages",
-        }
+/// The path appended to the provider's `baseUrl` (which already holds the version prefix).
+pub fn endpoint_path(api: Api) -> &'static str {
+    match api {
+        Api::OpenaiChat => "/chat/completions",
+        Api::AnthropicMessages => "/messages",
     }
 }
 

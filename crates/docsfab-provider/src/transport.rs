@@ -17,7 +17,7 @@ use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, failure};
-use crate::request::Api;
+use crate::request::{Api, endpoint_path};
 use crate::secret::ApiKey;
 
 /// Sends one request's bytes and reads the answer. Object-safe, so the runtime can hold a
@@ -87,7 +87,7 @@ impl HttpTransport {
         let raw = format!(
             "{}{}",
             config.base_url.trim_end_matches('/'),
-            config.api.path()
+            endpoint_path(config.api)
         );
         let url = reqwest::Url::parse(&raw).map_err(|e| TransportBuildError::BadUrl {
             url: config.base_url.clone(),

@@ -68,7 +68,10 @@ async fn seven_408s_then_answer(api: Api) {
         log.iter().all(|e| e.sha256 == digest),
         "one payload digest across all eight (REP-12)"
     );
-    assert_eq!(log[0].path, format!("/v1{}", api.path()));
+    assert_eq!(
+        log[0].path,
+        format!("/v1{}", docsfab_provider::request::endpoint_path(api))
+    );
     assert!(log.iter().all(|e| e.stream));
 
     assert_eq!(r.record.status, TurnStatus::Completed);
@@ -389,6 +392,9 @@ async fn sim_seeded_fault_bursts_each_end_in_one_completed_turn_rep_1() {
         assert!(this.last().is_some_and(|e| e.entry.ends_with(".then")));
         assert!(this.iter().all(|e| e.sha256 == p.digest().to_hex()));
     }
-    assert!(total_faults > 12, "the seed gives real bursts: {total_faults}");
+    assert!(
+        total_faults > 12,
+        "the seed gives real bursts: {total_faults}"
+    );
     sim.shutdown().await;
 }
