@@ -483,7 +483,7 @@ pub enum ConfigError {
     },
     /// An explicit condition budget above the effective `retry.maxRetries` (CFG-7).
     #[error(
-        "{var}={value} is above the effective retry.maxRetries of {max_retries} ({max_retries_source}), and every condition budget stays inside it (allowed range 0..{max_retries}); lower {var} to at most {max_retries} or unset it."
+        "{var}={value} is above the effective retry.maxRetries of {max_retries} (source: {max_retries_source}), and every condition budget stays inside it (allowed range 0..{max_retries}); lower {var} to at most {max_retries} or unset it."
     )]
     ConditionAboveMaxRetries {
         var: &'static str,

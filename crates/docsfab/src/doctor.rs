@@ -308,8 +308,14 @@ fn to_text(r: &Report) -> String {
     out
 }
 
+/// The JSON spelling of a source (kebab-case, like the rest of docsfab's JSON enums).
 fn source_str(s: Source) -> &'static str {
-    s.as_str()
+    match s {
+        Source::Catalog => "catalog",
+        Source::HostCatalog => "host-catalog",
+        Source::Environment => "environment",
+        Source::HostOverride => "host-override",
+    }
 }
 
 fn to_json(r: &Report) -> Value {

@@ -257,6 +257,7 @@ fn doctor_json_gives_the_same_figures_ops_2() {
     assert_eq!(v["transportRetry"]["maxTransportRetries"], 6);
     assert_eq!(v["transportRetry"]["baseDelayMs"], 1000);
     assert_eq!(v["configuredMaxRetries"], 3);
+    assert_eq!(v["transportRetry"]["sources"]["baseDelayMs"], "catalog");
     assert_eq!(v["effectiveMaxRetries"], 3);
     let limits = v["limits"].as_array().expect("limits");
     assert!(
@@ -509,4 +510,34 @@ fn composition_naming_an_undefined_provider_exits_2() {
         "{}",
         o.stderr
     );
+}
+
+#[test]
+fn doctor_json_spells_sources_in_kebab_case_cfg_5() {
+    let s = Scratch::new();
+    s.write_host("readOnlyMaxRetries: 2\ncatalog:\n  retry.transportMaxDelayMs: 1000\n");
+    let mut c = s.cmd();
+    c.args(["doctor", "--json"]);
+    let o = run(c);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["effectiveMaxRetriesSource"], "host-override");
+    assert_eq!(v["effectiveMaxRetries"], 2);
+    assert_eq!(
+        v["transportRetry"]["sources"]["transportMaxDelayMs"],
+        "host-catalog"
+    );
+}
+
+#[test]
+fn doctor_json_refusal_is_an_object_and_exit_2_cfg_1() {
+    let s = Scratch::new();
+    let mut c = s.cmd();
+    c.args(["doctor", "--json"])
+        .env("DOCSFAB_READ_ONLY_MAX_RETRIES", "4");
+    let o = run(c);
+    assert_refused(&o);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["valid"], false);
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("0..3")));
 }
