@@ -324,3 +324,136 @@ async fn write<S: AsyncWrite + Unpin>(stream: &mut S, bytes: &[u8]) -> std::io::
     stream.write_all(bytes).await?;
     stream.flush().await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::CloseHow;
+
+    fn outgoing(framing: Framing) -> Outgoing {
+        Outgoing {
+            status: 200,
+            headers: Vec::new(),
+            pieces: vec![b"abc".to_vec(), b"def".to_vec()],
+            framing,
+            piece_delay: Duration::ZERO,
+        }
+    }
+
+    /// Writes the response into memory and returns (what follows the head, how it ended).
+    async fn body_after(
+        framing: Framing,
+        stall: Option<Stall>,
+        cut: Option<Cut>,
+    ) -> (String, Ending) {
+        let mut wire = Vec::new();
+        let ending = write_response(&mut wire, &outgoing(framing), stall, cut).await;
+        let text = String::from_utf8(wire).unwrap();
+        let (_, body) = text.split_once("\r\n\r\n").unwrap();
+        (body.to_owned(), ending)
+    }
+
+    fn cut(after_bytes: u64) -> Option<Cut> {
+        Some(Cut {
+            after_bytes,
+            with: CloseHow::Close,
+        })
+    }
+
+    #[tokio::test]
+    async fn chunked_cuts_land_on_exact_payload_bytes() {
+        let cases = [
+            (None, "3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", Ending::Complete),
+            (cut(0), "", Ending::Cut(CloseHow::Close)),
+            (cut(2), "3\r\nab", Ending::Cut(CloseHow::Close)),
+            // At a chunk boundary: the next chunk's size line is not sent.
+            (cut(3), "3\r\nabc\r\n", Ending::Cut(CloseHow::Close)),
+            (cut(4), "3\r\nabc\r\n3\r\nd", Ending::Cut(CloseHow::Close)),
+            // At or past the end: only the terminating chunk is missing.
+            (
+                cut(6),
+                "3\r\nabc\r\n3\r\ndef\r\n",
+                Ending::Cut(CloseHow::Close),
+            ),
+            (
+                cut(99),
+                "3\r\nabc\r\n3\r\ndef\r\n",
+                Ending::Cut(CloseHow::Close),
+            ),
+        ];
+        for (c, want, ending) in cases {
+            assert_eq!(
+                body_after(Framing::Chunked, None, c).await,
+                (want.to_owned(), ending),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn content_length_cuts_leave_fewer_bytes_than_announced() {
+        assert_eq!(
+            body_after(Framing::ContentLength, None, cut(4)).await,
+            ("abcd".to_owned(), Ending::Cut(CloseHow::Close))
+        );
+        assert_eq!(
+            body_after(Framing::ContentLength, None, None).await,
+            ("abcdef".to_owned(), Ending::Complete)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stall_does_not_change_the_bytes() {
+        let stall = Some(Stall {
+            after_bytes: 4,
+            ms: 60,
+        });
+        let started = tokio::time::Instant::now();
+        let (body, ending) = body_after(Framing::Chunked, stall, None).await;
+        assert_eq!(body, "3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n");
+        assert_eq!(ending, Ending::Complete);
+        assert!(started.elapsed() >= Duration::from_millis(60));
+    }
+
+    #[tokio::test]
+    async fn requests_are_read_by_length_or_chunks() {
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client
+            .write_all(b"POST /v1/messages?x=1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let req = read_request(&mut server).await.unwrap();
+        assert_eq!(
+            (req.method.as_str(), req.path.as_str(), req.body.as_slice()),
+            ("POST", "/v1/messages", b"hello".as_slice())
+        );
+
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client
+            .write_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2;ext=1\r\nhe\r\n3\r\nllo\r\n0\r\nX-Trailer: 1\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(read_request(&mut server).await.unwrap().body, b"hello");
+
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client
+            .write_all(b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\nhel")
+            .await
+            .unwrap();
+        drop(client);
+        assert!(matches!(
+            read_request(&mut server).await,
+            Err(ReadError::Closed)
+        ));
+
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client
+            .write_all(b"POST / HTTP/1.1\r\nContent-Length: nine\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_request(&mut server).await,
+            Err(ReadError::Malformed(_))
+        ));
+    }
+}

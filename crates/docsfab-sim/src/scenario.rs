@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -40,10 +40,12 @@ struct Slot {
     step: Arc<Step>,
 }
 
+/// What answers requests past the script. Each variant holds what it needs, so an empty script
+/// with a fallback that needs one cannot be built.
 #[derive(Debug, Clone)]
 enum Fallback {
-    RepeatLast,
-    Cycle,
+    RepeatLast(Slot),
+    Cycle(NonZeroU64),
     Respond(Arc<Step>),
 }
 
@@ -279,21 +281,17 @@ impl Scenario {
                 label: "fallback".to_owned(),
                 step: Arc::clone(step),
             },
-            Fallback::Cycle => {
-                let inner = self.scripted(index % total);
+            Fallback::Cycle(total) => {
+                let inner = self.scripted(index % total.get());
                 Pick {
                     label: format!("{} (fallback: cycle)", inner.label),
                     step: inner.step,
                 }
             }
-            Fallback::RepeatLast => {
-                // The resolver refuses an empty script unless the fallback is `respond`.
-                let slot = self.slots.last().unwrap_or_else(|| unreachable!());
-                Pick {
-                    label: format!("{} (fallback: repeat-last)", slot.label),
-                    step: Arc::clone(&slot.step),
-                }
-            }
+            Fallback::RepeatLast(slot) => Pick {
+                label: format!("{} (fallback: repeat-last)", slot.label),
+                step: Arc::clone(&slot.step),
+            },
         }
     }
 
@@ -520,6 +518,27 @@ impl<'de> Deserialize<'de> for ScalarText {
 // ---------------------------------------------------------------------------------------------
 // Checking and resolving.
 
+/// The one response kind an entry names.
+enum Kind {
+    Status(u16),
+    Drop(CloseHow),
+    Answer(Box<RawAnswer>),
+    StreamError(RawStreamError),
+    Random,
+}
+
+impl Kind {
+    fn name(&self) -> &'static str {
+        match self {
+            Kind::Status(_) => "status",
+            Kind::Drop(_) => "drop",
+            Kind::Answer(_) => "answer",
+            Kind::StreamError(_) => "stream_error",
+            Kind::Random => "random",
+        }
+    }
+}
+
 struct Invalid {
     line: Option<u64>,
     message: String,
@@ -548,13 +567,28 @@ impl Resolver {
         for (i, entry) in raw.responses.into_iter().enumerate() {
             self.entry(entry, format!("responses[{i}]"), &mut slots)?;
         }
+        let mut ends = Vec::with_capacity(slots.len());
+        let mut total: u64 = 0;
+        for slot in &slots {
+            total += u64::from(slot.repeat);
+            ends.push(total);
+        }
+        let empty = || Invalid {
+            line: None,
+            message:
+                "responses is empty: script at least one response or set `fallback: {respond: ...}`"
+                    .to_owned(),
+        };
+        let repeat_last = |slots: &[Slot]| slots.last().cloned().map(Fallback::RepeatLast);
         let fallback = match raw.fallback {
-            None => Fallback::RepeatLast,
+            None => repeat_last(&slots).ok_or_else(empty)?,
             Some(spanned) => {
                 let line = spanned.referenced.line();
                 match spanned.value {
-                    RawFallback::RepeatLast => Fallback::RepeatLast,
-                    RawFallback::Cycle => Fallback::Cycle,
+                    RawFallback::RepeatLast => repeat_last(&slots).ok_or_else(empty)?,
+                    RawFallback::Cycle => NonZeroU64::new(total)
+                        .map(Fallback::Cycle)
+                        .ok_or_else(empty)?,
                     RawFallback::Respond(entry) => {
                         let entry_line = entry.referenced.line();
                         let entry = entry.value;
@@ -567,24 +601,11 @@ impl Resolver {
                                 "fallback.respond takes no repeat: it answers every request past the script",
                             );
                         }
-                        Fallback::Respond(Arc::new(self.step(entry, entry_line)?.1))
+                        Fallback::Respond(Arc::new(self.step(entry, entry_line)?))
                     }
                 }
             }
         };
-        if slots.is_empty() && !matches!(fallback, Fallback::Respond(_)) {
-            return Err(Invalid {
-                line: None,
-                message: "responses is empty: script at least one response or set `fallback: {respond: ...}`"
-                    .to_owned(),
-            });
-        }
-        let mut ends = Vec::with_capacity(slots.len());
-        let mut total: u64 = 0;
-        for slot in &slots {
-            total += u64::from(slot.repeat);
-            ends.push(total);
-        }
         Ok(Scenario {
             name: raw.name,
             slots,
@@ -619,7 +640,7 @@ impl Resolver {
             Some(n) => n,
             None => 1,
         };
-        let (_, step) = self.step(entry, line)?;
+        let step = self.step(entry, line)?;
         self.push(
             out,
             Slot {
@@ -645,74 +666,107 @@ impl Resolver {
         Ok(())
     }
 
-    /// Checks a non-random entry and builds what it does. Returns the kind name for messages.
-    fn step(&mut self, entry: RawEntry, line: u64) -> Checked<(&'static str, Step)> {
-        let kinds = [
-            ("status", entry.status.is_some()),
-            ("drop", entry.drop.is_some()),
-            ("answer", entry.answer.is_some()),
-            ("stream_error", entry.stream_error.is_some()),
-            ("random", entry.random.is_some()),
-        ];
-        let given: Vec<&str> = kinds
-            .iter()
-            .filter(|(_, set)| *set)
-            .map(|(k, _)| *k)
-            .collect();
-        let kind = match given.as_slice() {
-            [one] => *one,
-            [] => {
+    /// Checks a non-random entry and builds what it does.
+    fn step(&mut self, mut entry: RawEntry, line: u64) -> Checked<Step> {
+        let mut kinds: Vec<Kind> = Vec::with_capacity(1);
+        kinds.extend(entry.status.take().map(Kind::Status));
+        kinds.extend(entry.drop.take().map(Kind::Drop));
+        kinds.extend(entry.answer.take().map(|a| Kind::Answer(Box::new(a))));
+        kinds.extend(entry.stream_error.take().map(Kind::StreamError));
+        if entry.random.is_some() {
+            kinds.push(Kind::Random);
+        }
+        let kind = match kinds.len() {
+            1 => kinds.remove(0),
+            0 => {
                 return invalid(
                     line,
                     "the entry has no response kind: give exactly one of status, drop, answer, stream_error, random",
                 );
             }
-            many => {
+            _ => {
+                let names: Vec<&str> = kinds.iter().map(Kind::name).collect();
                 return invalid(
                     line,
                     format!(
                         "the entry has several response kinds ({}); give exactly one",
-                        many.join(", ")
+                        names.join(", ")
                     ),
                 );
             }
         };
-        if kind != "status" {
+        let name = kind.name();
+        if !matches!(kind, Kind::Status(_)) {
             if entry.body.is_some() {
                 return invalid(
                     line,
-                    format!("body is only allowed with status, not with {kind}"),
+                    format!("body is only allowed with status, not with {name}"),
                 );
             }
             if entry.chunked.is_some() {
                 return invalid(
                     line,
-                    format!("chunked is only allowed with status, not with {kind}"),
+                    format!("chunked is only allowed with status, not with {name}"),
                 );
             }
         }
         let delay_ms = entry.delay_ms.unwrap_or(0);
-        if let Some(how) = entry.drop {
-            for (field, set) in [
-                ("headers", entry.headers.is_some()),
-                ("stall", entry.stall.is_some()),
-                ("cut", entry.cut.is_some()),
-            ] {
-                if set {
-                    return invalid(
-                        line,
-                        format!("{field} is not allowed with drop: nothing is sent"),
-                    );
-                }
+        let reply = match kind {
+            Kind::Random => {
+                return invalid(line, "a random model cannot be nested here");
             }
-            return Ok((
-                kind,
-                Step {
+            Kind::Drop(how) => {
+                for (field, set) in [
+                    ("headers", entry.headers.is_some()),
+                    ("stall", entry.stall.is_some()),
+                    ("cut", entry.cut.is_some()),
+                ] {
+                    if set {
+                        return invalid(
+                            line,
+                            format!("{field} is not allowed with drop: nothing is sent"),
+                        );
+                    }
+                }
+                return Ok(Step {
                     delay_ms,
                     action: Action::Drop(how),
-                },
-            ));
-        }
+                });
+            }
+            Kind::Status(status) => {
+                if !(200..=999).contains(&status) {
+                    return invalid(
+                        line,
+                        format!("status {status} is not a final HTTP status (200..999)"),
+                    );
+                }
+                Reply::Status(StatusReply {
+                    status,
+                    body: entry.body,
+                    chunked: entry.chunked.unwrap_or(false),
+                })
+            }
+            Kind::Answer(answer) => Reply::Answer(Box::new(
+                resolve_answer(*answer).or_else(|m| invalid(line, m))?,
+            )),
+            Kind::StreamError(raw) => {
+                if let Some(bom) = &raw.bom {
+                    check_bom(bom).or_else(|m| invalid(line, m))?;
+                }
+                Reply::StreamError(StreamErrorReply {
+                    event: ErrorEvent {
+                        kind: raw.kind,
+                        code: raw.code,
+                        message: raw.message,
+                    },
+                    done: raw.done,
+                    framing: LineFraming {
+                        line_ending: raw.line_ending,
+                        bom: raw.bom,
+                    },
+                })
+            }
+        };
         let headers = match entry.headers {
             None => Vec::new(),
             Some(map) => {
@@ -724,53 +778,15 @@ impl Resolver {
                 headers
             }
         };
-        let reply = if let Some(status) = entry.status {
-            if !(100..=999).contains(&status) || (100..200).contains(&status) {
-                return invalid(
-                    line,
-                    format!("status {status} is not a final HTTP status (200..999)"),
-                );
-            }
-            Reply::Status(StatusReply {
-                status,
-                body: entry.body,
-                chunked: entry.chunked.unwrap_or(false),
-            })
-        } else if let Some(answer) = entry.answer {
-            Reply::Answer(Box::new(
-                resolve_answer(answer).or_else(|m| invalid(line, m))?,
-            ))
-        } else if let Some(raw) = entry.stream_error {
-            if let Some(bom) = &raw.bom {
-                check_bom(bom).or_else(|m| invalid(line, m))?;
-            }
-            Reply::StreamError(StreamErrorReply {
-                event: ErrorEvent {
-                    kind: raw.kind,
-                    code: raw.code,
-                    message: raw.message,
-                },
-                done: raw.done,
-                framing: LineFraming {
-                    line_ending: raw.line_ending,
-                    bom: raw.bom,
-                },
-            })
-        } else {
-            unreachable!("exactly one kind was checked above")
-        };
-        Ok((
-            kind,
-            Step {
-                delay_ms,
-                action: Action::Respond(Response {
-                    reply,
-                    headers,
-                    stall: entry.stall,
-                    cut: entry.cut,
-                }),
-            },
-        ))
+        Ok(Step {
+            delay_ms,
+            action: Action::Respond(Response {
+                reply,
+                headers,
+                stall: entry.stall,
+                cut: entry.cut,
+            }),
+        })
     }
 
     fn random(
@@ -879,7 +895,7 @@ impl Resolver {
             Some(n) => n,
             None => 1,
         };
-        let then_step = Arc::new(self.step(then, then_line)?.1);
+        let then_step = Arc::new(self.step(then, then_line)?);
 
         let mut rng = SplitMix64::new(random.seed);
         let mut fault_steps: BTreeMap<(u16, Option<Header>), Arc<Step>> = BTreeMap::new();

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::SimError;
@@ -42,7 +42,12 @@ pub struct RequestLogEntry {
 struct Shared {
     scenario: Scenario,
     state: Mutex<LogState>,
+    /// Live copies of log entries for [`SimServer::subscribe`].
+    feed: broadcast::Sender<RequestLogEntry>,
 }
+
+/// How many log entries a slow subscriber may fall behind before it misses some.
+const FEED_CAPACITY: usize = 1024;
 
 struct LogState {
     next_script_index: u64,
@@ -106,6 +111,7 @@ impl SimServer {
                 entries: Vec::new(),
                 file,
             }),
+            feed: broadcast::channel(FEED_CAPACITY).0,
         });
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
@@ -129,6 +135,13 @@ impl SimServer {
     /// The request log so far, in arrival order.
     pub fn requests(&self) -> Vec<RequestLogEntry> {
         self.shared.lock().entries.clone()
+    }
+
+    /// A live feed of request log entries, each sent as its request is numbered (before it is
+    /// answered). Only requests that arrive after the call are seen; a receiver that falls more
+    /// than 1024 entries behind gets `RecvError::Lagged`.
+    pub fn subscribe(&self) -> broadcast::Receiver<RequestLogEntry> {
+        self.shared.feed.subscribe()
     }
 
     /// Stops accepting, ends every open connection and waits for the server task.
@@ -214,6 +227,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 let _ = writeln!(file, "{line}").and_then(|()| file.flush());
             }
         }
+        // No subscriber is the common case, not an error.
+        let _ = shared.feed.send(entry.clone());
         state.entries.push(entry);
         (info, pick)
     };

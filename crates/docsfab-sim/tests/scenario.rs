@@ -97,8 +97,24 @@ fn broken_entries_are_refused_with_their_line_and_reason() {
         let e = error_of(yaml);
         assert!(e.contains(line) && e.contains(reason), "{yaml:?} gave {e}");
     }
-    let e = error_of("responses: []\n");
-    assert!(e.contains("responses is empty"), "{e}");
+    for yaml in [
+        "responses: []\n",
+        "fallback: cycle\n",
+        "fallback: repeat-last\n",
+        "name: x\n",
+    ] {
+        let e = error_of(yaml);
+        assert!(e.contains("responses is empty"), "{yaml:?} gave {e}");
+    }
+    let nested = "responses:\n  - random:\n      seed: 1\n      episodes: 1\n      burst: {length: [1, 1], statuses: [503]}\n      then:\n        random: {seed: 2, episodes: 1, then: {status: 200}}\n";
+    let e = error_of(nested);
+    assert!(
+        e.contains("line 7") && e.contains("cannot itself be a random model"),
+        "{e}"
+    );
+    let e =
+        error_of("fallback:\n  respond: {status: 200, repeat: 2}\nresponses: [{status: 200}]\n");
+    assert!(e.contains("takes no repeat"), "{e}");
 }
 
 #[test]
@@ -439,4 +455,33 @@ fn every_yaml_example_in_the_docs_is_a_valid_scenario() {
         rest = &body[end + 3..];
     }
     assert!(blocks >= 10, "found only {blocks} examples");
+}
+
+#[tokio::test]
+async fn subscribers_see_each_request_as_it_arrives() {
+    let server = start("responses:\n  - status: 503\n  - answer: {text: hi}\n").await;
+    let mut feed = server.subscribe();
+    send(server.local_addr(), CHAT, &openai_body("m", true)).await;
+    send(server.local_addr(), CHAT, &openai_body("m", true)).await;
+    let first = feed.recv().await.unwrap();
+    let second = feed.recv().await.unwrap();
+    assert_eq!((first.index, first.entry.as_str()), (0, "responses[0]"));
+    assert_eq!((second.index, second.entry.as_str()), (1, "responses[1]"));
+    assert_eq!(server.requests(), vec![first, second]);
+    server.shutdown().await;
+}
+
+#[test]
+fn every_bundled_scenario_file_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut loaded = 0;
+    for file in std::fs::read_dir(&dir).unwrap() {
+        let path = file.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(scenario.scripted_len() > 0, "{}", path.display());
+            loaded += 1;
+        }
+    }
+    assert!(loaded >= 4, "{loaded}");
 }
