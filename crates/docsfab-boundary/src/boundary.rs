@@ -119,17 +119,13 @@ struct State {
     identified: bool,
 }
 
-/// The joined-content window keeps at least this much, and more when a host secret is longer.
-const CARRY_KEEP: usize = 320;
-
 impl Boundary {
     pub fn new(config: &BoundaryConfig) -> Self {
-        let keep = CARRY_KEEP.max(config.scanner.longest_secret() + 64);
         Self {
             lines: LineSplitter::new(),
             state: State {
                 config: config.clone(),
-                carry: Carry::new(keep),
+                carry: Carry::default(),
                 refusal: None,
                 data_lines: 0,
                 error_events: 0,

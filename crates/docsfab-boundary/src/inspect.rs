@@ -52,32 +52,34 @@ const CONTENT_KEYS: &[&str] = &[
     "refusal",
 ];
 
-/// Joined content across events, keeping only the tail a split key could still be part of.
-#[derive(Debug, Default)]
+/// Joined content across events, keeping only the tail that a credential cut at the end could
+/// still be part of (usually a few bytes: the last word).
+#[derive(Debug)]
 pub(crate) struct Carry {
     buf: Vec<u8>,
-    /// Bytes were dropped from the front, so the first byte's predecessor is unknown.
-    trimmed: bool,
-    keep: usize,
+    /// Whether `buf[0]` is the first content byte of the stream, with nothing before it. After
+    /// trimming, `buf[0]` is kept only as the byte before the live part.
+    at_start: bool,
+}
+
+impl Default for Carry {
+    fn default() -> Self {
+        Self {
+            buf: Vec::new(),
+            at_start: true,
+        }
+    }
 }
 
 impl Carry {
-    pub fn new(keep: usize) -> Self {
-        Self {
-            buf: Vec::with_capacity(keep * 2),
-            trimmed: false,
-            keep,
-        }
-    }
-
-    /// Appends `s` and scans what the window now holds.
+    /// Appends `s` and scans the window, then drops what can no longer matter.
     fn push_and_scan(&mut self, scanner: &Scanner, s: &[u8]) -> Option<CredentialKind> {
         self.buf.extend_from_slice(s);
-        let found = scanner.find(&self.buf, !self.trimmed).map(|(_, k)| k);
-        if self.buf.len() > self.keep {
-            let cut = self.buf.len() - self.keep;
-            self.buf.drain(..cut);
-            self.trimmed = true;
+        let found = scanner.find(&self.buf, self.at_start).map(|(_, k)| k);
+        let live = scanner.live_from(&self.buf);
+        if live > 1 || (live == 1 && self.at_start) {
+            self.buf.drain(..live - 1);
+            self.at_start = false;
         }
         found
     }

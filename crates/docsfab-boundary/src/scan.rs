@@ -5,7 +5,7 @@
 //! realistic minimum length and a random-looking run, so that prose such as `task-oriented` or
 //! `sk-learn` does not match. Host secrets are exact byte matches.
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use memchr::memmem;
 use std::sync::Arc;
 
@@ -101,13 +101,12 @@ enum Shape {
 pub(crate) struct Scanner {
     prefixes: AhoCorasick,
     secrets: Vec<(Arc<str>, memmem::Finder<'static>)>,
-    longest_secret: usize,
 }
 
 impl Scanner {
     pub(crate) fn new(secrets: &[Secret]) -> Result<Self, aho_corasick::BuildError> {
         let prefixes = AhoCorasick::builder()
-            .match_kind(MatchKind::Standard)
+            .match_kind(MatchKind::LeftmostFirst)
             .build(PREFIXES.iter().map(|(p, _)| p))?;
         Ok(Self {
             prefixes,
@@ -115,13 +114,38 @@ impl Scanner {
                 .iter()
                 .map(|s| (s.label.clone(), memmem::Finder::new(&s.value).into_owned()))
                 .collect(),
-            longest_secret: secrets.iter().map(|s| s.value.len()).max().unwrap_or(0),
         })
     }
 
-    /// The longest host secret, so the cross-delta window can be made to hold one whole.
-    pub(crate) fn longest_secret(&self) -> usize {
-        self.longest_secret
+    /// The earliest offset in `buf` where a credential could start that bytes appended to
+    /// `buf` might still complete or change. Everything before it has had its final answer, so
+    /// a rolling window need keep only the byte before it (for the word-boundary check) and
+    /// what follows.
+    pub(crate) fn live_from(&self, buf: &[u8]) -> usize {
+        let len = buf.len();
+        // Token-shaped keys are all token bytes from their first byte on, and look no further
+        // than TOKEN_LOOKAHEAD past their prefix.
+        let token_run = buf.iter().rev().take_while(|b| is_token_byte(**b)).count();
+        let mut live = len - token_run.min(LONGEST_PREFIX + TOKEN_LOOKAHEAD);
+        // A PEM header, whole or cut at the end, still waiting for its key material.
+        let lo = len.saturating_sub(PEM_REACH);
+        if let Some(i) = memmem::find(&buf[lo..], PEM_HEADER) {
+            live = live.min(lo + i);
+        } else if let Some(k) = (1..PEM_HEADER.len())
+            .rev()
+            .find(|k| buf.ends_with(&PEM_HEADER[..*k]))
+        {
+            live = live.min(len - k);
+        }
+        // A host secret whose first bytes end the buffer.
+        for (_, finder) in &self.secrets {
+            let secret = finder.needle();
+            let lo = len.saturating_sub(secret.len().saturating_sub(1));
+            if let Some(i) = (lo..live).find(|i| secret.starts_with(&buf[*i..])) {
+                live = i;
+            }
+        }
+        live
     }
 
     /// The first credential in `hay`, as (offset in `hay`, kind). `hay_starts_clean` says whether
@@ -133,17 +157,19 @@ impl Scanner {
         hay_starts_clean: bool,
     ) -> Option<(usize, CredentialKind)> {
         let mut best: Option<(usize, CredentialKind)> = None;
-        for m in self.prefixes.find_overlapping_iter(hay) {
+        let mut from = 0;
+        // Leftmost hits in order; after one that is not a key, resume one byte later (not after
+        // the hit), so a prefix overlapping a failed one, as in `sk-----BEGIN`, is still seen.
+        while let Some(m) = self.prefixes.find(Input::new(hay).range(from..)) {
             let start = m.start();
+            from = start + 1;
             if start == 0 && !hay_starts_clean {
                 continue;
             }
             let shape = PREFIXES[m.pattern().as_usize()].1;
-            if best.as_ref().is_some_and(|(b, _)| *b <= start) {
-                continue;
-            }
             if let Some(kind) = check_shape(shape, hay, start, m.end()) {
                 best = Some((start, kind));
+                break;
             }
         }
         for (label, finder) in &self.secrets {
@@ -158,6 +184,10 @@ impl Scanner {
 }
 
 const TOKEN_LOOKAHEAD: usize = 256;
+const LONGEST_PREFIX: usize = 11;
+const PEM_HEADER: &[u8] = b"-----BEGIN ";
+/// How far past its first byte a PEM match looks: header, label, dashes, material window.
+const PEM_REACH: usize = PEM_HEADER.len() + 64 + 5 + 256;
 
 /// Bytes that may continue a token: a key is not a key when glued to a longer word.
 fn is_token_byte(b: u8) -> bool {

@@ -178,3 +178,119 @@ fn bodies_built_to_be_slow_stay_linear() {
         });
     }
 }
+
+/// Content pieces that join into keys, PEM blocks and host secrets, or into near misses.
+fn content_piece() -> impl Strategy<Value = &'static str> {
+    prop::sample::select(vec![
+        "s",
+        "k",
+        "-",
+        "sk-",
+        "proj-",
+        "ta",
+        "ant-",
+        "Q3xZ8kLm",
+        "2Np5Rt7V",
+        "w9Yb1Cd4",
+        "Ef6Gh8Jk",
+        "0123",
+        " ",
+        "\\n",
+        "AKIA",
+        "IOSFODNN",
+        "7EXAMPLE",
+        "nvapi-",
+        "ghp_",
+        "-----BEGIN ",
+        "RSA ",
+        "PRIVATE KEY-----",
+        "MIIEowIBAAKCAQEA",
+        "hostsecret-01",
+        "23456789",
+        "x",
+        ".",
+    ])
+}
+
+fn body_of_deltas(deltas: &[String]) -> Vec<u8> {
+    let mut body = String::new();
+    for d in deltas {
+        body.push_str(&format!(
+            "data: {{\"model\":\"m\",\"choices\":[{{\"delta\":{{\"content\":\"{d}\"}}}}]}}\n\n"
+        ));
+    }
+    body.into_bytes()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// The joined-content window finds every credential that the content, joined into one
+    /// delta, holds, however it is cut into deltas.
+    #[test]
+    fn credentials_split_across_deltas_are_found(
+        pieces in prop::collection::vec(content_piece(), 1..40),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..30),
+    ) {
+        let joined = pieces.concat();
+        let mut at: Vec<usize> = cuts.iter().map(|i| i.index(joined.len() + 1)).collect();
+        at.push(joined.len());
+        at.sort_unstable();
+        at.dedup();
+        let mut deltas = Vec::new();
+        let mut from = 0;
+        for c in at {
+            // Never cut inside a `\n` escape: a delta is a JSON string of its own.
+            let c = if c > 0 && joined.as_bytes()[c - 1] == b'\\' { c + 1 } else { c };
+            if c > from && c <= joined.len() {
+                deltas.push(joined[from..c].to_owned());
+                from = c;
+            }
+        }
+        if from < joined.len() {
+            deltas.push(joined[from..].to_owned());
+        }
+        for config in configs() {
+            if matches!(config.api(), Api::AnthropicMessages) {
+                continue;
+            }
+            let whole = config.check(&body_of_deltas(std::slice::from_ref(&joined)));
+            let split = config.check(&body_of_deltas(&deltas));
+            if whole.refusal().is_some_and(|r| r.reason.is_credential()) {
+                prop_assert!(
+                    split.refusal().is_some_and(|r| r.reason.is_credential()),
+                    "{:?} found whole, not in {:?}", joined, deltas
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_key_cut_into_three_byte_deltas_is_found() {
+    let config = &configs()[0];
+    let key = "sk-proj-Q3xZ8kLm2Np5Rt7Vw9Yb1Cd4Ef6Gh8Jk0123";
+    for joined in [
+        format!("Use {key} now"),
+        "-----BEGIN RSA PRIVATE KEY-----\\nMIIEowIBAAKCAQEAQ3xZ8kLm2Np5Rt7Vw9Yb1Cd4Ef6Gh8Jk0123"
+            .to_owned(),
+        "echo hostsecret-0123456789 done".to_owned(),
+    ] {
+        let bytes = joined.as_bytes();
+        let mut deltas = Vec::new();
+        let mut from = 0;
+        while from < bytes.len() {
+            let mut to = (from + 3).min(bytes.len());
+            if bytes[to - 1] == b'\\' {
+                to += 1;
+            }
+            deltas.push(joined[from..to].to_owned());
+            from = to;
+        }
+        let v = config.check(&body_of_deltas(&deltas));
+        assert!(
+            v.refusal().is_some_and(|r| r.reason.is_credential()),
+            "{joined}: {v:?}"
+        );
+    }
+}
