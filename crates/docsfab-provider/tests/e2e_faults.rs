@@ -55,7 +55,7 @@ fn transport(api: Api, base_url: String, limits_ms: u64) -> HttpTransport {
 
 async fn turn_at(api: Api, base_url: String, limits: ReplayLimits) -> TurnResult {
     let p = payload(api);
-    let t = transport(api, base_url, 400);
+    let t = transport(api, base_url, 1_000);
     run_turn(&t, &limits, &p, &CancellationToken::new(), None).await
 }
 
@@ -404,6 +404,20 @@ both_apis!(
         assert_eq!(r.record.replays[0].wait_ms, 40, "clamped to max_delay_ms");
     }
 );
+
+both_apis!(retry_after_http_date_is_read_rep_8, |api| {
+    let at = std::time::SystemTime::now() + Duration::from_secs(3);
+    let throttled = Resp::new(429)
+        .header("retry-after", &httpdate::fmt_http_date(at))
+        .act();
+    let (r, _srv) = turn(api, vec![throttled, answer(api)]).await;
+    assert_eq!(r.record.status, TurnStatus::Completed);
+    let seen = r.record.replays[0]
+        .retry_after_ms
+        .expect("a Retry-After date is read");
+    assert!((1_000..=3_000).contains(&seen), "{seen}");
+    assert_eq!(r.record.replays[0].wait_ms, 40, "clamped to max_delay_ms");
+});
 
 // ---- after the head, before content --------------------------------------------------------
 

@@ -47,7 +47,7 @@ async fn turn_against(
         .await
         .expect("simulator");
     let transport = HttpTransport::new(HttpConfig {
-        read_timeout: Duration::from_millis(500),
+        read_timeout: Duration::from_millis(1_000),
         ..HttpConfig::new(api, sim.base_url(), None)
     })
     .expect("transport");
