@@ -159,6 +159,27 @@ mod tests {
     }
 
     #[test]
+    fn offsets_point_at_each_line_start_whatever_the_reads_bnd_9() {
+        let body = b"ab\r\ncd\re\n\nf";
+        let want = vec![
+            (b"ab".to_vec(), 0),
+            (b"cd".to_vec(), 4),
+            (b"e".to_vec(), 7),
+            (b"".to_vec(), 9),
+            (b"f".to_vec(), 10),
+        ];
+        for cut in 0..=body.len() {
+            let mut s = LineSplitter::new();
+            let mut got = Vec::new();
+            s.feed_at(&body[..cut], |l, at| got.push((l.to_vec(), at)));
+            s.feed_at(&body[cut..], |l, at| got.push((l.to_vec(), at)));
+            s.finish_at(|l, at| got.push((l.to_vec(), at)));
+            assert_eq!(got, want, "cut at {cut}");
+            assert_eq!(s.consumed(), body.len() as u64);
+        }
+    }
+
+    #[test]
     fn every_leading_bom_is_dropped_bnd_6() {
         assert_eq!(strip_boms(b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x"), b"data: x");
         assert_eq!(strip_boms(b"data: \xEF\xBB\xBFx"), b"data: \xEF\xBB\xBFx");

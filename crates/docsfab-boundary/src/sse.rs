@@ -45,7 +45,7 @@ impl SseDecoder {
                 on_event(ev);
             }
         });
-        if let Some(ev) = self.current.take() {
+        if let Some(ev) = self.current.take().filter(|ev| !ev.data_lines.is_empty()) {
             on_event(ev);
         }
     }
@@ -53,7 +53,8 @@ impl SseDecoder {
     fn line(current: &mut Option<SseEvent>, line: &[u8]) -> Option<SseEvent> {
         let line = strip_boms(line);
         if line.is_empty() {
-            return current.take();
+            // As in the SSE specification, an event with no data line is never dispatched.
+            return current.take().filter(|ev| !ev.data_lines.is_empty());
         }
         if line[0] == b':' {
             return None; // comment
@@ -115,6 +116,13 @@ mod tests {
         let evs = decode(&[b"data: {}\n\ndata: [DONE]"]);
         assert_eq!(evs.len(), 2);
         assert_eq!(evs[1].data, "[DONE]");
+    }
+
+    #[test]
+    fn events_without_data_are_not_dispatched_bnd_8() {
+        let evs = decode(&[b"event: ping\n\nid: 3\n\nevent: message_stop\ndata: {}\n\nevent: x"]);
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].event.as_deref(), Some("message_stop"));
     }
 
     #[test]
