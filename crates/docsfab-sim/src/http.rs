@@ -151,7 +151,7 @@ async fn read_chunked<S: AsyncRead + Unpin>(
                 }
             }
         }
-        if body.len() + size > MAX_BODY_BYTES {
+        if size > MAX_BODY_BYTES.saturating_sub(body.len()) {
             return Err(ReadError::Malformed("request body too large"));
         }
         while raw.len() < pos + size + 2 {
@@ -454,6 +454,17 @@ mod tests {
         assert!(matches!(
             read_request(&mut server).await,
             Err(ReadError::Malformed(_))
+        ));
+
+        // A chunk size near usize::MAX is refused, not an arithmetic overflow.
+        let (mut client, mut server) = tokio::io::duplex(4096);
+        client
+            .write_all(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n")
+            .await
+            .unwrap();
+        assert!(matches!(
+            read_request(&mut server).await,
+            Err(ReadError::Malformed("request body too large"))
         ));
     }
 }

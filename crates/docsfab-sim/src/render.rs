@@ -209,6 +209,46 @@ impl<'a> Sse<'a> {
     }
 }
 
+/// Re-cuts the body into HTTP chunks as the framing asks: every `chunk_bytes` bytes (otherwise at
+/// the event boundaries), and between the CR and LF of each CRLF when `split_crlf` is set.
+fn rechunk(pieces: Vec<Vec<u8>>, framing: &LineFraming) -> Vec<Vec<u8>> {
+    if framing.chunk_bytes.is_none() && !framing.split_crlf {
+        return pieces;
+    }
+    let mut cuts = std::collections::BTreeSet::new();
+    match framing.chunk_bytes {
+        None => {
+            let mut at = 0;
+            for piece in &pieces {
+                at += piece.len();
+                cuts.insert(at);
+            }
+        }
+        Some(n) => {
+            let total: usize = pieces.iter().map(Vec::len).sum();
+            cuts.extend((n.get()..total).step_by(n.get()));
+        }
+    }
+    let all = pieces.concat();
+    if framing.split_crlf {
+        cuts.extend(
+            all.windows(2)
+                .enumerate()
+                .filter(|(_, w)| w == b"\r\n")
+                .map(|(i, _)| i + 1),
+        );
+    }
+    let mut out = Vec::with_capacity(cuts.len() + 1);
+    let mut start = 0;
+    for cut in cuts.into_iter().chain(std::iter::once(all.len())) {
+        if cut > start && cut <= all.len() {
+            out.push(all[start..cut].to_vec());
+            start = cut;
+        }
+    }
+    out
+}
+
 /// Splits `text` into at most `n` pieces of roughly equal length, on character boundaries.
 /// Empty text gives no pieces.
 fn split_text(text: &str, n: usize) -> Vec<&str> {
@@ -394,7 +434,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     Outgoing {
         status: 200,
         headers: sse_headers(),
-        pieces,
+        pieces: rechunk(pieces, &faults.framing),
         framing: Framing::Chunked,
         piece_delay: Duration::from_millis(faults.event_delay_ms),
     }
@@ -507,7 +547,7 @@ fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     Outgoing {
         status: 200,
         headers: sse_headers(),
-        pieces,
+        pieces: rechunk(pieces, &faults.framing),
         framing: Framing::Chunked,
         piece_delay: Duration::from_millis(faults.event_delay_ms),
     }
@@ -590,7 +630,7 @@ fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
     Outgoing {
         status: 200,
         headers: sse_headers(),
-        pieces,
+        pieces: rechunk(pieces, &reply.framing),
         framing: Framing::Chunked,
         piece_delay: Duration::ZERO,
     }
@@ -600,6 +640,34 @@ fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
 mod tests {
     use super::*;
     use crate::scenario::Bom;
+    use std::num::NonZeroUsize;
+
+    #[test]
+    fn rechunk_cuts_every_n_bytes_and_inside_every_crlf() {
+        let pieces = vec![b"ab\r\ncd\r\n\r\n".to_vec(), b"ef\r\n\r\n".to_vec()];
+        let framing = |chunk_bytes: Option<usize>, split_crlf| LineFraming {
+            chunk_bytes: chunk_bytes.and_then(NonZeroUsize::new),
+            split_crlf,
+            ..LineFraming::default()
+        };
+        let show = |out: Vec<Vec<u8>>| -> Vec<String> {
+            out.into_iter()
+                .map(|p| String::from_utf8(p).unwrap())
+                .collect()
+        };
+        assert_eq!(
+            show(rechunk(pieces.clone(), &framing(None, false))),
+            ["ab\r\ncd\r\n\r\n", "ef\r\n\r\n"]
+        );
+        assert_eq!(
+            show(rechunk(pieces.clone(), &framing(Some(5), false))),
+            ["ab\r\nc", "d\r\n\r\n", "ef\r\n\r", "\n"]
+        );
+        assert_eq!(
+            show(rechunk(pieces, &framing(None, true))),
+            ["ab\r", "\ncd\r", "\n\r", "\n", "ef\r", "\n\r", "\n"]
+        );
+    }
 
     #[test]
     fn split_text_keeps_every_character_and_respects_boundaries() {
@@ -616,7 +684,7 @@ mod tests {
     fn mixed_line_endings_never_merge_a_blank_line_into_crlf() {
         let framing = LineFraming {
             line_ending: LineEnding::Mixed,
-            bom: None,
+            ..LineFraming::default()
         };
         let mut sse = Sse::new(&framing);
         let bytes: Vec<u8> = (0..4).flat_map(|_| sse.event(Some("e"), "{}")).collect();
@@ -632,11 +700,11 @@ mod tests {
     #[test]
     fn boms_go_on_the_chosen_lines_only() {
         let framing = LineFraming {
-            line_ending: LineEnding::Lf,
             bom: Some(Bom {
                 count: 2,
                 lines: BomLines::Data,
             }),
+            ..LineFraming::default()
         };
         let mut sse = Sse::new(&framing);
         let text = String::from_utf8(sse.event(Some("x"), "1")).unwrap();

@@ -142,6 +142,10 @@ pub(crate) struct StreamFaults {
 pub(crate) struct LineFraming {
     pub line_ending: LineEnding,
     pub bom: Option<Bom>,
+    /// Re-cut the stream into HTTP chunks of this many bytes (instead of one chunk per event).
+    pub chunk_bytes: Option<NonZeroUsize>,
+    /// Also end a chunk between the CR and the LF of every CRLF.
+    pub split_crlf: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -411,6 +415,10 @@ struct RawAnswer {
     #[serde(default)]
     bom: Option<Bom>,
     #[serde(default)]
+    chunk_bytes: Option<usize>,
+    #[serde(default)]
+    split_crlf: bool,
+    #[serde(default)]
     foreign_model: Option<String>,
     #[serde(default)]
     after_done: Vec<String>,
@@ -447,6 +455,10 @@ struct RawStreamError {
     line_ending: LineEnding,
     #[serde(default)]
     bom: Option<Bom>,
+    #[serde(default)]
+    chunk_bytes: Option<usize>,
+    #[serde(default)]
+    split_crlf: bool,
 }
 
 fn yes() -> bool {
@@ -749,23 +761,16 @@ impl Resolver {
             Kind::Answer(answer) => Reply::Answer(Box::new(
                 resolve_answer(*answer).or_else(|m| invalid(line, m))?,
             )),
-            Kind::StreamError(raw) => {
-                if let Some(bom) = &raw.bom {
-                    check_bom(bom).or_else(|m| invalid(line, m))?;
-                }
-                Reply::StreamError(StreamErrorReply {
-                    event: ErrorEvent {
-                        kind: raw.kind,
-                        code: raw.code,
-                        message: raw.message,
-                    },
-                    done: raw.done,
-                    framing: LineFraming {
-                        line_ending: raw.line_ending,
-                        bom: raw.bom,
-                    },
-                })
-            }
+            Kind::StreamError(raw) => Reply::StreamError(StreamErrorReply {
+                event: ErrorEvent {
+                    kind: raw.kind,
+                    code: raw.code,
+                    message: raw.message,
+                },
+                done: raw.done,
+                framing: line_framing(raw.line_ending, raw.bom, raw.chunk_bytes, raw.split_crlf)
+                    .or_else(|m| invalid(line, m))?,
+            }),
         };
         let headers = match entry.headers {
             None => Vec::new(),
@@ -999,9 +1004,6 @@ fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
             truncate_at: call.truncate_arguments,
         });
     }
-    if let Some(bom) = &raw.bom {
-        check_bom(bom)?;
-    }
     if let Some(reason) = &raw.finish_reason
         && reason.is_empty()
     {
@@ -1018,14 +1020,32 @@ fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
             omit_finish_reason: raw.omit_finish_reason,
             omit_done: raw.omit_done,
             error_event: raw.error_event,
-            framing: LineFraming {
-                line_ending: raw.line_ending,
-                bom: raw.bom,
-            },
+            framing: line_framing(raw.line_ending, raw.bom, raw.chunk_bytes, raw.split_crlf)?,
             foreign_model: raw.foreign_model,
             after_done: raw.after_done,
             event_delay_ms: raw.event_delay_ms,
         },
+    })
+}
+
+fn line_framing(
+    line_ending: LineEnding,
+    bom: Option<Bom>,
+    chunk_bytes: Option<usize>,
+    split_crlf: bool,
+) -> Result<LineFraming, String> {
+    if let Some(bom) = &bom {
+        check_bom(bom)?;
+    }
+    let chunk_bytes = match chunk_bytes {
+        None => None,
+        Some(n) => Some(NonZeroUsize::new(n).ok_or("chunk_bytes must be at least 1")?),
+    };
+    Ok(LineFraming {
+        line_ending,
+        bom,
+        chunk_bytes,
+        split_crlf,
     })
 }
 

@@ -485,3 +485,34 @@ async fn an_empty_answer_streams_no_content() {
     assert_eq!(openai_content(&chunks), "");
     assert_eq!(openai_finish(&chunks), ["stop"]);
 }
+
+#[tokio::test]
+async fn a_crlf_can_be_split_across_http_chunks() {
+    let server = start(
+        "responses:\n  - answer: {text: hi, line_ending: crlf, split_crlf: true, event_delay_ms: 2}\n  - answer: {text: hi, chunk_bytes: 7}\n",
+    )
+    .await;
+    let addr = server.local_addr();
+    let split = send(addr, CHAT, &openai_body("m", true)).await;
+    // On the wire a chunk ends with each CR and the LF starts the next chunk: "\r" | "\n\r" | "\n".
+    assert!(
+        String::from_utf8_lossy(&split.raw)
+            .contains("data: [DONE]\r\r\n2\r\n\n\r\r\n1\r\n\n\r\n0\r\n\r\n"),
+        "{:?}",
+        String::from_utf8_lossy(&split.raw)
+    );
+    let p = split.parsed();
+    assert!(p.complete);
+    assert_eq!(openai_content(&data_json(&events(&p.body))), "hi");
+
+    let small = send(addr, CHAT, &openai_body("m", true)).await;
+    let p = small.parsed();
+    assert!(p.complete);
+    assert_eq!(openai_content(&data_json(&events(&p.body))), "hi");
+    let head_end = small.raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        small.raw[head_end..].starts_with(b"7\r\n"),
+        "chunks of 7 bytes"
+    );
+    server.shutdown().await;
+}
