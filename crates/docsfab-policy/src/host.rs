@@ -187,6 +187,13 @@ fn check_provider(name: &str, p: RawProvider, path: &str) -> Result<ProviderConf
         reason,
     };
     let url = p.base_url.value.trim();
+    if url_carries_secret(url) || looks_like_key(url) {
+        return Err(invalid(
+            "baseUrl",
+            p.base_url.defined.line(),
+            "the URL appears to carry credentials (user information or a key parameter), and keys are never stored; give the plain base URL and put the key in the variable named by apiKeyEnv".to_string(),
+        ));
+    }
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err(invalid(
             "baseUrl",
@@ -271,6 +278,31 @@ pub fn looks_like_key(text: &str) -> bool {
     let lower = text.chars().any(|c| c.is_ascii_lowercase());
     let digits = text.chars().filter(char::is_ascii_digit).count();
     long && upper && lower && digits >= 2
+}
+
+/// Whether a URL carries credentials: user information (`user:pass@`) or a key-like query
+/// parameter. Such a URL would put a secret in `host.yaml` and in doctor's output.
+pub fn url_carries_secret(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return true;
+    }
+    let query = url
+        .split_once('?')
+        .map_or("", |(_, q)| q)
+        .to_ascii_lowercase();
+    [
+        "key=",
+        "token=",
+        "secret=",
+        "password=",
+        "api_key=",
+        "apikey=",
+        "sig=",
+    ]
+    .iter()
+    .any(|k| query.contains(k))
 }
 
 /// Checks that `name` is usable as the name of the variable holding a provider key.
@@ -432,6 +464,21 @@ mod tests {
             check_key_env_name(""),
             Err(KeyNameProblem::NotAVariableName)
         );
+    }
+
+    #[test]
+    fn credentials_in_base_url_refused_without_echoing_them() {
+        for url in [
+            "https://me:hunter2@api.example.com/v1",
+            "https://api.example.com/v1?api_key=hunter2",
+        ] {
+            let text = FULL.replace("https://api.example.com/v1", url);
+            let msg = HostConfig::parse(&text, "host.yaml")
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains("baseUrl") && !msg.contains("hunter2"), "{msg}");
+        }
+        assert!(!url_carries_secret("https://api.example.com/v1?x=1"));
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, ValueEnum};
-use docsfab_policy::host::{Api, HostConfig, ProviderConfig, check_key_env_name, looks_like_key};
+use docsfab_policy::host::{
+    Api, HostConfig, ProviderConfig, check_key_env_name, looks_like_key, url_carries_secret,
+};
 
 use crate::error::CliError;
 use crate::home::{Home, load_host};
@@ -155,29 +157,6 @@ fn check_args(args: &SetupArgs) -> Result<(), CliError> {
         }
     }
     Ok(())
-}
-
-/// A URL with user information (`user:pass@`) or a key-like query parameter.
-fn url_carries_secret(url: &str) -> bool {
-    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return true;
-    }
-    let query = url
-        .split_once('?')
-        .map_or("", |(_, q)| q)
-        .to_ascii_lowercase();
-    [
-        "key=",
-        "token=",
-        "secret=",
-        "password=",
-        "api_key=",
-        "apikey=",
-    ]
-    .iter()
-    .any(|k| query.contains(k))
 }
 
 pub fn run(args: &SetupArgs) -> Result<(), CliError> {
