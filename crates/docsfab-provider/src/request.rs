@@ -3,6 +3,16 @@
 //!
 //! A turn's request is serialized once, into a [`Payload`]. Its SHA-256 digest is taken at the
 //! same moment, so every replay of the turn can be proven to send the same bytes (REP-12).
+//!
+//! Wire choices:
+//! * `openai-chat`: `stream: true` with `stream_options.include_usage`, so the last chunk
+//!   reports usage; the output ceiling goes in `max_tokens`, not `max_completion_tokens`,
+//!   because every OpenAI-compatible server accepts the older name and many reject the newer;
+//!   the system prompt is the first message; tools are `{type: function, function: {...}}`;
+//!   an assistant turn that only called tools sends `content: null`.
+//! * `anthropic-messages`: `stream: true`, `max_tokens`, `system` as a top-level field, tools
+//!   with `input_schema`, tool calls as `tool_use` blocks whose `input` is the parsed arguments
+//!   object, and all results of one tool batch in a single user message of `tool_result` blocks.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

@@ -820,3 +820,40 @@ both_apis!(the_raw_200_body_is_kept_byte_for_byte_when_asked, |api| {
         other => panic!("expected an answer, got {other:?}"),
     }
 });
+
+// ---- cancellation and deadline over real HTTP ----------------------------------------------
+
+both_apis!(
+    cancelling_a_stalled_request_ends_the_turn_at_once_rep_9,
+    |api| {
+        let srv = FaultServer::start(vec![Act::Stall]).await;
+        let p = payload(api);
+        let t = HttpTransport::new(HttpConfig::new(api, srv.base_url(), None)).expect("transport");
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            c.cancel();
+        });
+        let started = Instant::now();
+        let r = run_turn(&t, &limits(), &p, &cancel, None).await;
+        assert_eq!(r.end, TurnEnd::Cancelled);
+        assert_eq!(r.record.status, TurnStatus::Cancelled);
+        assert_eq!(r.record.failure, None);
+        // The default read timeout is 120 s: only the cancellation can have ended it this soon.
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+);
+
+both_apis!(the_deadline_ends_a_stalled_request_rep_10, |api| {
+    let srv = FaultServer::start(vec![Act::Stall]).await;
+    let p = payload(api);
+    let t = HttpTransport::new(HttpConfig::new(api, srv.base_url(), None)).expect("transport");
+    let started = Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(150);
+    let r = run_turn(&t, &limits(), &p, &CancellationToken::new(), Some(deadline)).await;
+    assert!(matches!(r.end, TurnEnd::DeadlineReached { .. }));
+    assert_eq!(r.record.status, TurnStatus::Failed);
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    assert!(started.elapsed() < Duration::from_secs(5));
+});
