@@ -1,0 +1,164 @@
+//! Contract validation: a read-only step's final answer must be one JSON object that meets the
+//! step's JSON Schema.
+//!
+//! The answer text is judged as a whole, after trimming whitespace. One surrounding Markdown
+//! code fence (a first line of three backticks, optionally followed by `json`, and a last line
+//! of three backticks) is tolerated, because models add it often and it carries no meaning;
+//! anything outside the fence, or an object preceded or followed by other text, is prose. No
+//! object is dug out of prose: a retry asking for only the object is cheaper than guessing.
+//!
+//! The failure kind tells the step retry which feedback to give (STP-9): `empty`, `prose`
+//! (not JSON, or a JSON string, number, boolean or null), `array`, or `schema-invalid`.
+//! Schemas are compiled without any way to fetch a remote `$ref`: such a schema is refused.
+
+use serde_json::{Map, Value};
+
+/// Why an answer does not meet its contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ContractFailureKind {
+    Empty,
+    Prose,
+    Array,
+    SchemaInvalid,
+}
+
+impl ContractFailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractFailureKind::Empty => "empty",
+            ContractFailureKind::Prose => "prose",
+            ContractFailureKind::Array => "array",
+            ContractFailureKind::SchemaInvalid => "schema-invalid",
+        }
+    }
+
+    /// The correction a retry sends the model.
+    pub fn feedback(self) -> &'static str {
+        match self {
+            ContractFailureKind::Empty => {
+                "Your answer was empty. Return only the JSON object the step asks for."
+            }
+            ContractFailureKind::Prose => {
+                "Your answer was not a JSON object. Return only the JSON object the step asks \
+                 for, with no text before or after it."
+            }
+            ContractFailureKind::Array => {
+                "Your answer was a JSON array. Return only the JSON object the step asks for."
+            }
+            ContractFailureKind::SchemaInvalid => {
+                "Your answer object does not meet the step's schema. Return only a corrected \
+                 JSON object."
+            }
+        }
+    }
+}
+
+/// A judged answer that failed, with the schema violations when there are any.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the answer is {}{}", .kind.as_str(), if .violations.is_empty() { String::new() } else { format!(": {}", .violations.join("; ")) })]
+pub struct ContractFailure {
+    pub kind: ContractFailureKind,
+    /// Each schema violation with its JSON pointer (`schema-invalid` only).
+    pub violations: Vec<String>,
+}
+
+/// A contract schema that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the contract schema cannot be used: {0}")]
+pub struct ContractSchemaError(pub String);
+
+/// A compiled contract.
+#[derive(Debug)]
+pub struct Contract {
+    /// `None`: any object will do.
+    validator: Option<jsonschema::Validator>,
+}
+
+impl Contract {
+    /// Compiles `schema` (its `$schema` picks the draft; 2020-12 when absent).
+    pub fn new(schema: &Value) -> Result<Contract, ContractSchemaError> {
+        let validator =
+            jsonschema::validator_for(schema).map_err(|e| ContractSchemaError(e.to_string()))?;
+        Ok(Contract {
+            validator: Some(validator),
+        })
+    }
+
+    /// The contract of a read-only step that names no schema: any JSON object.
+    pub fn any_object() -> Contract {
+        Contract { validator: None }
+    }
+
+    /// Judges a final answer.
+    pub fn judge(&self, answer: &str) -> Result<Map<String, Value>, ContractFailure> {
+        let object = Value::Object(parse_object(answer)?);
+        let Some(validator) = &self.validator else {
+            return Ok(into_map(object));
+        };
+        let violations: Vec<String> = validator
+            .iter_errors(&object)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{at}: {e}")
+                }
+            })
+            .collect();
+        if violations.is_empty() {
+            Ok(into_map(object))
+        } else {
+            Err(ContractFailure {
+                kind: ContractFailureKind::SchemaInvalid,
+                violations,
+            })
+        }
+    }
+}
+
+fn into_map(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn failure(kind: ContractFailureKind) -> ContractFailure {
+    ContractFailure {
+        kind,
+        violations: Vec::new(),
+    }
+}
+
+/// The answer as one JSON object, or why it is not one.
+pub fn parse_object(answer: &str) -> Result<Map<String, Value>, ContractFailure> {
+    let text = strip_fence(answer.trim()).trim();
+    if text.is_empty() {
+        return Err(failure(ContractFailureKind::Empty));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(Value::Array(_)) => Err(failure(ContractFailureKind::Array)),
+        Ok(_) | Err(_) => Err(failure(ContractFailureKind::Prose)),
+    }
+}
+
+/// The inside of one surrounding code fence, or the text unchanged.
+fn strip_fence(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("```") else {
+        return text;
+    };
+    let Some((info, body)) = rest.split_once('\n') else {
+        return text;
+    };
+    let info = info.trim();
+    if !(info.is_empty() || info.eq_ignore_ascii_case("json")) {
+        return text;
+    }
+    match body.trim_end().strip_suffix("```") {
+        // The closing fence must stand on its own line (or close an empty body).
+        Some(inner) if inner.is_empty() || inner.ends_with('\n') => inner,
+        _ => text,
+    }
+}
