@@ -4,12 +4,14 @@
 //! - [`ledger`]: the tool ledger, the turn governor and the execution lease (LSE-1..3).
 //! - [`tools`]: the tools and the validation of their calls.
 //! - [`batch`]: one turn's tool batch through validation, authorization, lease and execution.
+//! - [`contract`]: judging a read-only step's answer against its JSON Schema.
 //! - [`store`]: the SQLite run store, with crash recovery to `interrupted`.
 //! - [`workspace`]: the workspace jail that resolves every tool path.
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
 pub mod batch;
 pub mod composition;
+pub mod contract;
 pub mod ledger;
 pub mod record;
 pub mod snapshot;
