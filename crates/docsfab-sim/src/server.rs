@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
@@ -190,7 +190,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         Err(ReadError::Malformed(why)) => {
             let out = plain_error(400, why);
             http::write_response(&mut stream, &out, None, None).await;
-            let _ = stream.shutdown().await;
+            close(stream).await;
             return;
         }
     };
@@ -200,6 +200,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         _ => None,
     };
     let routed = api.filter(|_| request.method == "POST");
+    let sha256 = hex::encode(Sha256::digest(&request.body));
     let (info, pick) = {
         let mut state = shared.lock();
         let index = state.entries.len();
@@ -214,7 +215,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             time_unix_ms: unix_ms(),
             method: request.method.clone(),
             path: request.path.clone(),
-            sha256: hex::encode(Sha256::digest(&request.body)),
+            sha256,
             model: info.model.clone(),
             stream: info.stream,
             entry: pick
@@ -243,7 +244,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             )
         };
         http::write_response(&mut stream, &out, None, None).await;
-        let _ = stream.shutdown().await;
+        close(stream).await;
         return;
     };
     let step = pick.step;
@@ -258,13 +259,30 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
     };
     match ending {
-        Ending::Complete | Ending::Cut(CloseHow::Close) => {
-            let _ = stream.shutdown().await;
-        }
+        Ending::Complete | Ending::Cut(CloseHow::Close) => close(stream).await,
         Ending::Cut(CloseHow::Reset) => reset(stream),
         Ending::PeerGone => {}
     }
 }
+
+/// An orderly close: FIN, then wait (briefly) for the client to close its side. Dropping a socket
+/// that still has unread input makes the kernel send RST, which would turn a scripted clean close
+/// into a reset; draining first keeps `close` a close.
+async fn close(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = [0u8; 1024];
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_DRAIN, drain).await;
+}
+
+/// How long a closed connection waits for the client's side to close.
+const CLOSE_DRAIN: Duration = Duration::from_secs(1);
 
 /// Closes with RST instead of FIN: `SO_LINGER` with a zero timeout makes the close abortive.
 fn reset(stream: TcpStream) {
