@@ -680,6 +680,16 @@ steps:
     }
 
     #[test]
+    fn unknown_field_in_contract_refused_cfg_6() {
+        let e = refused(&QUICKSTART.replace(
+            "      schema: {type: object, required: [modules]}\n",
+            "      schema: {type: object, required: [modules]}\n      maxRetries: 2\n",
+        ));
+        assert_eq!(e.field.as_deref(), Some("maxRetries"));
+        assert_eq!(e.line, Some(17));
+    }
+
+    #[test]
     fn duplicate_step_ids_refused() {
         let e = refused(&QUICKSTART.replace("id: pages", "id: outline"));
         assert!(e.to_string().contains("already used"), "{e}");
