@@ -61,8 +61,9 @@ impl HttpConfig {
 /// Why a transport could not be built. Nothing was sent.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportBuildError {
-    #[error("the provider base URL {url:?} is not a valid URL: {reason}")]
-    BadUrl { url: String, reason: String },
+    /// The URL itself is not repeated: it may carry credentials.
+    #[error("the provider base URL is not usable: {0}")]
+    BadUrl(String),
     #[error("the API key contains characters that cannot go into an HTTP header")]
     BadApiKey,
     #[error("the HTTP client could not be built: {0}")]
@@ -84,15 +85,20 @@ const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 impl HttpTransport {
     pub fn new(config: HttpConfig) -> Result<Self, TransportBuildError> {
-        let raw = format!(
+        let mut url = reqwest::Url::parse(config.base_url.trim())
+            .map_err(|e| TransportBuildError::BadUrl(e.to_string()))?;
+        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+            return Err(TransportBuildError::BadUrl(
+                "it must be an http or https URL".into(),
+            ));
+        }
+        // Append the API's path to the base path, keeping any query the base URL carries.
+        let path = format!(
             "{}{}",
-            config.base_url.trim_end_matches('/'),
+            url.path().trim_end_matches('/'),
             endpoint_path(config.api)
         );
-        let url = reqwest::Url::parse(&raw).map_err(|e| TransportBuildError::BadUrl {
-            url: config.base_url.clone(),
-            reason: e.to_string(),
-        })?;
+        url.set_path(&path);
 
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -152,7 +158,7 @@ impl HttpTransport {
             .body(body)
             .send()
             .await
-            .map_err(|e| before_head_failure(&e))?;
+            .map_err(|e| before_head_failure(&e.without_url()))?;
 
         let status = response.status().as_u16();
         if !response.status().is_success() {
@@ -189,7 +195,11 @@ impl HttpTransport {
                     } else {
                         (FaultKind::BodyCut, ProviderErrorClass::Network)
                     };
-                    let detail = format!("the response body failed mid-transfer: {}", chain(&e));
+                    // Without the URL: a base URL may carry credentials in its user info.
+                    let detail = format!(
+                        "the response body failed mid-transfer: {}",
+                        chain(&e.without_url())
+                    );
                     return Err(reader.cut(fault, class, detail));
                 }
             }
@@ -366,9 +376,22 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(t.url.as_str(), "http://127.0.0.1:9/v1/messages");
+        let t = HttpTransport::new(HttpConfig::new(
+            Api::OpenaiChat,
+            "https://example.com/openai/v1?api-version=2",
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            t.url.as_str(),
+            "https://example.com/openai/v1/chat/completions?api-version=2"
+        );
+        let err = HttpTransport::new(HttpConfig::new(Api::OpenaiChat, "ftp://u:secret@h/", None))
+            .unwrap_err();
+        assert!(!err.to_string().contains("secret"));
         assert!(matches!(
             HttpTransport::new(HttpConfig::new(Api::OpenaiChat, "not a url", None)),
-            Err(TransportBuildError::BadUrl { .. })
+            Err(TransportBuildError::BadUrl(_))
         ));
     }
 }

@@ -857,3 +857,23 @@ both_apis!(the_deadline_ends_a_stalled_request_rep_10, |api| {
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert!(started.elapsed() < Duration::from_secs(5));
 });
+
+#[tokio::test]
+async fn credentials_in_the_base_url_never_reach_the_record() {
+    let refused = refused_base_url().await;
+    // Some providers take the key as a query parameter; reqwest would print it in its error.
+    let with_key = format!("{refused}?key=sk-in-url-secret");
+    let r = turn_at(
+        Api::OpenaiChat,
+        with_key,
+        ReplayLimits {
+            max_attempts_per_turn: 1,
+            ..limits()
+        },
+    )
+    .await;
+    assert_eq!(r.record.status, TurnStatus::Failed);
+    let shown = format!("{r:?}{}", serde_json::to_string(&r.record).expect("json"));
+    assert!(!shown.contains("sk-in-url-secret"), "{shown}");
+    assert!(!shown.contains(KEY));
+}
