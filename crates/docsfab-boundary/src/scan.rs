@@ -125,8 +125,13 @@ impl Scanner {
         let len = buf.len();
         // Token-shaped keys are all token bytes from their first byte on, and look no further
         // than TOKEN_LOOKAHEAD past their prefix.
-        let token_run = buf.iter().rev().take_while(|b| is_token_byte(**b)).count();
-        let mut live = len - token_run.min(LONGEST_PREFIX + TOKEN_LOOKAHEAD);
+        let token_run = buf
+            .iter()
+            .rev()
+            .take(LONGEST_PREFIX + TOKEN_LOOKAHEAD)
+            .take_while(|b| is_token_byte(**b))
+            .count();
+        let mut live = len - token_run;
         // A PEM header, whole or cut at the end, still waiting for its key material.
         let lo = len.saturating_sub(PEM_REACH);
         if let Some(i) = memmem::find(&buf[lo..], PEM_HEADER) {
