@@ -9,11 +9,13 @@
 //! - [`workspace`]: the workspace jail that resolves every tool path.
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
+//! - [`settlement`]: write settlement from the ledger and the lease (WRT-1..3).
 pub mod batch;
 pub mod composition;
 pub mod contract;
 pub mod ledger;
 pub mod record;
+pub mod settlement;
 pub mod snapshot;
 pub mod store;
 pub mod supervision;
