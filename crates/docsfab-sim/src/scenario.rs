@@ -321,10 +321,21 @@ fn plain_yaml_message(e: &serde_saphyr::Error) -> String {
     let rendered = e.to_string();
     let first = rendered.lines().next().unwrap_or("invalid YAML").trim();
     // Drop a trailing " at line L, column C" that some messages carry.
-    match first.find(" at line ") {
-        Some(at) => first[..at].to_owned(),
-        None => first.to_owned(),
-    }
+    let message = match first.find(" at line ") {
+        Some(at) => &first[..at],
+        None => first,
+    };
+    // Say what was expected in words rather than in Rust type names.
+    let plain = match message {
+        "invalid u16" => "expected a whole number from 0 to 65535",
+        "invalid u32" => "expected a whole number from 0 to 4294967295",
+        "invalid u64" | "invalid usize" => "expected a whole number, 0 or more",
+        "invalid f64" => "expected a number",
+        "expected sequence start" => "expected a list here",
+        "expected mapping start" => "expected a mapping (key: value) here",
+        other => other,
+    };
+    plain.to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------

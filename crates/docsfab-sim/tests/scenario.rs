@@ -92,6 +92,21 @@ fn broken_entries_are_refused_with_their_line_and_reason() {
             "with",
         ),
         ("responses: [\n", "line 1", ""),
+        (
+            "responses:\n  - status: yes\n",
+            "line 2",
+            "expected a whole number from 0 to 65535",
+        ),
+        (
+            "responses:\n  - status: 200\n    stall: {after_bytes: -1, ms: 3}\n",
+            "line 3",
+            "expected a whole number, 0 or more",
+        ),
+        (
+            "responses: {status: 200}\n",
+            "line 1",
+            "expected a list here",
+        ),
     ];
     for (yaml, line, reason) in cases {
         let e = error_of(yaml);
