@@ -563,6 +563,7 @@ data: [DONE]\n\n";
         assert_eq!(o.models, vec!["m1".to_string()]);
     }
 
+    // Proves CLS-2.
     #[test]
     fn openai_clean_close_without_finish_or_done_is_stream_incomplete_cls_2() {
         let body = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
@@ -572,6 +573,7 @@ data: [DONE]\n\n";
         assert!(f.failure.content_published);
     }
 
+    // Proves CLS-3.
     #[test]
     fn openai_done_without_finish_is_not_stream_incomplete_cls_3() {
         let body = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\ndata: [DONE]\n\n";
@@ -580,6 +582,7 @@ data: [DONE]\n\n";
         assert_eq!(o.finish_reason, None);
     }
 
+    // Proves CLS-3.
     #[test]
     fn openai_cut_body_keeps_network_class_cls_3() {
         let mut r = StreamReader::new(Api::OpenaiChat, 200);
@@ -623,6 +626,7 @@ data: [DONE]\n\n";
         assert!(o.tool_calls[0].truncated);
     }
 
+    // Proves CLS-1.
     #[test]
     fn content_filter_finish_is_content_filter_cls_1() {
         let body = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"},\"finish_reason\":\"content_filter\"}]}\n\ndata: [DONE]\n\n";
@@ -631,6 +635,7 @@ data: [DONE]\n\n";
         assert_eq!(f.failure.fault, FaultKind::ContentFilter);
     }
 
+    // Proves REP-5.
     #[test]
     fn content_filter_error_code_is_content_filter_rep_5() {
         // The message mentions a timeout; the class still comes from the code.
@@ -679,6 +684,7 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason
         assert!(!o.done);
     }
 
+    // Proves CLS-2.
     #[test]
     fn anthropic_clean_close_without_stop_is_stream_incomplete_cls_2() {
         let body = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"c\"}}\n\n";

@@ -530,6 +530,7 @@ mod tests {
         );
     }
 
+    // Proves REP-12.
     #[test]
     fn serialization_is_stable_and_digest_matches_bytes_rep_12() {
         let a = Payload::build(Api::OpenaiChat, &request()).unwrap();

@@ -212,6 +212,7 @@ macro_rules! both_apis {
 
 // ---- before the response head --------------------------------------------------------------
 
+// Proves REP-2, CLS-1.
 both_apis!(refused_connection_is_replayed_rep_2_cls_1, |api| {
     let limits = ReplayLimits {
         max_attempts_per_turn: 3,
@@ -234,6 +235,7 @@ both_apis!(refused_connection_is_replayed_rep_2_cls_1, |api| {
     );
 });
 
+// Proves REP-2, CLS-1.
 both_apis!(drop_before_head_is_replayed_rep_2_cls_1, |api| {
     let (r, srv) = turn(api, vec![Act::Drop, answer(api)]).await;
     replayed_then_answered(
@@ -245,6 +247,7 @@ both_apis!(drop_before_head_is_replayed_rep_2_cls_1, |api| {
     );
 });
 
+// Proves REP-2, CLS-1.
 both_apis!(reset_before_head_is_replayed_rep_2_cls_1, |api| {
     let (r, srv) = turn(api, vec![Act::Reset, answer(api)]).await;
     replayed_then_answered(
@@ -256,6 +259,7 @@ both_apis!(reset_before_head_is_replayed_rep_2_cls_1, |api| {
     );
 });
 
+// Proves REP-2, CLS-1.
 both_apis!(
     silence_before_head_is_a_timeout_and_replayed_rep_2_cls_1,
     |api| {
@@ -295,46 +299,59 @@ async fn terminal_status(api: Api, code: u16, class: ProviderErrorClass) {
     assert_eq!(r.record.failure.and_then(|f| f.http_status), Some(code));
 }
 
+// Proves REP-2, CLS-1.
 both_apis!(status_408_is_replayed_rep_2_cls_1, |api| {
     replayable_status(api, 408, ProviderErrorClass::Timeout).await;
 });
+// Proves REP-2.
 both_apis!(status_425_is_replayed_rep_2, |api| {
     replayable_status(api, 425, ProviderErrorClass::Server).await;
 });
+// Proves REP-2, REP-7.
 both_apis!(
     status_429_is_replayed_in_the_throttle_window_rep_2_rep_7,
     |api| {
         replayable_status(api, 429, ProviderErrorClass::RateLimit).await;
     }
 );
+// Proves REP-2, CLS-1.
 both_apis!(status_500_is_replayed_rep_2_cls_1, |api| {
     replayable_status(api, 500, ProviderErrorClass::Server).await;
 });
+// Proves REP-2, CLS-1.
 both_apis!(status_503_is_replayed_rep_2_cls_1, |api| {
     replayable_status(api, 503, ProviderErrorClass::Server).await;
 });
+// Proves REP-2, CLS-1.
 both_apis!(status_504_is_replayed_rep_2_cls_1, |api| {
     replayable_status(api, 504, ProviderErrorClass::Timeout).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_400_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 400, ProviderErrorClass::InvalidRequest).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_401_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 401, ProviderErrorClass::Authentication).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_403_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 403, ProviderErrorClass::Authentication).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_404_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 404, ProviderErrorClass::InvalidRequest).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_409_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 409, ProviderErrorClass::InvalidRequest).await;
 });
+// Proves REP-3, CLS-1.
 both_apis!(status_422_is_terminal_rep_3_cls_1, |api| {
     terminal_status(api, 422, ProviderErrorClass::InvalidRequest).await;
 });
 
+// Proves REP-4.
 both_apis!(a_502_wrapping_an_upstream_400_is_replayed_rep_4, |api| {
     let wrapped = Resp::new(502)
         .chunk("{\"error\":{\"type\":\"invalid_request_error\",\"code\":400}}")
@@ -349,6 +366,7 @@ both_apis!(a_502_wrapping_an_upstream_400_is_replayed_rep_4, |api| {
     );
 });
 
+// Proves REP-4.
 both_apis!(a_400_whose_body_says_503_is_terminal_rep_4, |api| {
     let wrapped = Resp::new(400)
         .chunk("{\"error\":{\"type\":\"service_unavailable\",\"code\":503}}")
@@ -363,6 +381,7 @@ both_apis!(a_400_whose_body_says_503_is_terminal_rep_4, |api| {
     );
 });
 
+// Proves REP-5.
 both_apis!(a_401_mentioning_a_timeout_is_still_terminal_rep_5, |api| {
     let auth = Resp::new(401)
         .chunk("{\"error\":{\"type\":\"authentication_error\",\"message\":\"connection timeout\"}}")
@@ -379,6 +398,7 @@ both_apis!(a_401_mentioning_a_timeout_is_still_terminal_rep_5, |api| {
 
 // ---- Retry-After ---------------------------------------------------------------------------
 
+// Proves REP-8.
 both_apis!(retry_after_ms_lengthens_the_wait_rep_8, |api| {
     let throttled = Resp::new(429).header("retry-after-ms", "150").act();
     let srv = FaultServer::start(vec![throttled, answer(api)]).await;
@@ -394,6 +414,7 @@ both_apis!(retry_after_ms_lengthens_the_wait_rep_8, |api| {
     assert!(started.elapsed() >= Duration::from_millis(150));
 });
 
+// Proves REP-8.
 both_apis!(
     retry_after_seconds_is_clamped_to_the_wait_cap_rep_8,
     |api| {
@@ -405,6 +426,7 @@ both_apis!(
     }
 );
 
+// Proves REP-8.
 both_apis!(retry_after_http_date_is_read_rep_8, |api| {
     let at = std::time::SystemTime::now() + Duration::from_secs(3);
     let throttled = Resp::new(429)
@@ -421,6 +443,7 @@ both_apis!(retry_after_http_date_is_read_rep_8, |api| {
 
 // ---- after the head, before content --------------------------------------------------------
 
+// Proves REP-2, CLS-3.
 both_apis!(
     reset_mid_body_before_content_is_replayed_rep_2_cls_3,
     |api| {
@@ -436,6 +459,7 @@ both_apis!(
     }
 );
 
+// Proves REP-2, CLS-3.
 both_apis!(cut_mid_body_before_content_is_replayed_rep_2_cls_3, |api| {
     let cut = Resp::new(200).chunk(preamble(api)).end(End::Cut).act();
     let (r, srv) = turn(api, vec![cut, answer(api)]).await;
@@ -448,6 +472,7 @@ both_apis!(cut_mid_body_before_content_is_replayed_rep_2_cls_3, |api| {
     );
 });
 
+// Proves REP-2.
 both_apis!(
     silence_mid_body_before_content_is_a_timeout_and_replayed_rep_2,
     |api| {
@@ -463,6 +488,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-2, CLS-4.
 both_apis!(
     clean_close_before_content_is_stream_incomplete_and_replayed_cls_2_cls_4,
     |api| {
@@ -478,6 +504,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-5, CLS-6.
 both_apis!(
     error_event_declaring_503_is_server_and_replayed_cls_5_cls_6,
     |api| {
@@ -499,6 +526,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-6.
 both_apis!(
     error_event_declaring_504_is_timeout_and_replayed_cls_6,
     |api| {
@@ -519,6 +547,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-6.
 both_apis!(
     error_event_server_type_without_code_is_server_cls_6,
     |api| {
@@ -540,6 +569,7 @@ both_apis!(
     }
 );
 
+// Proves REP-6, CLS-6.
 both_apis!(error_event_declaring_429_is_terminal_rep_6_cls_6, |api| {
     let ev = Resp::new(200)
         .chunk(error_event(
@@ -559,6 +589,7 @@ both_apis!(error_event_declaring_429_is_terminal_rep_6_cls_6, |api| {
     assert_eq!(r.record.failure.and_then(|f| f.declared_status), Some(429));
 });
 
+// Proves REP-5.
 both_apis!(
     content_filter_error_code_mentioning_a_connection_is_terminal_rep_5,
     |api| {
@@ -579,6 +610,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-1.
 both_apis!(
     a_400_with_content_filter_code_is_content_filter_cls_1,
     |api| {
@@ -598,6 +630,7 @@ both_apis!(
 
 // ---- after content -------------------------------------------------------------------------
 
+// Proves REP-14.
 both_apis!(reset_after_content_is_not_replayed_rep_14, |api| {
     let cut = Resp::new(200)
         .chunk(preamble(api))
@@ -615,6 +648,7 @@ both_apis!(reset_after_content_is_not_replayed_rep_14, |api| {
     assert!(r.record.failure.is_some_and(|f| f.content_published));
 });
 
+// Proves REP-14, CLS-3.
 both_apis!(
     cut_after_content_keeps_network_class_and_is_not_replayed_rep_14_cls_3,
     |api| {
@@ -634,6 +668,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-2, CLS-4.
 both_apis!(
     clean_close_after_content_is_stream_incomplete_not_replayed_cls_2_cls_4,
     |api| {
@@ -652,6 +687,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-3.
 both_apis!(end_marker_without_finish_reason_is_an_answer_cls_3, |api| {
     let ok = Resp::new(200)
         .chunk(preamble(api))
@@ -671,6 +707,7 @@ both_apis!(end_marker_without_finish_reason_is_an_answer_cls_3, |api| {
     }
 });
 
+// Proves REP-14, CLS-5.
 both_apis!(
     error_event_after_content_is_not_replayed_rep_14_cls_5,
     |api| {
@@ -690,6 +727,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-1, REP-5.
 both_apis!(content_filter_finish_is_terminal_cls_1_rep_5, |api| {
     let filtered = match api {
         Api::OpenaiChat => Resp::new(200)
@@ -746,6 +784,7 @@ both_apis!(request_goes_to_the_api_path_with_its_auth_headers, |api| {
     }
 });
 
+// Proves REP-1, REP-12.
 both_apis!(
     seven_faults_then_answer_sends_eight_identical_requests_rep_1_rep_12,
     |api| {
@@ -767,6 +806,7 @@ both_apis!(
     }
 );
 
+// Proves CLS-5.
 both_apis!(
     a_200_json_error_body_is_classified_like_an_error_event_cls_5,
     |api| {
@@ -823,6 +863,7 @@ both_apis!(the_raw_200_body_is_kept_byte_for_byte_when_asked, |api| {
 
 // ---- cancellation and deadline over real HTTP ----------------------------------------------
 
+// Proves REP-9.
 both_apis!(
     cancelling_a_stalled_request_ends_the_turn_at_once_rep_9,
     |api| {
@@ -845,6 +886,7 @@ both_apis!(
     }
 );
 
+// Proves REP-10.
 both_apis!(the_deadline_ends_a_stalled_request_rep_10, |api| {
     let srv = FaultServer::start(vec![Act::Stall]).await;
     let p = payload(api);

@@ -51,6 +51,7 @@ fn gaps(t: &ScriptedTransport) -> Vec<u64> {
         .collect()
 }
 
+// Proves REP-1, REP-13.
 #[tokio::test(start_paused = true)]
 async fn seven_408s_then_answer_rep_1_rep_13() {
     let mut script: Vec<_> = (0..7).map(|_| s408()).collect();
@@ -92,6 +93,7 @@ async fn seven_408s_then_answer_rep_1_rep_13() {
     assert_eq!(r.record.duration_ms, 51_500);
 }
 
+// Proves REP-1.
 #[tokio::test(start_paused = true)]
 async fn eight_408s_fail_after_eight_attempts_rep_1() {
     let t = ScriptedTransport::new((0..9).map(|_| s408()));
@@ -117,6 +119,7 @@ async fn eight_408s_fail_after_eight_attempts_rep_1() {
     assert!(matches!(r.end, TurnEnd::Failed { .. }));
 }
 
+// Proves REP-7.
 #[tokio::test(start_paused = true)]
 async fn ten_429s_then_503_ends_at_the_503_rep_7() {
     let mut script: Vec<_> = (0..10).map(|_| s429()).collect();
@@ -159,6 +162,7 @@ async fn ten_429s_then_503_ends_at_the_503_rep_7() {
     assert_eq!(r.record.failure.and_then(|f| f.http_status), Some(503));
 }
 
+// Proves REP-7.
 #[tokio::test(start_paused = true)]
 async fn throttle_window_allows_24_attempts_rep_7() {
     let t = ScriptedTransport::new((0..30).map(|_| s429()));
@@ -183,6 +187,7 @@ async fn throttle_window_allows_24_attempts_rep_7() {
     );
 }
 
+// Proves REP-8.
 #[tokio::test(start_paused = true)]
 async fn retry_after_lengthens_and_is_clamped_rep_8() {
     let t = ScriptedTransport::new([
@@ -206,6 +211,7 @@ async fn retry_after_lengthens_and_is_clamped_rep_8() {
     assert_eq!(r.record.replays[1].wait_ms, 20_000);
 }
 
+// Proves REP-1.
 #[tokio::test(start_paused = true)]
 async fn summed_wait_is_clamped_to_what_remains_rep_1() {
     // More attempts than the default, so the 60,000 ms summed bound is what stops the turn.
@@ -227,6 +233,7 @@ async fn summed_wait_is_clamped_to_what_remains_rep_1() {
     );
 }
 
+// Proves REP-10.
 #[tokio::test(start_paused = true)]
 async fn a_wait_that_would_cross_the_deadline_is_not_started_rep_10() {
     let t = ScriptedTransport::new((0..8).map(|_| s408()));
@@ -247,6 +254,7 @@ async fn a_wait_that_would_cross_the_deadline_is_not_started_rep_10() {
     assert_eq!(r.record.status, TurnStatus::Failed);
 }
 
+// Proves REP-10.
 #[tokio::test(start_paused = true)]
 async fn the_deadline_ends_a_request_in_flight_rep_10() {
     let t = ScriptedTransport::new([
@@ -273,6 +281,7 @@ async fn the_deadline_ends_a_request_in_flight_rep_10() {
     ));
 }
 
+// Proves REP-9.
 #[tokio::test(start_paused = true)]
 async fn cancellation_in_backoff_ends_the_turn_at_once_rep_9() {
     let t = ScriptedTransport::new([s408(), s408(), ScriptStep::answer("never")]);
@@ -295,6 +304,7 @@ async fn cancellation_in_backoff_ends_the_turn_at_once_rep_9() {
     );
 }
 
+// Proves REP-9.
 #[tokio::test(start_paused = true)]
 async fn cancellation_during_a_request_ends_the_turn_rep_9() {
     let t = ScriptedTransport::new([ScriptStep::answer("slow").after(Duration::from_secs(30))]);
@@ -328,6 +338,7 @@ impl PayloadSource for Drifting {
     }
 }
 
+// Proves REP-12.
 #[tokio::test(start_paused = true)]
 async fn digest_mismatch_fails_closed_before_sending_rep_12() {
     let t = ScriptedTransport::new([s408(), ScriptStep::answer("must not be sent")]);
@@ -352,6 +363,7 @@ async fn digest_mismatch_fails_closed_before_sending_rep_12() {
     }
 }
 
+// Proves REP-12.
 #[tokio::test(start_paused = true)]
 async fn digest_mismatch_on_the_first_request_sends_nothing_rep_12() {
     struct Wrong(Payload);
@@ -389,6 +401,7 @@ async fn one_failure(f: ProviderFailure) -> (usize, Option<StopReason>) {
     (t.sent().len(), r.record.stop_reason)
 }
 
+// Proves REP-3.
 #[tokio::test(start_paused = true)]
 async fn terminal_statuses_are_never_replayed_rep_3() {
     for (code, class) in [
@@ -407,6 +420,7 @@ async fn terminal_statuses_are_never_replayed_rep_3() {
     }
 }
 
+// Proves REP-2.
 #[tokio::test(start_paused = true)]
 async fn replayable_faults_are_replayed_rep_2() {
     for f in [
@@ -423,6 +437,7 @@ async fn replayable_faults_are_replayed_rep_2() {
     }
 }
 
+// Proves REP-14, CLS-4.
 #[tokio::test(start_paused = true)]
 async fn published_content_is_never_replayed_rep_14_cls_4() {
     let f = ProviderFailure::from_fault(FaultKind::StreamIncomplete).with_content_published(true);
@@ -437,6 +452,7 @@ async fn published_content_is_never_replayed_rep_14_cls_4() {
     );
 }
 
+// Proves REP-6.
 #[tokio::test(start_paused = true)]
 async fn rate_limit_without_http_status_is_never_replayed_rep_6() {
     let f = ProviderFailure::from_error_event(ErrorEventClass {
@@ -446,6 +462,7 @@ async fn rate_limit_without_http_status_is_never_replayed_rep_6() {
     assert_eq!(one_failure(f).await, (1, Some(StopReason::NotReplayable)));
 }
 
+// Proves REP-5.
 #[tokio::test(start_paused = true)]
 async fn content_filter_is_never_replayed_rep_5() {
     let f = ProviderFailure::from_fault(FaultKind::ContentFilter);
@@ -473,6 +490,7 @@ async fn observer_sees_each_replay_before_its_wait() {
     );
 }
 
+// Proves REP-11.
 #[test]
 fn the_driver_cannot_reach_the_turn_governor_rep_11() {
     // REP-11 holds by construction: `run_turn` takes only a transport, the replay limits, the
@@ -484,6 +502,7 @@ fn the_driver_cannot_reach_the_turn_governor_rep_11() {
     assert!(manifest.contains("docsfab-policy"));
 }
 
+// Proves REP-13.
 #[tokio::test(start_paused = true)]
 async fn record_serializes_with_the_run_record_names_rep_13() {
     let t = ScriptedTransport::new([

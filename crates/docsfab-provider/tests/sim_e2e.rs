@@ -96,16 +96,19 @@ async fn seven_408s_then_answer(api: Api) {
     }
 }
 
+// Proves REP-1, REP-12, REP-13.
 #[tokio::test]
 async fn sim_seven_408s_then_answer_openai_rep_1_rep_12_rep_13() {
     seven_408s_then_answer(Api::OpenaiChat).await;
 }
 
+// Proves REP-1, REP-12, REP-13.
 #[tokio::test]
 async fn sim_seven_408s_then_answer_anthropic_rep_1_rep_12_rep_13() {
     seven_408s_then_answer(Api::AnthropicMessages).await;
 }
 
+// Proves REP-1.
 #[tokio::test]
 async fn sim_eight_408s_fail_the_turn_after_eight_requests_rep_1() {
     for api in [Api::OpenaiChat, Api::AnthropicMessages] {
@@ -120,6 +123,7 @@ async fn sim_eight_408s_fail_the_turn_after_eight_requests_rep_1() {
     }
 }
 
+// Proves REP-2, CLS-5.
 #[tokio::test]
 async fn sim_drops_resets_and_stream_errors_are_replayed_rep_2_cls_5() {
     for api in [Api::OpenaiChat, Api::AnthropicMessages] {
@@ -152,6 +156,7 @@ async fn sim_drops_resets_and_stream_errors_are_replayed_rep_2_cls_5() {
     }
 }
 
+// Proves REP-3.
 #[tokio::test]
 async fn sim_terminal_status_is_sent_once_rep_3() {
     for api in [Api::OpenaiChat, Api::AnthropicMessages] {
@@ -208,6 +213,7 @@ async fn sim_tool_calls_and_truncated_arguments_are_read_on_both_apis() {
     }
 }
 
+// Proves BND-6.
 #[tokio::test]
 async fn sim_odd_line_framing_still_reads_the_answer_bnd_6() {
     let yaml = "responses:
@@ -232,6 +238,7 @@ async fn sim_odd_line_framing_still_reads_the_answer_bnd_6() {
     }
 }
 
+// Proves CLS-2, REP-14.
 #[tokio::test]
 async fn sim_clean_close_after_content_is_stream_incomplete_and_not_replayed_cls_2_rep_14() {
     let yaml = "responses:
@@ -248,6 +255,7 @@ async fn sim_clean_close_after_content_is_stream_incomplete_and_not_replayed_cls
     }
 }
 
+// Proves REP-14, CLS-5.
 #[tokio::test]
 async fn sim_error_event_after_content_is_not_replayed_rep_14_cls_5() {
     let yaml = "responses:
@@ -270,6 +278,7 @@ async fn sim_error_event_after_content_is_not_replayed_rep_14_cls_5() {
     }
 }
 
+// Proves REP-6.
 #[tokio::test]
 async fn sim_quota_error_event_is_terminal_rep_6() {
     let yaml = "responses:
@@ -287,6 +296,7 @@ async fn sim_quota_error_event_is_terminal_rep_6() {
     }
 }
 
+// Proves REP-2.
 #[tokio::test]
 async fn sim_cut_and_stall_before_content_are_replayed_rep_2() {
     let yaml = "responses:
@@ -316,6 +326,7 @@ async fn sim_cut_and_stall_before_content_are_replayed_rep_2() {
     }
 }
 
+// Proves REP-8.
 #[tokio::test]
 async fn sim_retry_after_ms_sets_the_wait_rep_8() {
     let yaml = "responses:
@@ -336,6 +347,7 @@ async fn sim_retry_after_ms_sets_the_wait_rep_8() {
     }
 }
 
+// Proves CLS-1.
 #[tokio::test]
 async fn sim_content_filter_finish_is_terminal_cls_1() {
     for (api, reason) in [
@@ -355,6 +367,7 @@ async fn sim_content_filter_finish_is_terminal_cls_1() {
     }
 }
 
+// Proves REP-1.
 #[tokio::test]
 async fn sim_seeded_fault_bursts_each_end_in_one_completed_turn_rep_1() {
     // Twelve episodes of 0..=7 faults (408 or 503), each followed by an answer: every burst fits
