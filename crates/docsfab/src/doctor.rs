@@ -14,7 +14,7 @@ use docsfab_policy::envelope::RetryEnvelope;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use serde_json::{Value, json};
 
-use crate::error::CliError;
+use crate::error::{CliError, emit};
 use crate::home::{HostContext, read_optional};
 
 #[derive(Debug, Args)]
@@ -45,17 +45,19 @@ pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
         Ok(r) => r,
         Err(e) => {
             if args.json {
-                println!("{}", json!({"valid": false, "error": e.message}));
+                emit(&format!(
+                    "{}\n",
+                    json!({"valid": false, "error": e.message})
+                ))?;
             }
             return Err(e);
         }
     };
     if args.json {
-        println!("{:#}", to_json(&report));
+        emit(&format!("{:#}\n", to_json(&report)))
     } else {
-        print!("{}", to_text(&report));
+        emit(&to_text(&report))
     }
-    Ok(())
 }
 
 fn check(args: &DoctorArgs) -> Result<Report, CliError> {

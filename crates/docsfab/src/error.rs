@@ -70,6 +70,20 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
+/// Writes command output to stdout. A closed pipe (`docsfab doctor | head -1`) is not an error
+/// and never a panic, unlike `println!`.
+pub fn emit(text: &str) -> Result<(), CliError> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::failed(format!(
+            "cannot write to standard output ({e})."
+        ))),
+    }
+}
+
 /// Configuration errors from the libraries are all bad input.
 impl From<docsfab_policy::host::HostError> for CliError {
     fn from(e: docsfab_policy::host::HostError) -> Self {

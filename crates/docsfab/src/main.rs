@@ -7,6 +7,7 @@ mod error;
 mod home;
 mod setup;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -41,7 +42,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Not eprintln!: a closed stderr must not turn a clean refusal into a panic.
+            let _ = writeln!(std::io::stderr(), "error: {e}");
             e.exit_code()
         }
     }

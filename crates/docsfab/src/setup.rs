@@ -19,7 +19,7 @@ use docsfab_policy::host::{
     Api, HostConfig, ProviderConfig, check_key_env_name, looks_like_key, url_carries_secret,
 };
 
-use crate::error::CliError;
+use crate::error::{CliError, emit};
 use crate::home::{Home, load_host};
 
 /// The provider `setup` writes.
@@ -190,30 +190,38 @@ pub fn run(args: &SetupArgs) -> Result<(), CliError> {
     })?;
     write_atomically(&path, &text)?;
 
-    println!(
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
         "{} {}",
         if existed { "Updated" } else { "Wrote" },
         path.display()
     );
-    println!(
+    let _ = writeln!(
+        report,
         "Provider {PROVIDER}: api={} baseUrl={} model={} apiKeyEnv={}",
         provider.api, provider.base_url, provider.model, provider.api_key_env
     );
-    match &host.read_only_max_retries {
-        Some(raw) => println!(
+    let _ = match &host.read_only_max_retries {
+        Some(raw) => writeln!(
+            report,
             "Kept readOnlyMaxRetries: {} as the operator's explicit override of retry.maxRetries; remove it to follow the catalog.",
             raw.text
         ),
-        None => println!("readOnlyMaxRetries is not set, so retry.maxRetries follows the catalog."),
-    }
+        None => writeln!(
+            report,
+            "readOnlyMaxRetries is not set, so retry.maxRetries follows the catalog."
+        ),
+    };
     if std::env::var_os(&provider.api_key_env).is_none_or(|v| v.is_empty()) {
-        println!(
+        let _ = writeln!(
+            report,
             "Note: {} is not set in this shell; export the key there before `docsfab run`.",
             provider.api_key_env
         );
     }
-    println!("Run `docsfab doctor` to check the configuration.");
-    Ok(())
+    let _ = writeln!(report, "Run `docsfab doctor` to check the configuration.");
+    emit(&report)
 }
 
 /// A YAML scalar: plain when that cannot be misread, otherwise double-quoted (JSON string
