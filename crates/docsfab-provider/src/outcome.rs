@@ -128,6 +128,24 @@ pub struct StreamOutcome {
     pub raw_body: Option<bytes::Bytes>,
 }
 
+impl StreamOutcome {
+    /// The assistant message this answer adds to the conversation, for the next turn's request.
+    pub fn assistant_message(&self) -> crate::request::Message {
+        crate::request::Message::Assistant {
+            text: self.text.clone(),
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .map(|c| crate::request::AssistantToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    arguments: c.arguments.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// A provider request that failed, with a one-line description for people.
 ///
 /// `detail` never holds the API key: it is built from statuses, error kinds and at most a short
@@ -617,6 +635,23 @@ data: [DONE]\n\n";
             "invalid JSON at the end is truncated"
         );
         assert!(o.content_published);
+    }
+
+    #[test]
+    fn an_answer_becomes_the_next_requests_assistant_message() {
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"Let me look.\",\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"read_file\",\"arguments\":\"{\\\"path\\\":\\\"a\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        let o = read(Api::OpenaiChat, body).unwrap();
+        assert_eq!(
+            o.assistant_message(),
+            crate::request::Message::Assistant {
+                text: "Let me look.".into(),
+                tool_calls: vec![crate::request::AssistantToolCall {
+                    id: "c1".into(),
+                    name: "read_file".into(),
+                    arguments: "{\"path\":\"a\"}".into(),
+                }],
+            }
+        );
     }
 
     #[test]
