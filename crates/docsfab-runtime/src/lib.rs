@@ -10,9 +10,11 @@
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
 //! - [`settlement`]: write settlement from the ledger and the lease (WRT-1..3).
+pub mod agent;
 pub mod batch;
 pub mod composition;
 pub mod contract;
+pub mod executor;
 pub mod ledger;
 pub mod record;
 pub mod settlement;

@@ -1,0 +1,603 @@
+//! One attempt of one step: the agent loop.
+//!
+//! The loop is a thin driver around state machines that decide on their own:
+//! - the execution lease ([`ExecutionLease`]) grants each provider turn after the host preflight
+//!   (LSE-2), counts executed tool calls and decides renewal at each checkpoint from
+//!   executed-call evidence only (LSE-1, LSE-3);
+//! - read supervision ([`ReadSupervisor`]) answers re-reads with a notice and reports
+//!   no-progress (LSE-4);
+//! - the provider's replay driver ([`run_turn_observed`]) runs each turn with its in-turn
+//!   replays, bounded by the attempt deadline and the cancellation token (REP-9, REP-10).
+//!
+//! What the loop owns is the conversation, the tool calls (validated before host authorization,
+//! authorized against the workspace jail, then run) and the attempt's account: its turns, its
+//! lease record, its usage and, when it failed, the [`AttemptFailure`] the step retry decides
+//! from. Nothing here decides a retry.
+//!
+//! The tools are [`StepTools`], fresh for each attempt (so the source-read budget is restored,
+//! STP-2), and each batch goes through [`batch::run_batch`]. Tools are synchronous and short; the
+//! deadline and the cancellation are checked after each batch.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use docsfab_policy::class::ProviderFailure;
+use docsfab_policy::replay::ReplayLimits;
+use docsfab_policy::rules::Feedback;
+use docsfab_policy::step::{AttemptFailure, ContractFailure};
+use docsfab_provider::outcome::{FinishReason, StreamOutcome};
+use docsfab_provider::{
+    Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TurnEnd,
+    TurnRequest, TurnStatus as ProviderTurnStatus, driver::run_turn_observed,
+};
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::{self, RequestedCall};
+use crate::composition::{Access, ModelLimits, Step, Tool};
+use crate::contract::{Contract, ContractFailureKind};
+use crate::ledger::{Checkpoint, ExecutionLease, StopReason, ToolBatch, TurnEvidence};
+use crate::record::{
+    LeaseRecord, ReplayCause, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc,
+};
+use crate::snapshot::WriteSnapshots;
+use crate::tools::{self, StepTools, ToolPolicy};
+use crate::workspace::Workspace;
+
+/// Everything one attempt needs. The ceilings in `limits` are the composition's sealed limits;
+/// every attempt of a step gets the same ones and a fresh source-read budget (STP-2).
+pub struct AttemptInput<'a> {
+    pub transport: &'a dyn Transport,
+    pub api: Api,
+    pub model: &'a str,
+    pub step: &'a Step,
+    pub limits: ModelLimits,
+    pub replay_limits: ReplayLimits,
+    /// The step's instructions with `{{steps.ID.output}}` already substituted.
+    pub instructions: &'a str,
+    /// The correction the step retry carried to this attempt.
+    pub feedback: Option<Feedback>,
+    pub workspace: &'a Workspace,
+    pub cancel: &'a CancellationToken,
+    /// Told about each turn as it happens (for progress display and tests).
+    pub observer: &'a (dyn Fn(TurnEvent) + Send + Sync),
+}
+
+/// What happens inside an attempt, as it happens.
+#[derive(Debug, Clone)]
+pub enum TurnEvent {
+    /// The lease granted turn `turn`; `payload` is the exact request body about to be sent and
+    /// `digest` its SHA-256 (the simulator's request log names the same digest).
+    Request {
+        turn: u32,
+        digest: String,
+        payload: Bytes,
+    },
+    /// The replay driver scheduled an in-turn replay after `wait_ms`.
+    Replay { turn: u32, entry: ReplayEntry },
+    /// The turn ended.
+    Finished {
+        turn: u32,
+        status: TurnStatus,
+        requested: u32,
+        rejected: u32,
+        executed: u32,
+    },
+}
+
+/// The answer of a successful attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// A read-only step's answer object that met its contract.
+    Object(Value),
+    /// A write step's final text.
+    Text(String),
+}
+
+impl Answer {
+    /// The text `{{steps.ID.output}}` is replaced with in later steps.
+    pub fn as_output_text(&self) -> String {
+        match self {
+            Answer::Object(v) => v.to_string(),
+            Answer::Text(t) => t.clone(),
+        }
+    }
+
+    /// The record's step `output` (the answer object of a read-only step).
+    pub fn record_output(&self) -> Option<Value> {
+        match self {
+            Answer::Object(v) => Some(v.clone()),
+            Answer::Text(_) => None,
+        }
+    }
+}
+
+/// The account of one finished attempt.
+#[derive(Debug)]
+pub struct AttemptReport {
+    pub result: Result<Answer, AttemptFailure>,
+    /// One line for people about how the attempt failed (never holds the API key).
+    pub message: Option<String>,
+    /// The provider failure that ended the attempt, when one did.
+    pub provider_failure: Option<ProviderFailure>,
+    pub started_at: String,
+    pub turns: Vec<TurnRecord>,
+    pub lease: LeaseRecord,
+    pub usage: Usage,
+    pub duration_ms: u64,
+    /// What the attempt wrote, to prove away or undo (write steps).
+    pub snapshots: WriteSnapshots,
+}
+
+/// The tool specs the model sees for a step.
+pub fn tool_specs(offered: &[Tool]) -> Vec<ToolSpec> {
+    offered
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name().to_owned(),
+            description: tools::description(*t).to_owned(),
+            parameters: tools::parameter_schema(*t),
+        })
+        .collect()
+}
+
+/// The words a correction carries to the model.
+pub fn feedback_text(feedback: Feedback, limits: &ModelLimits) -> String {
+    match feedback {
+        Feedback::ReturnOnlyTheJsonObject => "Your previous answer was not the JSON object this step asks for. Return only the JSON object: no prose, no Markdown fences, no array.".to_owned(),
+        Feedback::MeetTheContractSchema => "Your previous answer was a JSON object that did not meet the step's schema. Return only the JSON object, meeting the schema exactly.".to_owned(),
+        Feedback::AnswerCompletelyInsideLimit => format!(
+            "Your previous answer was cut at the output limit. Return the complete answer, well inside the limit of {} tokens.",
+            limits.max_output_tokens
+        ),
+        Feedback::ReadOnlyWhatIsNeeded => "Your previous attempt ran out of time. Read only what the answer needs, then answer.".to_owned(),
+        Feedback::AnswerAtFirstNotice => "Your previous attempt kept re-reading sources it had already read. When a tool answers with a notice that you already read something, answer at once from what you have.".to_owned(),
+    }
+}
+
+fn system_prompt(step: &Step, instructions: &str) -> String {
+    let mut s = String::from(
+        "You are docsfab, carrying out one step of a documentation workflow over the source tree in \
+         the workspace. Tool paths are relative to the workspace root.\n",
+    );
+    match step.access {
+        Access::ReadOnly => {
+            s.push_str("This step is read-only.");
+            match &step.contract {
+                Some(c) => {
+                    let _ = write!(
+                        s,
+                        " When you are done, answer with only a JSON object that meets this JSON Schema, and nothing else:\n{}\n",
+                        c.schema
+                    );
+                }
+                None => s.push_str(" When you are done, answer in plain text.\n"),
+            }
+        }
+        Access::Write => {
+            let _ = writeln!(
+                s,
+                "This step may write files only under: {}. When you are done, reply with a short summary of what you wrote.",
+                step.write_roots.join(", ")
+            );
+        }
+    }
+    s.push_str("\nThe step's instructions:\n");
+    s.push_str(instructions);
+    s
+}
+
+/// Runs one attempt to its end. Never fails as a Rust error: every way an attempt can end is
+/// in the report.
+pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
+    let started = Instant::now();
+    let started_at = rfc3339_utc(SystemTime::now());
+    let deadline = started + Duration::from_millis(input.limits.timeout_ms);
+    let mut state = Attempt {
+        lease: ExecutionLease::new(input.limits.max_turns),
+        tools: StepTools::for_attempt(
+            input.workspace,
+            ToolPolicy::for_step(input.step, &input.limits),
+        ),
+        turns: Vec::new(),
+        usage: Usage::default(),
+        provider_failure: None,
+    };
+    let (result, message) = drive(&input, &mut state, deadline).await;
+    let lease = state
+        .lease
+        .record()
+        .unwrap_or_else(|| fallback_lease_record(&state.lease, input.limits.max_turns));
+    AttemptReport {
+        result,
+        message,
+        provider_failure: state.provider_failure,
+        started_at,
+        turns: state.turns,
+        lease,
+        usage: state.usage,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        snapshots: state.tools.into_snapshots(),
+    }
+}
+
+/// A lease that somehow did not end (it always does): recorded as failed, never as answered.
+fn fallback_lease_record(lease: &ExecutionLease, max_turns: u32) -> LeaseRecord {
+    LeaseRecord {
+        max_turns,
+        turns_used: lease.turns_used(),
+        executed_tool_calls: lease.executed_tool_calls(),
+        tool_counters: Default::default(),
+        stop_reason: StopReason::ProviderFailed,
+        disposition: StopReason::ProviderFailed.disposition(),
+        evidence: Some("the lease did not record its end".to_owned()),
+    }
+}
+
+struct Attempt<'w> {
+    lease: ExecutionLease,
+    tools: StepTools<'w>,
+    turns: Vec<TurnRecord>,
+    usage: Usage,
+    provider_failure: Option<ProviderFailure>,
+}
+
+type Ending = (Result<Answer, AttemptFailure>, Option<String>);
+
+fn fail(f: AttemptFailure, message: impl Into<String>) -> Ending {
+    (Err(f), Some(message.into()))
+}
+
+async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant) -> Ending {
+    let step = input.step;
+    let system = system_prompt(step, input.instructions);
+    let mut opening = String::from("Begin the step.");
+    if let Some(f) = input.feedback {
+        opening.push_str("\n\nCorrection from the previous attempt: ");
+        opening.push_str(&feedback_text(f, &input.limits));
+    }
+    let mut messages = vec![Message::User { text: opening }];
+    let tools = tool_specs(&step.tools);
+
+    loop {
+        if input.cancel.is_cancelled() {
+            st.lease.stop(StopReason::Cancelled, None);
+            return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
+        }
+        let preflight = st.tools.preflight();
+        let turn = match st.lease.begin_turn(preflight) {
+            Ok(n) => n,
+            Err(end) => return lease_ended(end.stop_reason, end.evidence),
+        };
+
+        let request = TurnRequest {
+            model: input.model.to_owned(),
+            max_output_tokens: input.limits.max_output_tokens,
+            system: Some(system.clone()),
+            messages: messages.clone(),
+            tools: tools.clone(),
+        };
+        let payload = match Payload::build(input.api, &request) {
+            Ok(p) => p,
+            Err(e) => {
+                st.lease
+                    .stop(StopReason::PreflightFailed, Some(e.to_string()));
+                push_turn(
+                    st,
+                    turn,
+                    TurnStatus::Failed,
+                    Vec::new(),
+                    ToolBatch::default(),
+                    Usage::default(),
+                );
+                return fail(
+                    AttemptFailure::RefusedBeforeSend {
+                        error_text: e.to_string(),
+                    },
+                    e.to_string(),
+                );
+            }
+        };
+        (input.observer)(TurnEvent::Request {
+            turn,
+            digest: payload.digest().to_hex(),
+            payload: payload.bytes().clone(),
+        });
+        let observer = input.observer;
+        let mut on_replay = |e: &ReplayEntry| observer(TurnEvent::Replay { turn, entry: *e });
+        let result = run_turn_observed(
+            input.transport,
+            &input.replay_limits,
+            &payload,
+            input.cancel,
+            Some(deadline),
+            &mut on_replay,
+        )
+        .await;
+        let replays: Vec<ReplayRecord> = result.record.replays.iter().map(replay_record).collect();
+        let turn_usage = Usage {
+            input_tokens: result.record.usage.input_tokens,
+            output_tokens: result.record.usage.output_tokens,
+        };
+        st.usage = st.usage + turn_usage;
+
+        let outcome = match result.end {
+            TurnEnd::Completed(outcome) => outcome,
+            other => {
+                let status = match result.record.status {
+                    ProviderTurnStatus::Cancelled => TurnStatus::Cancelled,
+                    _ => TurnStatus::Failed,
+                };
+                push_turn(st, turn, status, replays, ToolBatch::default(), turn_usage);
+                emit_finished(input, turn, status, &ToolBatch::default());
+                return turn_failed(st, other);
+            }
+        };
+
+        if outcome.tool_calls.is_empty() {
+            let batch = ToolBatch::default();
+            push_turn(
+                st,
+                turn,
+                TurnStatus::Completed,
+                replays,
+                batch.clone(),
+                turn_usage,
+            );
+            emit_finished(input, turn, TurnStatus::Completed, &batch);
+            // Ends the lease as answered: an empty batch needs no renewal.
+            let _ = st.lease.checkpoint(TurnEvidence {
+                batch: &batch,
+                no_progress: false,
+                assistant_text: &outcome.text,
+            });
+            return judge(step, &outcome);
+        }
+
+        let calls: Vec<RequestedCall> = outcome
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| RequestedCall {
+                id: if c.id.is_empty() {
+                    format!("call_{turn}_{k}")
+                } else {
+                    c.id.clone()
+                },
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            })
+            .collect();
+        let ran = batch::run_batch(&mut st.tools, &mut st.lease, &calls);
+        let batch = ran.batch;
+        push_turn(
+            st,
+            turn,
+            TurnStatus::Completed,
+            replays,
+            batch.clone(),
+            turn_usage,
+        );
+        emit_finished(input, turn, TurnStatus::Completed, &batch);
+        if let Some(host) = ran.host_failure {
+            // The batch already ended the lease with this evidence (LSE-2).
+            return lease_ended(StopReason::PreflightFailed, Some(host.evidence));
+        }
+        if input.cancel.is_cancelled() {
+            st.lease.stop(StopReason::Cancelled, None);
+            return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
+        }
+        if Instant::now() >= deadline {
+            st.lease.stop(StopReason::Deadline, None);
+            return fail(
+                AttemptFailure::AttemptDeadline,
+                format!(
+                    "the attempt timer of {} ms fired while tools ran",
+                    input.limits.timeout_ms
+                ),
+            );
+        }
+        messages.push(Message::Assistant {
+            text: outcome.text.clone(),
+            tool_calls: calls
+                .iter()
+                .map(|c| AssistantToolCall {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                    // Arguments that are not a JSON object cannot go back to every API as
+                    // sent; the rejection the model gets says what was wrong with them.
+                    arguments: if matches!(
+                        serde_json::from_str::<Value>(&c.arguments),
+                        Ok(Value::Object(_))
+                    ) {
+                        c.arguments.clone()
+                    } else {
+                        "{}".to_owned()
+                    },
+                })
+                .collect(),
+        });
+        for r in ran.replies {
+            let is_error = r.text.starts_with("error:");
+            messages.push(Message::ToolResult {
+                call_id: r.id,
+                content: r.text,
+                is_error,
+            });
+        }
+        match st.lease.checkpoint(TurnEvidence {
+            batch: &batch,
+            no_progress: st.tools.supervisor().no_progress(),
+            assistant_text: &outcome.text,
+        }) {
+            Checkpoint::Renew => continue,
+            Checkpoint::Stop(end) => return lease_ended(end.stop_reason, end.evidence),
+        }
+    }
+}
+
+fn emit_finished(input: &AttemptInput<'_>, turn: u32, status: TurnStatus, batch: &ToolBatch) {
+    (input.observer)(TurnEvent::Finished {
+        turn,
+        status,
+        requested: batch.requested,
+        rejected: batch.rejected,
+        executed: batch.executed,
+    });
+}
+
+fn push_turn(
+    st: &mut Attempt<'_>,
+    turn: u32,
+    status: TurnStatus,
+    replays: Vec<ReplayRecord>,
+    tool_batch: ToolBatch,
+    usage: Usage,
+) {
+    st.turns.push(TurnRecord {
+        turn,
+        status,
+        replays,
+        tool_batch,
+        usage,
+    });
+}
+
+fn replay_record(e: &ReplayEntry) -> ReplayRecord {
+    ReplayRecord {
+        cause: match e.cause {
+            docsfab_provider::ReplayCause::Status(s) => ReplayCause::Status(s),
+            docsfab_provider::ReplayCause::Fault(f) => ReplayCause::Fault(f),
+        },
+        provider_error_class: e.provider_error_class,
+        wait_ms: e.wait_ms,
+        retry_after_ms: e.retry_after_ms,
+    }
+}
+
+/// How the attempt ends when the lease stopped it.
+fn lease_ended(reason: StopReason, evidence: Option<String>) -> Ending {
+    let why = evidence.clone().unwrap_or_default();
+    match reason {
+        // The host refused before sending: its evidence is the error text (LSE-2, STP-4).
+        StopReason::PreflightFailed => {
+            let text = format!("host preflight failed: {why}");
+            fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: text.clone(),
+                },
+                text,
+            )
+        }
+        StopReason::NoProgress => fail(
+            AttemptFailure::NoProgress,
+            "read supervision stopped the attempt: repeated notice-only re-reads without new evidence",
+        ),
+        // The lease ran out of turns, or the checkpoint refused renewal: the runtime stopped
+        // the attempt without an answer. The step retry treats both as no-progress.
+        StopReason::MaxTurns => fail(
+            AttemptFailure::NoProgress,
+            "the execution lease used every provider turn (maxTurns) without an answer",
+        ),
+        StopReason::RenewalRefused => fail(
+            AttemptFailure::NoProgress,
+            format!("the checkpoint refused renewal: {why}"),
+        ),
+        StopReason::Deadline => fail(AttemptFailure::AttemptDeadline, "the attempt timer fired"),
+        StopReason::Cancelled => fail(AttemptFailure::Cancelled, "the attempt was cancelled"),
+        StopReason::ProviderFailed | StopReason::Answered => fail(
+            AttemptFailure::RefusedBeforeSend {
+                error_text: format!("the lease ended unexpectedly ({reason:?})"),
+            },
+            "the lease ended unexpectedly",
+        ),
+    }
+}
+
+fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
+    match end {
+        TurnEnd::Failed { failure, .. } => {
+            st.lease
+                .stop(StopReason::ProviderFailed, Some(failure.detail.clone()));
+            st.provider_failure = Some(failure.failure);
+            fail(
+                AttemptFailure::Provider {
+                    failure: failure.failure,
+                },
+                failure.detail,
+            )
+        }
+        TurnEnd::DeadlineReached { .. } => {
+            st.lease.stop(StopReason::Deadline, None);
+            fail(
+                AttemptFailure::AttemptDeadline,
+                "the attempt timer fired during a provider turn",
+            )
+        }
+        TurnEnd::DigestMismatch { expected, actual } => {
+            let text = format!(
+                "payload digest mismatch: a replay would have sent {actual} instead of {expected}"
+            );
+            st.lease
+                .stop(StopReason::ProviderFailed, Some(text.clone()));
+            fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: text.clone(),
+                },
+                text,
+            )
+        }
+        TurnEnd::Cancelled => {
+            st.lease.stop(StopReason::Cancelled, None);
+            fail(AttemptFailure::Cancelled, "the attempt was cancelled")
+        }
+        TurnEnd::Completed(_) => fail(
+            AttemptFailure::RefusedBeforeSend {
+                error_text: "a completed turn was handled as failed".to_owned(),
+            },
+            "internal: a completed turn was handled as failed",
+        ),
+    }
+}
+
+/// Judges a final answer: the contract of a read-only step, or the end of a write step.
+fn judge(step: &Step, outcome: &StreamOutcome) -> Ending {
+    if outcome.finish_reason == Some(FinishReason::Length) {
+        return fail(
+            AttemptFailure::CutAnswer,
+            "the answer was cut at the output limit (finish reason length)",
+        );
+    }
+    if step.access == Access::Write {
+        return (Ok(Answer::Text(outcome.text.clone())), None);
+    }
+    // A read-only step without a schema still answers one JSON object.
+    let contract = match &step.contract {
+        Some(c) => match Contract::new(&c.schema) {
+            Ok(contract) => contract,
+            Err(e) => {
+                return fail(
+                    AttemptFailure::RefusedBeforeSend {
+                        error_text: e.to_string(),
+                    },
+                    e.to_string(),
+                );
+            }
+        },
+        None => Contract::any_object(),
+    };
+    match contract.judge(&outcome.text) {
+        Ok(map) => (Ok(Answer::Object(Value::Object(map))), None),
+        Err(e) => {
+            let failure = match e.kind {
+                ContractFailureKind::Empty => ContractFailure::Empty,
+                ContractFailureKind::Prose => ContractFailure::Prose,
+                ContractFailureKind::Array => ContractFailure::Array,
+                ContractFailureKind::SchemaInvalid => ContractFailure::SchemaInvalid,
+            };
+            fail(AttemptFailure::Contract { failure }, e.to_string())
+        }
+    }
+}

@@ -1,0 +1,648 @@
+//! Running a composition: steps in order, each step's attempts, and the run record as it goes.
+//!
+//! Per step, attempt 1 is paid from the `initial` budget. After each failed attempt the driver
+//! asks `docsfab_policy::step::decide` (with the rules table, the step budgets from the resolved
+//! limits, the step's access and, for a write step, the write settlement) whether to retry, from
+//! which budget and after how long; it records the decision on the attempt, commits the attempt
+//! to the run store, and only then waits and starts the next attempt. Every attempt is a fresh
+//! [`agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
+//! budget (STP-2), so a run that does not fail makes exactly one attempt per step.
+//!
+//! Cancellation is one token for the run, a child of the caller's: the caller (Ctrl-C) or the
+//! job deadline (`runtime.deadlineMilliseconds`) cancels it, and everything that waits (provider
+//! requests, replay backoffs, step backoffs) races it, so the run ends at once and is recorded
+//! `cancelled` with the reason.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use docsfab_policy::catalog::EffectiveLimits;
+use docsfab_policy::rules::RulesTable;
+use docsfab_policy::step::{
+    self, AttemptFailure, Budget, PastAttempt, StepAccess as PolicyAccess, StepBudgets,
+    StepDecision, WriteSettlement as PolicySettlement,
+};
+use docsfab_provider::{Api, ApiKey, HttpConfig, HttpTransport, Transport, TransportBuildError};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
+use crate::composition::{Access, Composition, Step, output_references};
+use crate::record::{
+    AttemptBudget, AttemptRecord, AttemptStatus, Retry, RetryDecision, RunStatus, StepFailure,
+    TimeoutKind, TransportRetryBudget, WriteSettlement,
+};
+use crate::settlement::settle_attempt;
+use crate::store::{RunStore, StepEnd, StepStart, StoreError};
+use crate::workspace::Workspace;
+
+/// The provider a run talks to, as host.yaml names it, with the key already read from the
+/// variable `apiKeyEnv` names. The key is only ever put in the request header.
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    pub api: Api,
+    /// Including the version prefix, e.g. `https://api.example.com/v1`.
+    pub base_url: String,
+    /// The provider's default model; the composition's `model` wins when set.
+    pub model: String,
+    /// `None` sends no auth header (a local simulator needs none).
+    pub api_key: Option<ApiKey>,
+}
+
+/// Something to tell the operator while the run goes.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    StepStarted {
+        step_id: String,
+        access: Access,
+    },
+    AttemptStarted {
+        step_id: String,
+        attempt: u32,
+        budget: AttemptBudget,
+    },
+    /// Inside an attempt: a request, an in-turn replay, a turn's end.
+    Turn {
+        step_id: String,
+        attempt: u32,
+        event: TurnEvent,
+    },
+    AttemptFinished {
+        step_id: String,
+        attempt: u32,
+        status: AttemptStatus,
+        retry_decision: RetryDecision,
+        retry_rule: Option<String>,
+        wait_ms: Option<u64>,
+        message: Option<String>,
+    },
+    /// A step backoff is running: `remaining_ms` until attempt `next_attempt` (sent about once a
+    /// second).
+    Backoff {
+        step_id: String,
+        next_attempt: u32,
+        remaining_ms: u64,
+    },
+    StepFinished {
+        step_id: String,
+        status: RunStatus,
+    },
+}
+
+/// Where progress goes. Called inline, so keep it quick.
+pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Everything a run needs. Build it after the whole configuration was validated.
+pub struct RunConfig {
+    pub composition: Composition,
+    /// The workspace directory the tools work in.
+    pub workspace: PathBuf,
+    pub provider: ProviderSettings,
+    pub limits: EffectiveLimits,
+    pub rules: RulesTable,
+    /// The caller's cancellation (Ctrl-C).
+    pub cancel: CancellationToken,
+    /// The job deadline; `None` uses `runtime.deadlineMilliseconds` from `limits`.
+    pub job_deadline: Option<Duration>,
+    pub progress: Option<ProgressSink>,
+}
+
+/// Why a run was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The caller cancelled (Ctrl-C).
+    Caller,
+    /// The job deadline fired.
+    JobDeadline { deadline_ms: u64 },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOutcome {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub cancel_reason: Option<CancelReason>,
+}
+
+/// A run that could not be carried out. Step failures are not errors: they are in the record.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Workspace(String),
+    #[error("the provider transport cannot be set up: {0}")]
+    Transport(#[from] TransportBuildError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs a composition to its end and returns the run id and its final status. The run is in
+/// `store` from its first moment; each finished attempt is committed before the next starts.
+pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<RunOutcome, RunError> {
+    let workspace = Workspace::open(&cfg.workspace).map_err(|e| RunError::Workspace(e.evidence))?;
+    let transport = HttpTransport::new(HttpConfig::new(
+        cfg.provider.api,
+        cfg.provider.base_url.clone(),
+        cfg.provider.api_key.clone(),
+    ))?;
+    run_with_transport(cfg, &workspace, &transport, store).await
+}
+
+/// [`run_composition`] over a given transport (a test or an embedded route may bring its own).
+pub async fn run_with_transport(
+    cfg: RunConfig,
+    workspace: &Workspace,
+    transport: &dyn Transport,
+    store: &mut RunStore,
+) -> Result<RunOutcome, RunError> {
+    let run_id = store.create_run(&cfg.composition.name)?;
+    let cancel = cfg.cancel.child_token();
+    let deadline_ms = cfg.job_deadline.map_or(cfg.limits.deadline_ms(), |d| {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    });
+    let deadline_fired = Arc::new(AtomicBool::new(false));
+    let timer = {
+        let cancel = cancel.clone();
+        let fired = Arc::clone(&deadline_fired);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(deadline_ms)).await;
+            fired.store(true, Ordering::SeqCst);
+            cancel.cancel();
+        })
+    };
+
+    let ctx = Ctx {
+        cfg: &cfg,
+        workspace,
+        transport,
+        cancel: &cancel,
+        deadline_fired: &deadline_fired,
+        deadline_ms,
+        run_id: &run_id,
+    };
+    let result = run_steps(&ctx, store).await;
+    timer.abort();
+    let status = match result {
+        Ok(s) => s,
+        Err(e) => {
+            // Keep the record honest: a run the store could not follow to its end failed.
+            let _ = store.finish_run(&run_id, RunStatus::Failed);
+            return Err(e);
+        }
+    };
+    store.finish_run(&run_id, status)?;
+    let cancel_reason = (status == RunStatus::Cancelled).then(|| ctx.cancel_reason());
+    Ok(RunOutcome {
+        run_id,
+        status,
+        cancel_reason,
+    })
+}
+
+struct Ctx<'a> {
+    cfg: &'a RunConfig,
+    workspace: &'a Workspace,
+    transport: &'a dyn Transport,
+    cancel: &'a CancellationToken,
+    deadline_fired: &'a AtomicBool,
+    deadline_ms: u64,
+    run_id: &'a str,
+}
+
+impl Ctx<'_> {
+    fn emit(&self, p: Progress) {
+        if let Some(sink) = &self.cfg.progress {
+            sink(&p);
+        }
+    }
+
+    fn cancel_reason(&self) -> CancelReason {
+        if self.deadline_fired.load(Ordering::SeqCst) {
+            CancelReason::JobDeadline {
+                deadline_ms: self.deadline_ms,
+            }
+        } else {
+            CancelReason::Caller
+        }
+    }
+
+    /// The step failure of a cancelled step, naming why it was cancelled.
+    fn cancelled_failure(&self) -> StepFailure {
+        match self.cancel_reason() {
+            CancelReason::Caller => StepFailure {
+                category: "cancelled".into(),
+                failure_class: "cancelled".into(),
+                code: "cancelled".into(),
+                message: "The run was cancelled by the caller.".into(),
+                remediation: "Run it again when ready.".into(),
+            },
+            CancelReason::JobDeadline { deadline_ms } => StepFailure {
+                category: "cancelled".into(),
+                failure_class: "cancelled".into(),
+                code: "job-deadline".into(),
+                message: format!(
+                    "The job deadline fired: runtime.deadlineMilliseconds = {deadline_ms} ms."
+                ),
+                remediation: "Raise runtime.deadlineMilliseconds (up to its catalog maximum), lower DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES, or seal a shorter timeoutMs.".into(),
+            },
+        }
+    }
+}
+
+async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, RunError> {
+    let mut outputs: BTreeMap<String, String> = BTreeMap::new();
+    for step in &ctx.cfg.composition.steps {
+        if ctx.cancel.is_cancelled() {
+            return Ok(RunStatus::Cancelled);
+        }
+        let (status, output) = run_step(ctx, store, step, &outputs).await?;
+        ctx.emit(Progress::StepFinished {
+            step_id: step.id.clone(),
+            status,
+        });
+        match (status, output) {
+            (RunStatus::Succeeded, Some(out)) => {
+                outputs.insert(step.id.clone(), out);
+            }
+            (RunStatus::Succeeded, None) => {}
+            (other, _) => return Ok(other),
+        }
+    }
+    Ok(RunStatus::Succeeded)
+}
+
+/// Replaces each `{{steps.ID.output}}` with that step's output text.
+pub fn substitute_outputs(text: &str, outputs: &BTreeMap<String, String>) -> String {
+    let Ok(refs) = output_references(text) else {
+        return text.to_owned();
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for r in refs {
+        out.push_str(&text[at..r.range.start]);
+        out.push_str(outputs.get(&r.step_id).map_or("", String::as_str));
+        at = r.range.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+async fn run_step(
+    ctx: &Ctx<'_>,
+    store: &mut RunStore,
+    step: &Step,
+    outputs: &BTreeMap<String, String>,
+) -> Result<(RunStatus, Option<String>), RunError> {
+    let cfg = ctx.cfg;
+    let limits = &cfg.limits;
+    let tr = limits.transport_retry();
+    let step_index = store.begin_step(
+        ctx.run_id,
+        &StepStart {
+            step_id: step.id.clone(),
+            access: step.access,
+            configured_max_retries: limits.configured_max_retries(),
+            effective_max_retries: limits.effective_max_retries(),
+            transport_retry: TransportRetryBudget {
+                max_transport_retries: tr.max_transport_retries,
+                transport_max_delay_ms: tr.transport_max_delay_ms,
+                transport_max_elapsed_ms: tr.transport_max_elapsed_ms,
+                base_delay_ms: tr.base_delay_ms,
+            },
+        },
+    )?;
+    ctx.emit(Progress::StepStarted {
+        step_id: step.id.clone(),
+        access: step.access,
+    });
+    let budgets = limits.step_budgets();
+    let instructions = substitute_outputs(&step.instructions, outputs);
+    let model = cfg
+        .composition
+        .model
+        .clone()
+        .unwrap_or_else(|| cfg.provider.model.clone());
+    let mut past: Vec<PastAttempt> = Vec::new();
+
+    loop {
+        let attempt_no = u32::try_from(past.len() + 1).unwrap_or(u32::MAX);
+        let budget = record_budget(step::current_budget(&past));
+        let feedback = step::current_feedback(&past);
+        ctx.emit(Progress::AttemptStarted {
+            step_id: step.id.clone(),
+            attempt: attempt_no,
+            budget,
+        });
+        let step_id = step.id.clone();
+        let sink = cfg.progress.clone();
+        let observer = move |event: TurnEvent| {
+            if let Some(sink) = &sink {
+                sink(&Progress::Turn {
+                    step_id: step_id.clone(),
+                    attempt: attempt_no,
+                    event,
+                });
+            }
+        };
+        let report = agent::run_attempt(AttemptInput {
+            transport: ctx.transport,
+            api: cfg.provider.api,
+            model: &model,
+            step,
+            limits: cfg.composition.limits,
+            replay_limits: limits.replay_limits(),
+            instructions: &instructions,
+            feedback,
+            workspace: ctx.workspace,
+            cancel: ctx.cancel,
+            observer: &observer,
+        })
+        .await;
+
+        let failure = match &report.result {
+            Ok(answer) => {
+                let record = attempt_record(attempt_no, budget, &report, None, None);
+                store.record_attempt(ctx.run_id, step_index, &record)?;
+                emit_finished(ctx, step, &record);
+                let output = answer.record_output();
+                store.finish_step(
+                    ctx.run_id,
+                    step_index,
+                    &StepEnd {
+                        status: RunStatus::Succeeded,
+                        failure: None,
+                        output,
+                    },
+                )?;
+                return Ok((RunStatus::Succeeded, Some(answer.as_output_text())));
+            }
+            Err(f) => f.clone(),
+        };
+
+        // Decide. A write step first proves what it wrote; a retry that needs a restore only
+        // goes ahead once the restore is verified (WRT-1..3).
+        let provisional = attempt_record(attempt_no, budget, &report, None, None);
+        let (decision, settlement) =
+            decide_after_failure(ctx, step, &budgets, &past, &failure, &report, &provisional);
+        let facts = decision
+            .failure()
+            .cloned()
+            .or_else(|| own_facts(&cfg.rules, &budgets, &failure));
+        let record = attempt_record(
+            attempt_no,
+            budget,
+            &report,
+            Some(Decided {
+                decision: &decision,
+                failure: &failure,
+                facts,
+            }),
+            settlement,
+        );
+        // Durable before anything else happens (the next attempt, or the step's end).
+        store.record_attempt(ctx.run_id, step_index, &record)?;
+        emit_finished(ctx, step, &record);
+
+        match decision {
+            StepDecision::Retry { retry, .. } => {
+                past.push(PastAttempt {
+                    duration_ms: report.duration_ms,
+                    retry,
+                });
+                if !backoff(ctx, step, attempt_no + 1, retry.wait_ms).await {
+                    let failure = ctx.cancelled_failure();
+                    store.finish_step(
+                        ctx.run_id,
+                        step_index,
+                        &StepEnd {
+                            status: RunStatus::Cancelled,
+                            failure: Some(failure),
+                            output: None,
+                        },
+                    )?;
+                    return Ok((RunStatus::Cancelled, None));
+                }
+            }
+            StepDecision::End { failure: f, .. } => {
+                let cancelled = matches!(failure, AttemptFailure::Cancelled);
+                let (status, failure) = if cancelled {
+                    (RunStatus::Cancelled, ctx.cancelled_failure())
+                } else {
+                    (RunStatus::Failed, step_failure(&f))
+                };
+                store.finish_step(
+                    ctx.run_id,
+                    step_index,
+                    &StepEnd {
+                        status,
+                        failure: Some(failure),
+                        output: None,
+                    },
+                )?;
+                return Ok((status, None));
+            }
+        }
+    }
+}
+
+fn emit_finished(ctx: &Ctx<'_>, step: &Step, record: &AttemptRecord) {
+    ctx.emit(Progress::AttemptFinished {
+        step_id: step.id.clone(),
+        attempt: record.attempt,
+        status: record.status,
+        retry_decision: record.retry.decision,
+        retry_rule: record.retry_rule.clone(),
+        wait_ms: record.wait_ms,
+        message: record.message.clone(),
+    });
+}
+
+/// Waits before the next attempt, telling progress about once a second. Returns false when the
+/// run was cancelled during the wait (the wait ends at once).
+async fn backoff(ctx: &Ctx<'_>, step: &Step, next_attempt: u32, wait_ms: u64) -> bool {
+    let end = Instant::now() + Duration::from_millis(wait_ms);
+    loop {
+        if ctx.cancel.is_cancelled() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= end {
+            return true;
+        }
+        let remaining = end - now;
+        ctx.emit(Progress::Backoff {
+            step_id: step.id.clone(),
+            next_attempt,
+            remaining_ms: u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX),
+        });
+        let tick = remaining.min(Duration::from_secs(1));
+        tokio::select! {
+            biased;
+            _ = ctx.cancel.cancelled() => return false,
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+/// Decides the failed attempt. For a write step the settlement is computed from the attempt's
+/// recorded turns and lease (every batch reconciled with the lease's counters, WRT-2); a write
+/// that ran is restored, and the restore verified, only when the decision would retry (WRT-1).
+fn decide_after_failure(
+    ctx: &Ctx<'_>,
+    step: &Step,
+    budgets: &StepBudgets,
+    past: &[PastAttempt],
+    failure: &AttemptFailure,
+    report: &AttemptReport,
+    provisional: &AttemptRecord,
+) -> (StepDecision, Option<PolicySettlement>) {
+    let rules = &ctx.cfg.rules;
+    let decide = |access| step::decide(rules, budgets, access, past, failure, report.duration_ms);
+    if step.access == Access::ReadOnly {
+        return (decide(PolicyAccess::ReadOnly), None);
+    }
+    let proven = settle_attempt(provisional).settlement;
+    let settlement = match proven {
+        WriteSettlement::Unavailable => PolicySettlement::Unavailable,
+        WriteSettlement::NoWrite => PolicySettlement::NoWrite,
+        // Ask as if restored; restore only when that would retry.
+        WriteSettlement::WriteExecuted => PolicySettlement::WriteExecutedAndRestored,
+    };
+    let decision = decide(PolicyAccess::Write(settlement));
+    if proven == WriteSettlement::WriteExecuted
+        && decision.retry_scheduled()
+        && report.snapshots.restore().is_err()
+    {
+        let settlement = PolicySettlement::RestoreFailed;
+        return (decide(PolicyAccess::Write(settlement)), Some(settlement));
+    }
+    (decision, Some(settlement))
+}
+
+fn record_budget(b: Budget) -> AttemptBudget {
+    match b {
+        Budget::Initial => AttemptBudget::Initial,
+        Budget::Contract => AttemptBudget::Contract,
+        Budget::Transport => AttemptBudget::Transport,
+    }
+}
+
+fn step_failure(f: &step::StepFailure) -> StepFailure {
+    StepFailure {
+        category: f.category.clone(),
+        failure_class: f.failure_class.clone(),
+        code: f.code.clone(),
+        message: f.message.clone(),
+        remediation: f.remediation.clone(),
+    }
+}
+
+fn record_decision(d: step::RetryDecision) -> RetryDecision {
+    match d {
+        step::RetryDecision::None => RetryDecision::None,
+        step::RetryDecision::Scheduled => RetryDecision::Scheduled,
+        step::RetryDecision::Exhausted => RetryDecision::Exhausted,
+        step::RetryDecision::Terminal => RetryDecision::Terminal,
+        step::RetryDecision::Declined => RetryDecision::Declined,
+    }
+}
+
+fn record_settlement(s: PolicySettlement) -> WriteSettlement {
+    match s {
+        PolicySettlement::NoWrite => WriteSettlement::NoWrite,
+        PolicySettlement::WriteExecutedAndRestored | PolicySettlement::RestoreFailed => {
+            WriteSettlement::WriteExecuted
+        }
+        PolicySettlement::Unavailable => WriteSettlement::Unavailable,
+    }
+}
+
+/// The attempt's own failure facts (category, class, code), whatever the step then decided:
+/// asked of the policy with no budget left, so the answer is the failure as it stands.
+fn own_facts(
+    rules: &RulesTable,
+    budgets: &StepBudgets,
+    failure: &AttemptFailure,
+) -> Option<step::StepFailure> {
+    let none = StepBudgets {
+        max_retries: 0,
+        max_transport_retries: 0,
+        ..*budgets
+    };
+    step::decide(rules, &none, PolicyAccess::ReadOnly, &[], failure, 0)
+        .failure()
+        .cloned()
+}
+
+/// What was decided about a failed attempt, for its record.
+struct Decided<'a> {
+    decision: &'a StepDecision,
+    failure: &'a AttemptFailure,
+    /// The attempt's failure facts (category, class, code).
+    facts: Option<step::StepFailure>,
+}
+
+fn attempt_record(
+    attempt: u32,
+    budget: AttemptBudget,
+    report: &AttemptReport,
+    decided: Option<Decided<'_>>,
+    settlement: Option<PolicySettlement>,
+) -> AttemptRecord {
+    let pf = report.provider_failure;
+    let mut record = AttemptRecord {
+        attempt,
+        budget,
+        status: AttemptStatus::Succeeded,
+        started_at: report.started_at.clone(),
+        provider_error_class: pf.map(|f| f.class),
+        http_status: pf.and_then(|f| f.http_status),
+        retry_after_ms: pf.and_then(|f| f.retry_after_ms),
+        failure_category: None,
+        failure_class: None,
+        code: None,
+        message: report.message.clone(),
+        timeout_kind: None,
+        retry_rule: None,
+        retry: Retry {
+            decision: RetryDecision::None,
+        },
+        wait_ms: None,
+        write_settlement: None,
+        usage: report.usage,
+        duration_ms: report.duration_ms,
+        lease: report.lease.clone(),
+        turns: report.turns.clone(),
+    };
+    let Some(Decided {
+        decision,
+        failure,
+        facts,
+    }) = decided
+    else {
+        return record;
+    };
+    record.status = if matches!(failure, AttemptFailure::Cancelled) {
+        AttemptStatus::Cancelled
+    } else {
+        AttemptStatus::Failed
+    };
+    record.retry = Retry {
+        decision: record_decision(decision.retry_decision()),
+    };
+    record.retry_rule = Some(decision.retry_rule().to_owned());
+    record.wait_ms = decision.wait_ms();
+    record.timeout_kind = decision.timeout_kind().map(|k| match k {
+        step::TimeoutKind::AttemptDeadline => TimeoutKind::AttemptDeadline,
+        step::TimeoutKind::ProviderTimeout => TimeoutKind::ProviderTimeout,
+    });
+    record.write_settlement = settlement.map(record_settlement);
+    if let Some(f) = facts {
+        record.failure_category = Some(f.category);
+        record.failure_class = Some(f.failure_class);
+        record.code = Some(f.code);
+    }
+    record
+}
