@@ -1095,3 +1095,91 @@ fn check_header(name: &str, value: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// (label, status, headers) of every scripted entry that answers with a status.
+    fn statuses(s: &Scenario) -> Vec<(String, u16, Vec<Header>)> {
+        s.slots
+            .iter()
+            .filter_map(|slot| match &slot.step.action {
+                Action::Respond(Response {
+                    reply: Reply::Status(reply),
+                    headers,
+                    ..
+                }) => Some((slot.label.clone(), reply.status, headers.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The expansion of a random model keeps every promise the format makes, for any seed.
+        #[test]
+        fn random_models_keep_their_bounds(
+            seed in any::<u64>(),
+            episodes in 1u32..30,
+            min in 0u32..6,
+            extra in 0u32..6,
+            chance in 0.0f64..=1.0,
+            persistence in 0.0f64..=1.0,
+            max_run in 1u32..30,
+        ) {
+            let max = min + extra;
+            let yaml = format!(
+                "responses:\n  - random:\n      seed: {seed}\n      episodes: {episodes}\n      \
+                 burst: {{length: [{min}, {max}], statuses: [408, 503]}}\n      \
+                 throttle: {{chance: {chance}, persistence: {persistence}, max_run: {max_run}, \
+                 retry_after: ['2', ''], retry_after_ms: [150]}}\n      then: {{status: 200}}\n"
+            );
+            let s = Scenario::from_yaml_str(&yaml, "prop").unwrap();
+            let again = Scenario::from_yaml_str(&yaml, "prop").unwrap();
+            prop_assert_eq!(statuses(&s), statuses(&again));
+
+            let all = statuses(&s);
+            prop_assert_eq!(all.iter().filter(|(l, ..)| l.ends_with(".then")).count(), episodes as usize);
+            for e in 0..episodes {
+                let prefix = format!("responses[0].episode[{e}].fault[");
+                let faults: Vec<_> = all.iter().filter(|(l, ..)| l.starts_with(&prefix)).collect();
+                let throttled = faults.iter().any(|(_, status, _)| *status == 429);
+                if throttled {
+                    prop_assert!(faults.iter().all(|(_, status, _)| *status == 429));
+                    prop_assert!((1..=max_run as usize).contains(&faults.len()));
+                    for (_, _, headers) in &faults {
+                        let allowed: [&[Header]; 3] = [
+                            &[],
+                            &[("retry-after".to_owned(), "2".to_owned())],
+                            &[("retry-after-ms".to_owned(), "150".to_owned())],
+                        ];
+                        prop_assert!(allowed.contains(&headers.as_slice()), "{:?}", headers);
+                    }
+                } else {
+                    prop_assert!((min as usize..=max as usize).contains(&faults.len()));
+                    prop_assert!(faults.iter().all(|(_, status, h)| [408, 503].contains(status) && h.is_empty()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn persistence_one_runs_to_max_run_and_zero_stops_at_one() {
+        let run = |persistence: f64| {
+            let yaml = format!(
+                "responses:\n  - random:\n      seed: 3\n      episodes: 5\n      \
+                 throttle: {{persistence: {persistence}, max_run: 9}}\n      then: {{status: 200}}\n"
+            );
+            let s = Scenario::from_yaml_str(&yaml, "p").unwrap();
+            statuses(&s)
+                .iter()
+                .filter(|(_, status, _)| *status == 429)
+                .count()
+        };
+        assert_eq!(run(1.0), 5 * 9);
+        assert_eq!(run(0.0), 5);
+    }
+}
