@@ -218,7 +218,7 @@ pub async fn run_turn_observed(
             );
         }
 
-        turn.requests += 1;
+        turn.requests = turn.requests.saturating_add(1);
         let sent = tokio::select! {
             biased;
             _ = cancel.cancelled() => return turn.finish(TurnEnd::Cancelled, None),
@@ -288,7 +288,7 @@ pub async fn run_turn_observed(
             _ = tokio::time::sleep(Duration::from_millis(wait_ms)) => {}
         }
         last_failure = Some(failed);
-        attempt += 1;
+        attempt = attempt.saturating_add(1);
     }
 }
 
