@@ -17,33 +17,38 @@ pub(crate) enum Api {
     AnthropicMessages,
 }
 
-/// What the simulator took from the request body; anything missing or unreadable is a default.
-#[derive(Debug, Clone)]
-pub(crate) struct RequestInfo {
-    pub api: Api,
-    pub index: usize,
+/// What the simulator reads from a request body; anything missing or unreadable is a default.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyFacts {
     pub model: Option<String>,
     pub stream: bool,
     pub include_usage: bool,
-    pub body_len: usize,
+    pub len: usize,
 }
 
-impl RequestInfo {
-    pub(crate) fn from_body(api: Api, index: usize, body: &[u8]) -> Self {
+impl BodyFacts {
+    pub(crate) fn read(body: &[u8]) -> Self {
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name));
-        RequestInfo {
-            api,
-            index,
+        BodyFacts {
             model: field("model").and_then(Value::as_str).map(str::to_owned),
             stream: field("stream").and_then(Value::as_bool).unwrap_or(false),
             include_usage: field("stream_options")
                 .and_then(|o| o.get("include_usage"))
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            body_len: body.len(),
+            len: body.len(),
         }
     }
+}
+
+/// A routed request as the renderer needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestInfo {
+    pub api: Api,
+    /// The request log index, used in generated ids.
+    pub index: usize,
+    pub body: BodyFacts,
 }
 
 /// Used when neither the scenario nor the request names a model.
@@ -52,7 +57,7 @@ const DEFAULT_MODEL: &str = "sim-model";
 pub(crate) fn outgoing(response: &Response, req: &RequestInfo) -> Outgoing {
     let mut out = match &response.reply {
         Reply::Status(status) => status_reply(status, req),
-        Reply::Answer(answer) if req.stream => match req.api {
+        Reply::Answer(answer) if req.body.stream => match req.api {
             Api::OpenAiChat => openai_stream(answer, req),
             Api::AnthropicMessages => anthropic_stream(answer, req),
         },
@@ -291,7 +296,7 @@ fn usage_of(answer: &Answer, req: &RequestInfo) -> (u64, u64) {
         return (u.input_tokens, u.output_tokens);
     }
     // A rough chars/4 estimate: deterministic and plausible is all a test needs.
-    let input = (req.body_len as u64 / 4).max(1);
+    let input = (req.body.len as u64 / 4).max(1);
     let produced: usize = answer.content.as_deref().map_or(0, str::len)
         + answer
             .tool_calls
@@ -305,7 +310,7 @@ fn model_of(answer: &Answer, req: &RequestInfo) -> String {
     answer
         .model
         .clone()
-        .or_else(|| req.model.clone())
+        .or_else(|| req.body.model.clone())
         .unwrap_or_else(|| DEFAULT_MODEL.to_owned())
 }
 
@@ -396,7 +401,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
             Some(&finish_reason(answer, Api::OpenAiChat)),
         ));
     }
-    if req.include_usage {
+    if req.body.include_usage {
         let (input, output) = usage_of(answer, req);
         after.push(json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,

@@ -15,7 +15,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::SimError;
 use crate::http::{self, Ending, Framing, Outgoing, ReadError};
-use crate::render::{self, Api, RequestInfo};
+use crate::render::{self, Api, BodyFacts, RequestInfo};
 use crate::scenario::{Action, CloseHow, Scenario};
 
 /// One line of the request log: one request the simulator received in full.
@@ -201,14 +201,14 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     };
     let routed = api.filter(|_| request.method == "POST");
     let sha256 = hex::encode(Sha256::digest(&request.body));
-    let (info, pick) = {
+    let facts = BodyFacts::read(&request.body);
+    let (index, pick) = {
         let mut state = shared.lock();
         let index = state.entries.len();
-        let info = RequestInfo::from_body(routed.unwrap_or(Api::OpenAiChat), index, &request.body);
-        let pick = routed.map(|_| {
+        let pick = routed.map(|api| {
             let pick = shared.scenario.pick(state.next_script_index);
             state.next_script_index += 1;
-            pick
+            (api, pick)
         });
         let entry = RequestLogEntry {
             index,
@@ -216,11 +216,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             method: request.method.clone(),
             path: request.path.clone(),
             sha256,
-            model: info.model.clone(),
-            stream: info.stream,
+            model: facts.model.clone(),
+            stream: facts.stream,
             entry: pick
                 .as_ref()
-                .map_or_else(|| "no-route".to_owned(), |p| p.label.clone()),
+                .map_or_else(|| "no-route".to_owned(), |(_, p)| p.label.clone()),
         };
         if let Some(file) = state.file.as_mut() {
             // The log is a test aid: a full disk must not take the simulator down with it.
@@ -231,10 +231,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         // No subscriber is the common case, not an error.
         let _ = shared.feed.send(entry.clone());
         state.entries.push(entry);
-        (info, pick)
+        (index, pick)
     };
 
-    let Some(pick) = pick else {
+    let Some((api, pick)) = pick else {
         let out = if api.is_some() {
             plain_error(405, "use POST")
         } else {
@@ -254,6 +254,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let ending = match &step.action {
         Action::Drop(how) => Ending::Cut(*how),
         Action::Respond(response) => {
+            let info = RequestInfo {
+                api,
+                index,
+                body: facts,
+            };
             let out = render::outgoing(response, &info);
             http::write_response(&mut stream, &out, response.stall, response.cut).await
         }
