@@ -500,3 +500,36 @@ fn every_bundled_scenario_file_loads() {
     }
     assert!(loaded >= 4, "{loaded}");
 }
+
+#[tokio::test]
+async fn concurrent_requests_each_take_one_script_entry() {
+    let yaml: String = std::iter::once("responses:\n".to_owned())
+        .chain((0..24).map(|i| format!("  - status: {}\n    body: '{i}'\n", 500 + i)))
+        .chain(std::iter::once(
+            "fallback: {respond: {status: 418}}\n".to_owned(),
+        ))
+        .collect();
+    let server = start(&yaml).await;
+    let addr = server.local_addr();
+    let replies: Vec<_> = (0..24)
+        .map(|_| tokio::spawn(async move { send(addr, CHAT, "{}").await.parsed().status }))
+        .collect();
+    let mut statuses = Vec::new();
+    for reply in replies {
+        statuses.push(reply.await.unwrap());
+    }
+    statuses.sort_unstable();
+    assert_eq!(statuses, (500..524).collect::<Vec<u16>>());
+    let log = server.requests();
+    assert_eq!(log.len(), 24);
+    assert!(
+        log.iter().enumerate().all(|(i, e)| e.index == i),
+        "arrival order"
+    );
+    let mut labels: Vec<String> = log.into_iter().map(|e| e.entry).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    assert_eq!(labels.len(), 24, "every entry answered exactly once");
+    assert_eq!(send(addr, CHAT, "{}").await.parsed().status, 418);
+    server.shutdown().await;
+}
