@@ -34,7 +34,8 @@ fn known_limit_vars() -> Vec<&'static str> {
 
 struct Report {
     ctx: HostContext,
-    composition: Option<(PathBuf, Composition)>,
+    /// The composition with the model it runs on (when host.yaml exists to say).
+    composition: Option<(PathBuf, Composition, Option<String>)>,
     timer_ms: u64,
     envelope: RetryEnvelope,
     warnings: Vec<String>,
@@ -74,21 +75,16 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
             })?;
             let c = Composition::parse(&text, &path.display().to_string())?;
             // Without a host.yaml the warning below already says no provider is configured.
-            if ctx.host_file_exists && !ctx.host.providers.contains_key(&c.provider) {
-                let known: Vec<&str> = ctx.host.providers.keys().map(String::as_str).collect();
-                return Err(CliError::bad_input(format!(
-                    "the composition {} uses provider {:?}, which {} does not define (it defines: {}); add the provider to host.yaml (`docsfab setup` writes \"default\") or name a defined one.",
-                    path.display(),
-                    c.provider,
-                    ctx.host.path,
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            }
-            Some((path.clone(), c))
+            let model = if ctx.host_file_exists {
+                let selected = ctx.select_provider(&c, path)?;
+                Some(format!(
+                    "{} (provider {}, {})",
+                    selected.model, selected.provider_name, selected.provider.api
+                ))
+            } else {
+                None
+            };
+            Some((path.clone(), c, model))
         }
         None => None,
     };
@@ -133,7 +129,7 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
 
     let timer_ms = composition
         .as_ref()
-        .map_or(DEFAULT_TIMEOUT_MS, |(_, c)| c.limits.timeout_ms);
+        .map_or(DEFAULT_TIMEOUT_MS, |(_, c, _)| c.limits.timeout_ms);
     let envelope = RetryEnvelope::for_limits(&ctx.limits, timer_ms);
     if envelope.exceeds_deadline {
         warnings.push(format!(
@@ -260,14 +256,20 @@ fn to_text(r: &Report) -> String {
         ),
     });
     match &r.composition {
-        Some((path, c)) => {
+        Some((path, c, selected)) => {
+            let model = match selected {
+                Some(m) => m.clone(),
+                None => c
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| "(the provider's model)".to_string()),
+            };
             line(format!(
-                "Composition: {} ({}) steps={} provider={} model={} (valid)",
+                "Composition: {} ({}) steps={} provider={} model={model} (valid)",
                 c.name,
                 path.display(),
                 c.steps.len(),
                 c.provider,
-                c.model.as_deref().unwrap_or("(the provider's model)")
             ));
             line(format!(
                 "Attempt timer: {}ms (composition limits.timeoutMs)",
@@ -364,7 +366,7 @@ fn to_json(r: &Report) -> Value {
             Some(p) => json!({"source": "operator", "path": p.display().to_string()}),
             None => json!({"source": "embedded", "path": docsfab_policy::rules::EMBEDDED_NAME}),
         },
-        "composition": r.composition.as_ref().map(|(path, c)| json!({
+        "composition": r.composition.as_ref().map(|(path, c, _)| json!({
             "path": path.display().to_string(),
             "name": c.name,
             "provider": c.provider,

@@ -7,8 +7,9 @@ use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
-use docsfab_policy::host::HostConfig;
+use docsfab_policy::host::{HostConfig, ProviderConfig};
 use docsfab_policy::rules::{OPERATOR_FILE_NAME, RulesTable};
+use docsfab_runtime::composition::Composition;
 
 use crate::error::CliError;
 
@@ -122,6 +123,50 @@ impl HostContext {
             limits,
             rules,
             rules_path,
+        })
+    }
+}
+
+/// The provider and model a composition runs on.
+#[derive(Debug, Clone, Copy)]
+pub struct Selected<'a> {
+    pub provider_name: &'a str,
+    pub provider: &'a ProviderConfig,
+    /// The composition's `model`, or the provider's default model.
+    pub model: &'a str,
+}
+
+impl HostContext {
+    /// The provider `composition` names, which host.yaml must define.
+    pub fn select_provider<'a>(
+        &'a self,
+        composition: &'a Composition,
+        composition_path: &Path,
+    ) -> Result<Selected<'a>, CliError> {
+        let Some((name, provider)) = self.host.providers.get_key_value(&composition.provider)
+        else {
+            let known: Vec<&str> = self.host.providers.keys().map(String::as_str).collect();
+            let hint = if self.host_file_exists {
+                "add the provider to host.yaml or name a defined one"
+            } else {
+                "run `docsfab setup` to create host.yaml with the \"default\" provider"
+            };
+            return Err(CliError::bad_input(format!(
+                "the composition {} uses provider {:?}, which {} does not define (it defines: {}); {hint}.",
+                composition_path.display(),
+                composition.provider,
+                self.host.path,
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        };
+        Ok(Selected {
+            provider_name: name,
+            provider,
+            model: composition.model.as_deref().unwrap_or(&provider.model),
         })
     }
 }

@@ -484,6 +484,16 @@ fn setup_with_all_flags_round_trips_through_doctor() {
     assert!(o.stdout.contains(
         "Provider default: api=anthropic-messages baseUrl=http://127.0.0.1:9/v1 model=claude-x apiKeyEnv=MY_ANTHROPIC_KEY (not set)"
     ), "{}", o.stdout);
+    // A composition without a model runs on the provider's model.
+    let f = s.composition(600_000);
+    let o = doctor(&s, Some(&f), &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("model=claude-x (provider default, anthropic-messages) (valid)"),
+        "{}",
+        o.stdout
+    );
 }
 
 #[test]
