@@ -134,6 +134,7 @@ impl ReadSupervisor {
 mod tests {
     use super::*;
 
+    /// Requirement: LSE-4.
     #[test]
     fn overlapping_reread_of_the_same_file_is_notice_only_lse_4() {
         let mut s = ReadSupervisor::default();
@@ -147,6 +148,7 @@ mod tests {
         assert_eq!(s.check_read("src/b.rs", 0..100), ReadVerdict::Fresh);
     }
 
+    /// Requirement: LSE-4.
     #[test]
     fn three_notices_in_a_row_are_no_progress_lse_4() {
         let mut s = ReadSupervisor::default();
@@ -161,6 +163,7 @@ mod tests {
         }
     }
 
+    /// Requirement: LSE-4.
     #[test]
     fn new_evidence_between_notices_resets_the_streak_lse_4() {
         let mut s = ReadSupervisor::default();

@@ -22,6 +22,7 @@ fn an_object_meeting_the_schema_is_accepted() {
     assert_eq!(object["modules"], json!(["a", "b"]));
 }
 
+/// Requirement: STP-9.
 #[test]
 fn prose_array_and_empty_answers_are_told_apart_stp_9() {
     assert_eq!(kind(""), ContractFailureKind::Empty);
@@ -47,6 +48,7 @@ fn prose_array_and_empty_answers_are_told_apart_stp_9() {
     assert_eq!(kind(r#"[{"modules": []}]"#), ContractFailureKind::Array);
 }
 
+/// Requirement: STP-9.
 #[test]
 fn an_object_that_breaks_the_schema_is_schema_invalid_with_its_violations_stp_9() {
     let failure = contract().judge(r#"{"modules": [1]}"#).unwrap_err();
@@ -84,6 +86,7 @@ fn one_surrounding_code_fence_is_tolerated() {
     }
 }
 
+/// Requirement: STP-9.
 #[test]
 fn each_kind_has_its_own_feedback_stp_9() {
     let kinds = [

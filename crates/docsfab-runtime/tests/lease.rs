@@ -45,6 +45,7 @@ fn evidence(batch: &ToolBatch) -> TurnEvidence<'_> {
     }
 }
 
+/// Requirement: LSE-1.
 #[test]
 fn a_batch_rejected_entirely_still_uses_its_turn_and_the_model_may_reissue_lse_1() {
     let (_d, ws) = workspace();
@@ -107,6 +108,7 @@ fn a_batch_rejected_entirely_still_uses_its_turn_and_the_model_may_reissue_lse_1
     assert_eq!(lease.executed_tool_calls(), 1);
 }
 
+/// Requirement: LSE-1.
 #[test]
 fn a_rejected_batch_on_the_last_turn_ends_the_lease_at_max_turns_lse_1() {
     let (_d, ws) = workspace();
@@ -123,6 +125,7 @@ fn a_rejected_batch_on_the_last_turn_ends_the_lease_at_max_turns_lse_1() {
     assert_eq!((record.turns_used, record.executed_tool_calls), (1, 0));
 }
 
+/// Requirement: LSE-2.
 #[test]
 fn a_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
     let (dir, ws) = workspace();
@@ -146,6 +149,7 @@ fn a_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
     assert_eq!(record.evidence.as_deref(), Some(evidence.as_str()));
 }
 
+/// Requirement: LSE-2.
 #[test]
 fn a_host_failure_while_a_tool_runs_ends_the_lease_not_the_model_turn_lse_2() {
     let (dir, ws) = workspace();
@@ -171,6 +175,7 @@ fn a_host_failure_while_a_tool_runs_ends_the_lease_not_the_model_turn_lse_2() {
     assert_eq!(end.evidence, Some(failure.evidence));
 }
 
+/// Requirement: LSE-2.
 #[test]
 fn a_preflight_failure_is_not_the_rejected_batch_case_lse_2() {
     let mut lease = ExecutionLease::new(5);
@@ -197,6 +202,7 @@ fn executed_batch(tool: Tool, result: Option<CallResult>) -> ToolBatch {
     b.build()
 }
 
+/// Requirement: LSE-3.
 #[test]
 fn renewal_rests_on_executed_call_evidence_never_on_model_text_lse_3() {
     for text in [
@@ -242,6 +248,7 @@ fn renewal_rests_on_executed_call_evidence_never_on_model_text_lse_3() {
     }
 }
 
+/// Requirement: LSE-3.
 #[test]
 fn the_first_stop_reason_is_kept_lse_3() {
     let mut lease = ExecutionLease::new(5);
@@ -259,6 +266,7 @@ fn the_first_stop_reason_is_kept_lse_3() {
     assert_eq!(record.evidence.as_deref(), Some("attempt timer fired"));
 }
 
+/// Requirement: LSE-4.
 #[test]
 fn no_tool_calls_is_an_answer_and_no_progress_stops_lse_4() {
     let mut lease = ExecutionLease::new(5);
@@ -308,6 +316,7 @@ fn turn_strategy() -> impl Strategy<Value = (Vec<bool>, String)> {
 }
 
 proptest! {
+    /// Requirement: LSE-3.
     /// The governor never grants more than maxTurns provider turns, and its decisions do not
     /// depend on what the model wrote.
     #[test]

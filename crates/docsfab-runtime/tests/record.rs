@@ -126,6 +126,7 @@ fn sample_run() -> RunRecord {
     }
 }
 
+/// Requirement: OPS-1.
 #[test]
 fn record_has_every_interface_field_and_meets_the_schema_ops_1() {
     let value = serde_json::to_value(sample_run()).unwrap();
@@ -184,6 +185,7 @@ fn record_has_every_interface_field_and_meets_the_schema_ops_1() {
     );
 }
 
+/// Requirement: OPS-4.
 #[test]
 fn each_attempt_records_its_own_spend_ops_4() {
     let value = serde_json::to_value(sample_run()).unwrap();
@@ -207,6 +209,7 @@ fn mutate(f: impl FnOnce(&mut Value)) -> Value {
     value
 }
 
+/// Requirement: OPS-1.
 #[test]
 fn retry_scheduled_that_contradicts_the_decision_is_refused_ops_1() {
     let bad = mutate(|v| v["steps"][0]["attempts"][0]["retryScheduled"] = json!(false));
@@ -214,6 +217,7 @@ fn retry_scheduled_that_contradicts_the_decision_is_refused_ops_1() {
     assert!(serde_json::from_value::<RunRecord>(bad).is_err());
 }
 
+/// Requirement: REP-13.
 #[test]
 fn provider_retries_that_disagree_with_replays_are_refused_rep_13() {
     let bad = mutate(|v| v["steps"][0]["attempts"][0]["turns"][1]["providerRetries"] = json!(5));
@@ -240,6 +244,7 @@ fn schema_refuses_unknown_fields_and_bad_enums() {
     }
 }
 
+/// Requirement: CFG-3.
 #[test]
 fn more_than_ten_attempts_violate_the_schema_cfg_3() {
     let bad = mutate(|v| {

@@ -57,6 +57,7 @@ fn run_write_attempt(turns: &[Vec<RequestedCall>]) -> (Vec<ToolBatch>, LeaseReco
     (batches, lease.record().unwrap())
 }
 
+/// Requirement: WRT-2, WRT-3.
 #[test]
 fn an_attempt_that_only_read_settles_as_no_write_wrt_2_wrt_3() {
     let (batches, lease) = run_write_attempt(&[
@@ -74,6 +75,7 @@ fn an_attempt_that_only_read_settles_as_no_write_wrt_2_wrt_3() {
     );
 }
 
+/// Requirement: WRT-1, WRT-3.
 #[test]
 fn an_executed_write_settles_as_write_executed_and_needs_a_restore_wrt_1_wrt_3() {
     let (batches, lease) = run_write_attempt(&[vec![
@@ -109,6 +111,7 @@ fn assert_unavailable(batches: &[ToolBatch], lease: &LeaseRecord, why: &str) {
     assert!(s.reason.is_some());
 }
 
+/// Requirement: WRT-2.
 #[test]
 fn a_missing_result_is_unavailable_wrt_2() {
     let (mut batches, lease) = written();
@@ -116,6 +119,7 @@ fn a_missing_result_is_unavailable_wrt_2() {
     assert_unavailable(&batches, &lease, "missing result");
 }
 
+/// Requirement: WRT-2.
 #[test]
 fn an_unknown_executed_tool_is_unavailable_wrt_2() {
     let (mut batches, mut lease) = written();
@@ -126,6 +130,7 @@ fn an_unknown_executed_tool_is_unavailable_wrt_2() {
     assert_unavailable(&batches, &lease, "unknown tool in the counters");
 }
 
+/// Requirement: WRT-2.
 #[test]
 fn inconsistent_counters_are_unavailable_wrt_2() {
     let (batches, lease) = written();
@@ -154,6 +159,7 @@ fn inconsistent_counters_are_unavailable_wrt_2() {
     );
 }
 
+/// Requirement: WRT-2.
 #[test]
 fn a_missing_turn_is_unavailable_wrt_2() {
     let (batches, lease) = written();
@@ -161,6 +167,7 @@ fn a_missing_turn_is_unavailable_wrt_2() {
     assert_unavailable(&batches[..1], &lease, "a turn's batch missing");
 }
 
+/// Requirement: WRT-2.
 #[test]
 fn an_unreadable_ledger_is_unavailable_wrt_2() {
     let s = settle_json(&json!({"attempt": 1, "turns": "garbage"}));
@@ -169,6 +176,7 @@ fn an_unreadable_ledger_is_unavailable_wrt_2() {
 }
 
 proptest! {
+    /// Requirement: WRT-2.
     /// For any ledger the host built itself, the settlement is never unavailable and says
     /// write-executed exactly when a write_file call executed; raising any counter by one makes
     /// it unavailable.

@@ -69,6 +69,7 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
     }
 }
 
+/// Requirement: OPS-1.
 #[test]
 fn full_run_round_trips_and_meets_the_schema_ops_1() {
     let dir = tempfile::tempdir().unwrap();

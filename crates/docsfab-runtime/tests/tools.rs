@@ -57,6 +57,7 @@ fn refusal(tools: &StepTools<'_>, name: &str, args: &str) -> PathRefusal {
         .unwrap_err()
 }
 
+/// Requirement: LSE-1.
 #[test]
 fn calls_are_rejected_before_authorization_with_their_reason_lse_1() {
     let (_d, ws) = fixture();
@@ -237,6 +238,7 @@ fn reads_spend_the_budget_and_a_read_past_it_is_a_tool_error() {
     assert_eq!(tools.budget().remaining(), 0);
 }
 
+/// Requirement: STP-2.
 #[test]
 fn every_attempt_gets_the_whole_read_budget_again_stp_2() {
     let (_d, ws) = fixture();
@@ -254,6 +256,7 @@ fn every_attempt_gets_the_whole_read_budget_again_stp_2() {
     );
 }
 
+/// Requirement: LSE-4.
 #[test]
 fn a_reread_gets_a_notice_spends_nothing_and_repeats_stop_as_no_progress_lse_4() {
     let (_d, ws) = fixture();
@@ -332,6 +335,7 @@ fn list_files_lists_recursively_and_spends_no_budget() {
     assert_eq!(missing.text, "error: nope does not exist");
 }
 
+/// Requirement: WRT-1.
 #[test]
 fn write_is_atomic_and_the_restore_returns_the_workspace_to_its_pre_attempt_state_wrt_1() {
     let (_d, ws_path) = fixture();
@@ -405,6 +409,7 @@ fn a_restore_keeps_files_someone_else_put_in_a_created_directory() {
     assert!(ws_path.join("docs/new/other.md").exists());
 }
 
+/// Requirement: LSE-2.
 #[test]
 fn a_vanished_workspace_is_a_host_failure_with_evidence_lse_2() {
     let (_d, ws_path) = fixture();
@@ -425,6 +430,7 @@ fn a_vanished_workspace_is_a_host_failure_with_evidence_lse_2() {
     assert!(preflight.evidence.contains(&ws_path.display().to_string()));
 }
 
+/// Requirement: LSE-2.
 #[test]
 fn a_write_root_leading_outside_fails_the_preflight_lse_2() {
     let (d, ws_path) = fixture();
