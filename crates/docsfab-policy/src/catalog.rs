@@ -475,10 +475,11 @@ pub enum ConfigError {
         path: String,
     },
     /// A `catalog:` key docsfab does not know.
-    #[error("{path} line {line}: unknown catalog key {key:?}; use one of {} or remove it.", host_catalog_keys().join(", "))]
+    #[error("{path} line {line}: unknown catalog key {key:?} (value {value}); use one of {} or remove it.", host_catalog_keys().join(", "))]
     UnknownCatalogKey {
         path: String,
         key: String,
+        value: String,
         line: u64,
     },
     /// An explicit condition budget above the effective `retry.maxRetries` (CFG-7).
@@ -593,6 +594,7 @@ pub fn resolve(
                 return Err(ConfigError::UnknownCatalogKey {
                     path: host.path.clone(),
                     key: key.clone(),
+                    value: raw.text.clone(),
                     line: raw.line,
                 });
             }
