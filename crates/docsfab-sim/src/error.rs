@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// The scenario file could not be read at all.
-    #[error("cannot read scenario file {}: {source}", path.display())]
+    #[error("cannot read scenario file {}: {source} (check the --scenario path)", path.display())]
     ReadScenario {
         path: PathBuf,
         #[source]
@@ -31,14 +31,17 @@ pub enum SimError {
     )]
     NotLoopback { addr: SocketAddr },
     /// Binding the listening socket failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {source} (pick another port, or port 0 for a free one)")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
     /// The request log file could not be created.
-    #[error("cannot create the request log {}: {source}", path.display())]
+    #[error(
+        "cannot create the request log {}: {source} (check that its directory exists and is writable)",
+        path.display()
+    )]
     LogFile {
         path: PathBuf,
         #[source]

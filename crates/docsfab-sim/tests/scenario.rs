@@ -533,3 +533,24 @@ async fn concurrent_requests_each_take_one_script_entry() {
     assert_eq!(send(addr, CHAT, "{}").await.parsed().status, 418);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn start_errors_name_the_address_or_the_log_file() {
+    let taken = start("responses:\n  - status: 200\n").await;
+    let scenario = Scenario::from_yaml_str("responses:\n  - status: 200\n", "s").unwrap();
+    let Err(e) = SimServer::start(taken.local_addr(), scenario.clone(), None).await else {
+        panic!("the port is taken");
+    };
+    assert!(matches!(e, SimError::Bind { .. }));
+    assert!(
+        e.to_string().contains(&taken.local_addr().to_string()),
+        "{e}"
+    );
+    let missing = Path::new("/nonexistent-dir/log.jsonl").to_path_buf();
+    let Err(e) = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, Some(missing)).await
+    else {
+        panic!("the log directory does not exist");
+    };
+    assert!(e.to_string().contains("/nonexistent-dir/log.jsonl"), "{e}");
+    taken.shutdown().await;
+}
