@@ -551,3 +551,17 @@ fn doctor_json_refusal_is_an_object_and_exit_2_cfg_1() {
     assert_eq!(v["valid"], false);
     assert!(v["error"].as_str().is_some_and(|e| e.contains("0..3")));
 }
+
+#[test]
+fn operator_rules_table_is_validated_and_used() {
+    let s = Scratch::new();
+    let rules = s.home.path().join("retry-policy.yaml");
+    std::fs::write(&rules, "version: 1\nnot-a-rule: [\n").expect("write rules");
+    let o = doctor(&s, None, &[]);
+    assert_refused(&o);
+    assert!(o.stderr.contains("retry-policy.yaml"), "{}", o.stderr);
+    std::fs::write(&rules, docsfab_policy::rules::EMBEDDED_SOURCE).expect("write rules");
+    let o = doctor(&s, None, &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.contains("(operator copy, valid"), "{}", o.stdout);
+}
