@@ -305,6 +305,19 @@ fn small(v: u64) -> u32 {
 }
 
 impl EffectiveLimits {
+    /// Every limit at its catalog default: what [`resolve`] gives with no host.yaml and no
+    /// environment. Handy for tests and for callers without a host.
+    pub fn catalog_defaults() -> EffectiveLimits {
+        EffectiveLimits {
+            values: Limit::ALL.map(|l| Effective {
+                value: l.default_value(),
+                source: Source::Catalog,
+            }),
+            configured_max_retries: small(Limit::MaxRetries.default_value()),
+            shadowed_env_max_retries: None,
+        }
+    }
+
     /// The effective value of `limit` with its source.
     pub fn get(&self, limit: Limit) -> Effective {
         self.values[limit.index()]
@@ -581,10 +594,7 @@ pub fn resolve(
     host: &HostConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<EffectiveLimits, ConfigError> {
-    let mut values = Limit::ALL.map(|l| Effective {
-        value: l.default_value(),
-        source: Source::Catalog,
-    });
+    let mut values = EffectiveLimits::catalog_defaults().values;
 
     // 2. host catalog lowerings (keys are visited in sorted order, so the first error is stable)
     for (key, raw) in &host.catalog {

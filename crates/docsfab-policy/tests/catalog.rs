@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use docsfab_policy::catalog::{ConfigError, Limit, Source, host_catalog_keys, resolve};
+use docsfab_policy::catalog::{
+    ConfigError, EffectiveLimits, Limit, Source, host_catalog_keys, resolve,
+};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::step::StepBudgets;
@@ -61,6 +63,7 @@ fn catalog_defaults_with_nothing_set_cfg_1_cfg_2() {
     assert!(l.iter().all(|(_, e)| e.source == Source::Catalog));
     assert_eq!(l.replay_limits(), ReplayLimits::default());
     assert_eq!(l.step_budgets(), StepBudgets::default());
+    assert_eq!(l, EffectiveLimits::catalog_defaults());
 }
 
 #[test]
