@@ -1,0 +1,581 @@
+//! End-to-end runs of compositions: `run_composition` against the simulator on 127.0.0.1 over
+//! real HTTP, with a real SQLite run store and a real workspace directory in a tempdir. Delays
+//! are lowered through host.yaml's `catalog:` and the environment map, so the tests run fast in
+//! real time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use docsfab_policy::catalog::{EffectiveLimits, resolve};
+use docsfab_policy::host::HostConfig;
+use docsfab_policy::rules::RulesTable;
+use docsfab_provider::{Api, ApiKey};
+use docsfab_runtime::agent::TurnEvent;
+use docsfab_runtime::composition::Composition;
+use docsfab_runtime::executor::{
+    CancelReason, Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
+};
+use docsfab_runtime::record::{RunRecord, RunStatus, validate_against_schema};
+use docsfab_runtime::store::RunStore;
+use docsfab_sim::{Scenario, SimServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const SECRET: &str = "sk-e2e-SECRET-value-4711";
+const LIB_MARKER: &str = "pub fn marker_e2e_lib() {}";
+
+/// Fast replay windows for every test: 10 ms base, small caps.
+const FAST_HOST: &str = "catalog:\n  providerAttempt.baseDelayMs: 10\n  providerAttempt.maxDelayMs: 50\n  providerAttempt.maxTotalDelayMs: 200\n";
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    workspace: PathBuf,
+    db: PathBuf,
+    server: SimServer,
+}
+
+async fn harness(scenario: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(workspace.join("src")).unwrap();
+    std::fs::write(
+        workspace.join("src/lib.rs"),
+        format!("//! A tiny crate.\n{LIB_MARKER}\npub mod count;\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        workspace.join("src/count.rs"),
+        "pub fn count() -> usize { 3 }\n",
+    )
+    .unwrap();
+    let scenario = Scenario::from_yaml_str(scenario, "inline").unwrap();
+    let server = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, None)
+        .await
+        .unwrap();
+    let db = dir.path().join("runs.db");
+    Harness {
+        _dir: dir,
+        workspace,
+        db,
+        server,
+    }
+}
+
+fn limits(host_yaml: &str, env: &[(&str, &str)]) -> EffectiveLimits {
+    let host = HostConfig::parse(host_yaml, "host.yaml").unwrap();
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    resolve(&host, &env).unwrap()
+}
+
+struct Ran {
+    outcome: RunOutcome,
+    record: RunRecord,
+    json: Value,
+    events: Vec<Progress>,
+}
+
+struct Options {
+    limits: EffectiveLimits,
+    cancel: CancellationToken,
+    job_deadline: Option<Duration>,
+    /// Cancel the run when this progress event arrives.
+    cancel_on: Option<fn(&Progress) -> bool>,
+}
+
+impl Options {
+    fn fast() -> Options {
+        Options::with(limits(FAST_HOST, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "20")]))
+    }
+    fn with(limits: EffectiveLimits) -> Options {
+        Options {
+            limits,
+            cancel: CancellationToken::new(),
+            job_deadline: None,
+            cancel_on: None,
+        }
+    }
+}
+
+async fn run(h: &Harness, composition: &str, opts: Options) -> Ran {
+    let composition = Composition::parse(composition, "composition.yaml").unwrap();
+    let events: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = {
+        let events = Arc::clone(&events);
+        let cancel = opts.cancel.clone();
+        let cancel_on = opts.cancel_on;
+        Arc::new(move |p: &Progress| {
+            if cancel_on.is_some_and(|f| f(p)) {
+                cancel.cancel();
+            }
+            events.lock().unwrap().push(p.clone());
+        })
+    };
+    let mut store = RunStore::open(&h.db).unwrap();
+    let outcome = run_composition(
+        RunConfig {
+            composition,
+            workspace: h.workspace.clone(),
+            provider: ProviderSettings {
+                api: Api::OpenaiChat,
+                base_url: h.server.base_url(),
+                model: "sim-model".into(),
+                api_key: Some(ApiKey::new(SECRET)),
+            },
+            limits: opts.limits,
+            rules: RulesTable::embedded().unwrap(),
+            cancel: opts.cancel,
+            job_deadline: opts.job_deadline,
+            progress: Some(sink),
+        },
+        &mut store,
+    )
+    .await
+    .unwrap();
+    // Read back through a fresh connection: what is on disk, not what is in memory.
+    drop(store);
+    let store = RunStore::open(&h.db).unwrap();
+    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
+    let json = serde_json::to_value(&record).unwrap();
+    validate_against_schema(&json).unwrap();
+    assert!(
+        !json.to_string().contains(SECRET),
+        "the API key leaked into the record"
+    );
+    let events = events.lock().unwrap().clone();
+    Ran {
+        outcome,
+        record,
+        json,
+        events,
+    }
+}
+
+/// The request bodies the run sent, per (step, attempt, turn), in order.
+fn requests(events: &[Progress]) -> Vec<(String, u32, u32, String, String)> {
+    events
+        .iter()
+        .filter_map(|p| match p {
+            Progress::Turn {
+                step_id,
+                attempt,
+                event:
+                    TurnEvent::Request {
+                        turn,
+                        digest,
+                        payload,
+                    },
+            } => Some((
+                step_id.clone(),
+                *attempt,
+                *turn,
+                digest.clone(),
+                String::from_utf8_lossy(payload).into_owned(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn read_only_composition(extra_limits: &str) -> String {
+    format!(
+        r#"name: survey
+model: sim-model
+limits:
+  timeoutMs: 20000
+  maxOutputTokens: 1024
+{extra_limits}steps:
+  - id: outline
+    access: read-only
+    instructions: 'Survey the crate and return {{"modules": [...]}}.'
+    tools: [list_files, read_file, search_text]
+    contract:
+      schema: {{type: object, required: [modules], properties: {{modules: {{type: array}}}}}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn two_steps_succeed_with_one_attempt_each_stp_2() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls: [{id: call_r1, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      json: {modules: [lib, count]}
+  - answer:
+      tool_calls: [{id: call_w1, name: write_file, arguments: {path: docs/overview.md, content: "# Overview\n\nTwo modules.\n"}}]
+  - answer:
+      text: Wrote docs/overview.md.
+"##,
+    )
+    .await;
+    let composition = r#"name: quickstart
+model: sim-model
+limits:
+  timeoutMs: 20000
+  maxTurns: 6
+  maxOutputTokens: 1024
+steps:
+  - id: outline
+    access: read-only
+    instructions: 'Survey the crate and return {"modules": [...]}.'
+    tools: [list_files, read_file, search_text]
+    contract:
+      schema: {type: object, required: [modules]}
+  - id: pages
+    access: write
+    instructions: "Write docs/overview.md for these modules: {{steps.outline.output}}"
+    tools: [read_file, write_file]
+    writeRoots: [docs/]
+"#;
+    let r = run(&h, composition, Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(r.record.status, RunStatus::Succeeded);
+    assert!(r.record.ended_at.is_some());
+    assert_eq!(r.record.steps.len(), 2);
+    for step in &r.record.steps {
+        assert_eq!(step.status, RunStatus::Succeeded, "{}", step.step_id);
+        assert_eq!(step.attempts.len(), 1, "STP-2: one attempt per step");
+        assert!(step.failure.is_none());
+    }
+    let j = &r.json["steps"];
+    assert_eq!(j[0]["output"], json!({"modules": ["lib", "count"]}));
+    let a = &j[0]["attempts"][0];
+    assert_eq!(a["budget"], "initial");
+    assert_eq!(a["retryDecision"], "none");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(a["lease"]["turnsUsed"], 2);
+    assert_eq!(a["lease"]["executedToolCalls"], 1);
+    assert_eq!(a["lease"]["stopReason"], "answered");
+    assert_eq!(a["lease"]["disposition"], "completed");
+    assert_eq!(a["turns"][0]["toolBatch"]["requested"], 1);
+    assert_eq!(a["turns"][0]["toolBatch"]["executed"], 1);
+    assert_eq!(a["turns"][0]["providerRetries"], 0);
+    let w = &j[1]["attempts"][0];
+    assert_eq!(w["lease"]["executedToolCalls"], 1);
+    assert_eq!(w["lease"]["toolCounters"]["write_file"], 1);
+
+    // The file was written inside the write root.
+    let written = std::fs::read_to_string(h.workspace.join("docs/overview.md")).unwrap();
+    assert_eq!(written, "# Overview\n\nTwo modules.\n");
+
+    // The tool round trip: the read file's content went back to the model in turn 2, and the
+    // first step's output was substituted into the second step's instructions.
+    let reqs = requests(&r.events);
+    assert_eq!(reqs.len(), 4);
+    assert!(!reqs[0].4.contains(LIB_MARKER));
+    assert!(reqs[1].4.contains(LIB_MARKER));
+    assert_eq!(reqs[2].0, "pages");
+    assert!(
+        reqs[2].4.contains(r#"{\"modules\":[\"lib\",\"count\"]}"#),
+        "{}",
+        reqs[2].4
+    );
+    // Every request the run made reached the simulator, byte for byte.
+    let log = h.server.requests();
+    assert_eq!(log.len(), 4);
+    for (entry, req) in log.iter().zip(&reqs) {
+        assert_eq!(entry.sha256, req.3);
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_tool_batch_still_consumes_a_turn_lse_1() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls:
+        - {id: c1, name: delete_everything, arguments: {}}
+        - {id: c2, name: read_file, arguments: {path: src/lib.rs}, truncate_arguments: 6}
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let a = &r.json["steps"][0]["attempts"][0];
+    assert_eq!(r.record.steps[0].attempts.len(), 1);
+    let batch = &a["turns"][0]["toolBatch"];
+    assert_eq!(batch["requested"], 2);
+    assert_eq!(batch["rejected"], 2);
+    assert_eq!(batch["executed"], 0);
+    assert_eq!(batch["calls"][0]["reason"], "unknown-tool");
+    assert_eq!(batch["calls"][1]["reason"], "truncated-arguments");
+    // The rejected turn counted, nothing executed, and the model could answer in what remained.
+    assert_eq!(a["lease"]["turnsUsed"], 2);
+    assert_eq!(a["lease"]["executedToolCalls"], 0);
+    assert_eq!(a["lease"]["stopReason"], "answered");
+    let reqs = requests(&r.events);
+    assert!(reqs[1].4.contains("delete_everything"));
+    assert!(reqs[1].4.contains("rejected") || reqs[1].4.contains("error"));
+}
+
+#[tokio::test]
+async fn repeated_rereads_stop_as_no_progress_then_retry_lse_4_stp_12() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls: [{id: r1, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      tool_calls:
+        - {id: r2, name: read_file, arguments: {path: src/lib.rs}}
+        - {id: r3, name: read_file, arguments: {path: src/lib.rs}}
+  - answer:
+      tool_calls: [{id: r4, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let attempts = &r.json["steps"][0]["attempts"];
+    assert_eq!(attempts.as_array().unwrap().len(), 2);
+    let first = &attempts[0];
+    assert_eq!(first["status"], "failed");
+    assert_eq!(first["lease"]["stopReason"], "no-progress");
+    assert_eq!(first["lease"]["disposition"], "stopped");
+    // Three notice-only re-reads in a row (two in turn 2, one in turn 3) stop the attempt.
+    assert_eq!(first["lease"]["turnsUsed"], 3);
+    assert_eq!(first["turns"][1]["toolBatch"]["executed"], 2);
+    assert_eq!(
+        first["turns"][1]["toolBatch"]["calls"][0]["result"],
+        "notice"
+    );
+    assert_eq!(
+        first["turns"][2]["toolBatch"]["calls"][0]["result"],
+        "notice"
+    );
+    assert_eq!(first["retryRule"], "condition-no-progress");
+    assert_eq!(first["retryDecision"], "scheduled");
+    assert_eq!(first["code"], "no-progress");
+    assert_eq!(attempts[1]["budget"], "contract");
+    assert_eq!(attempts[1]["status"], "succeeded");
+    // The notice-only re-reads never sent the content again: the marker is in the conversation
+    // once (from the first read), not four times.
+    let reqs = requests(&r.events);
+    let third = &reqs[2];
+    assert_eq!((third.1, third.2), (1, 3));
+    assert_eq!(third.4.matches(LIB_MARKER).count(), 1);
+    // The retry asks for the answer at the first notice (STP-12).
+    let retry = reqs.iter().find(|q| q.1 == 2).unwrap();
+    assert!(retry.4.contains("answer at once"), "{}", retry.4);
+}
+
+#[tokio::test]
+async fn max_turns_stops_without_another_provider_turn_lse_3() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls: [{name: list_files, arguments: {}}]
+"#,
+    )
+    .await;
+    let opts = Options::with(limits(
+        FAST_HOST,
+        &[
+            ("DOCSFAB_READ_ONLY_MAX_RETRIES", "0"),
+            ("DOCSFAB_RETRY_BASE_DELAY_MS", "20"),
+        ],
+    ));
+    let r = run(&h, &read_only_composition("  maxTurns: 2\n"), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = &r.json["steps"][0];
+    assert_eq!(step["status"], "failed");
+    assert_eq!(step["effectiveMaxRetries"], 0);
+    let a = &step["attempts"][0];
+    assert_eq!(step["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(a["lease"]["turnsUsed"], 2);
+    assert_eq!(a["lease"]["maxTurns"], 2);
+    assert_eq!(a["lease"]["executedToolCalls"], 2);
+    assert_eq!(a["lease"]["stopReason"], "max-turns");
+    assert_eq!(a["lease"]["disposition"], "exhausted");
+    assert_eq!(a["retryDecision"], "exhausted");
+    // The host stopped at the checkpoint: exactly maxTurns requests reached the provider.
+    assert_eq!(h.server.requests().len(), 2);
+    assert!(
+        step["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("retry.maxRetries = 0"),
+        "{}",
+        step["failure"]
+    );
+}
+
+#[tokio::test]
+async fn prose_then_object_retries_from_the_contract_budget_with_feedback_stp_9() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      text: "The crate has two modules, lib and count."
+  - answer:
+      json: {modules: [lib, count]}
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let step = &r.json["steps"][0];
+    let attempts = step["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["status"], "failed");
+    assert_eq!(attempts[0]["budget"], "initial");
+    assert_eq!(attempts[0]["retryRule"], "contract-prose");
+    assert_eq!(attempts[0]["retryDecision"], "scheduled");
+    assert_eq!(attempts[0]["retryScheduled"], true);
+    assert_eq!(attempts[0]["failureCategory"], "contract-violation");
+    assert_eq!(attempts[0]["code"], "contract-prose");
+    assert_eq!(attempts[0]["waitMs"], 0);
+    assert_eq!(attempts[0]["providerErrorClass"], Value::Null);
+    assert_eq!(attempts[1]["budget"], "contract");
+    assert_eq!(attempts[1]["status"], "succeeded");
+    assert_eq!(step["output"], json!({"modules": ["lib", "count"]}));
+
+    // The second attempt's request, as the simulator received it (same SHA-256), carries the
+    // correction; the first did not.
+    let reqs = requests(&r.events);
+    assert_eq!(reqs.len(), 2);
+    let log = h.server.requests();
+    assert_eq!(log[1].sha256, reqs[1].3);
+    assert_eq!(reqs[1].1, 2);
+    assert!(
+        reqs[1].4.contains("Return only the JSON object"),
+        "{}",
+        reqs[1].4
+    );
+    assert!(!reqs[0].4.contains("Return only the JSON object"));
+}
+
+#[tokio::test]
+async fn a_503_burst_that_ends_a_turn_is_retried_from_the_transport_budget_stp_3() {
+    let h = harness(
+        r#"responses:
+  - status: 503
+    repeat: 2
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let host = format!("{FAST_HOST}  providerAttempt.maxAttemptsPerTurn: 2\n");
+    let opts = Options::with(limits(&host, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "20")]));
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let step = &r.json["steps"][0];
+    let attempts = step["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    let first = &attempts[0];
+    assert_eq!(first["status"], "failed");
+    assert_eq!(first["providerErrorClass"], "server");
+    assert_eq!(first["httpStatus"], 503);
+    assert_eq!(first["failureCategory"], "provider-transient");
+    assert_eq!(first["retryRule"], "class-server");
+    assert_eq!(first["retryDecision"], "scheduled");
+    assert_eq!(first["waitMs"], 20);
+    assert_eq!(first["lease"]["stopReason"], "provider-failed");
+    // The burst was replayed once inside the turn (REP-13), then the turn ended.
+    assert_eq!(first["turns"][0]["status"], "failed");
+    assert_eq!(first["turns"][0]["providerRetries"], 1);
+    assert_eq!(first["turns"][0]["replays"][0]["status"], 503);
+    assert_eq!(attempts[1]["budget"], "transport");
+    assert_eq!(attempts[1]["status"], "succeeded");
+    assert_eq!(step["transportRetry"]["baseDelayMs"], 20);
+    assert_eq!(h.server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn cancel_during_a_step_backoff_ends_the_run_at_once() {
+    let h = harness(
+        r#"responses:
+  - status: 503
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    // A one-minute step backoff that the cancellation must cut short.
+    let host = format!("{FAST_HOST}  providerAttempt.maxAttemptsPerTurn: 1\n");
+    let mut opts = Options::with(limits(&host, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "60000")]));
+    opts.cancel_on = Some(|p| matches!(p, Progress::Backoff { .. }));
+    let started = std::time::Instant::now();
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.outcome.status, RunStatus::Cancelled);
+    assert_eq!(r.outcome.cancel_reason, Some(CancelReason::Caller));
+    let step = &r.json["steps"][0];
+    assert_eq!(step["status"], "cancelled");
+    assert_eq!(step["failure"]["code"], "cancelled");
+    let attempts = step["attempts"].as_array().unwrap();
+    // The failed attempt was committed with its scheduled wait before the backoff began.
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["retryScheduled"], true);
+    assert_eq!(attempts[0]["waitMs"], 60000);
+    assert_eq!(h.server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_job_deadline_cancels_the_run_and_names_itself() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      json: {modules: [lib]}
+    delay_ms: 5000
+"#,
+    )
+    .await;
+    let mut opts = Options::fast();
+    opts.job_deadline = Some(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(r.outcome.status, RunStatus::Cancelled);
+    assert_eq!(
+        r.outcome.cancel_reason,
+        Some(CancelReason::JobDeadline { deadline_ms: 300 })
+    );
+    let step = &r.json["steps"][0];
+    assert_eq!(step["failure"]["code"], "job-deadline");
+    let a = &step["attempts"][0];
+    assert_eq!(a["status"], "cancelled");
+    assert_eq!(a["retryDecision"], "none");
+    assert_eq!(a["lease"]["stopReason"], "cancelled");
+    assert_eq!(a["turns"][0]["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
+    let h = harness("responses:\n  - answer: {json: {modules: []}}\n").await;
+    let composition = Composition::parse(&read_only_composition(""), "c.yaml").unwrap();
+    let mut store = RunStore::open(&h.db).unwrap();
+    let missing: &Path = &h.workspace.join("nope");
+    let err = run_composition(
+        RunConfig {
+            composition,
+            workspace: missing.to_path_buf(),
+            provider: ProviderSettings {
+                api: Api::OpenaiChat,
+                base_url: h.server.base_url(),
+                model: "m".into(),
+                api_key: None,
+            },
+            limits: limits(FAST_HOST, &[]),
+            rules: RulesTable::embedded().unwrap(),
+            cancel: CancellationToken::new(),
+            job_deadline: None,
+            progress: None,
+        },
+        &mut store,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+    assert!(h.server.requests().is_empty());
+    assert!(store.list_runs().unwrap().is_empty());
+}
