@@ -85,6 +85,9 @@ struct Options {
     job_deadline: Option<Duration>,
     /// Cancel the run when this progress event arrives.
     cancel_on: Option<fn(&Progress) -> bool>,
+    /// Called with every progress event (after it is collected).
+    on_event: Option<Box<dyn Fn(&Progress) + Send + Sync>>,
+    api: Api,
 }
 
 impl Options {
@@ -97,6 +100,8 @@ impl Options {
             cancel: CancellationToken::new(),
             job_deadline: None,
             cancel_on: None,
+            on_event: None,
+            api: Api::OpenaiChat,
         }
     }
 }
@@ -108,11 +113,15 @@ async fn run(h: &Harness, composition: &str, opts: Options) -> Ran {
         let events = Arc::clone(&events);
         let cancel = opts.cancel.clone();
         let cancel_on = opts.cancel_on;
+        let on_event = opts.on_event;
         Arc::new(move |p: &Progress| {
             if cancel_on.is_some_and(|f| f(p)) {
                 cancel.cancel();
             }
             events.lock().unwrap().push(p.clone());
+            if let Some(f) = &on_event {
+                f(p);
+            }
         })
     };
     let mut store = RunStore::open(&h.db).unwrap();
@@ -121,7 +130,7 @@ async fn run(h: &Harness, composition: &str, opts: Options) -> Ran {
             composition,
             workspace: h.workspace.clone(),
             provider: ProviderSettings {
-                api: Api::OpenaiChat,
+                api: opts.api,
                 base_url: h.server.base_url(),
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET)),
@@ -578,4 +587,233 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
     assert!(err.to_string().contains("nope"), "{err}");
     assert!(h.server.requests().is_empty());
     assert!(store.list_runs().unwrap().is_empty());
+}
+
+fn write_composition() -> &'static str {
+    r#"name: pages
+model: sim-model
+limits:
+  timeoutMs: 20000
+  maxTurns: 4
+  maxOutputTokens: 1024
+steps:
+  - id: pages
+    access: write
+    instructions: Write docs/overview.md.
+    tools: [read_file, write_file]
+    writeRoots: [docs/]
+"#
+}
+
+#[tokio::test]
+async fn a_write_step_restores_its_writes_before_a_transport_retry_wrt_1_wrt_3() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls: [{id: w1, name: write_file, arguments: {path: docs/overview.md, content: "# Draft\n"}}]
+  - status: 502
+  - answer:
+      tool_calls: [{id: w2, name: write_file, arguments: {path: docs/overview.md, content: "# Final\n"}}]
+  - answer:
+      text: Done.
+"##,
+    )
+    .await;
+    let host = format!("{FAST_HOST}  providerAttempt.maxAttemptsPerTurn: 1\n");
+    let mut opts = Options::with(limits(&host, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "20")]));
+    // When the retry starts, the first attempt's write must already be undone.
+    let seen: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let (seen2, docs) = (Arc::clone(&seen), h.workspace.join("docs"));
+    opts.on_event = Some(Box::new(move |p| {
+        if let Progress::AttemptStarted { attempt: 2, .. } = p {
+            seen2.lock().unwrap().push(docs.exists());
+        }
+    }));
+    let r = run(&h, write_composition(), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let attempts = r.json["steps"][0]["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["status"], "failed");
+    assert_eq!(attempts[0]["httpStatus"], 502);
+    assert_eq!(attempts[0]["writeSettlement"], "write-executed");
+    assert_eq!(attempts[0]["retryDecision"], "scheduled");
+    assert_eq!(attempts[0]["retryRule"], "class-server");
+    assert_eq!(attempts[1]["budget"], "transport");
+    // The restore removed the file and the directory the attempt created.
+    assert_eq!(*seen.lock().unwrap(), vec![false]);
+    assert_eq!(
+        std::fs::read_to_string(h.workspace.join("docs/overview.md")).unwrap(),
+        "# Final\n"
+    );
+}
+
+#[tokio::test]
+async fn a_write_step_without_a_transport_failure_stays_single_attempt_stp_1() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls: [{id: w1, name: write_file, arguments: {path: docs/overview.md, content: "# Draft\n"}}]
+  - answer:
+      text: "cut"
+      finish_reason: length
+"##,
+    )
+    .await;
+    let r = run(&h, write_composition(), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = &r.json["steps"][0];
+    let attempts = step["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0]["retryRule"], "write-step-single-attempt");
+    assert_eq!(attempts[0]["retryDecision"], "terminal");
+    assert_eq!(attempts[0]["writeSettlement"], "write-executed");
+    assert_eq!(step["failure"]["category"], "cut-answer");
+    // A terminal failure leaves the partial write in place for inspection.
+    assert!(h.workspace.join("docs/overview.md").exists());
+}
+
+#[tokio::test]
+async fn a_host_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls: [{id: l1, name: list_files, arguments: {}}]
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let mut opts = Options::fast();
+    // The workspace disappears after the first turn: the next turn's preflight must fail.
+    let ws = h.workspace.clone();
+    opts.on_event = Some(Box::new(move |p| {
+        if let Progress::Turn {
+            event: TurnEvent::Finished { turn: 1, .. },
+            ..
+        } = p
+        {
+            let _ = std::fs::remove_dir_all(&ws);
+        }
+    }));
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = &r.json["steps"][0];
+    let a = &step["attempts"][0];
+    assert_eq!(step["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(a["lease"]["stopReason"], "preflight-failed");
+    assert_eq!(a["lease"]["disposition"], "failed");
+    let evidence = a["lease"]["evidence"].as_str().unwrap();
+    assert!(evidence.contains("workspace"), "{evidence}");
+    assert!(a["message"].as_str().unwrap().contains(evidence));
+    assert_eq!(a["providerErrorClass"], Value::Null);
+    assert_eq!(a["retryDecision"], "terminal");
+    assert_eq!(step["failure"]["category"], "request-refused");
+    // Not a rejected batch: the failed preflight opened no turn and sent nothing more.
+    assert_eq!(a["lease"]["turnsUsed"], 1);
+    assert_eq!(h.server.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn the_attempt_timer_is_a_timeout_condition_retried_once_stp_11() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      json: {modules: [slow]}
+    delay_ms: 3000
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(
+        &h,
+        &read_only_composition("  timeoutMs: 400\n").replace("  timeoutMs: 20000\n", ""),
+        Options::fast(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let attempts = r.json["steps"][0]["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["timeoutKind"], "attempt-deadline");
+    assert_eq!(attempts[0]["retryRule"], "condition-attempt-deadline");
+    assert_eq!(attempts[0]["lease"]["stopReason"], "deadline");
+    assert!(attempts[0]["durationMs"].as_u64().unwrap() < 2000);
+    assert_eq!(attempts[1]["budget"], "contract");
+    let reqs = requests(&r.events);
+    assert!(reqs[1].4.contains("Read only what the answer needs"));
+}
+
+#[tokio::test]
+async fn a_cut_answer_is_retried_with_feedback_stp_10() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      text: '{"modules": ["li'
+      finish_reason: length
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let attempts = r.json["steps"][0]["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts[0]["retryRule"], "condition-cut-answer");
+    assert_eq!(attempts[0]["code"], "cut-answer");
+    let reqs = requests(&r.events);
+    assert!(reqs[1].4.contains("well inside the limit of 1024 tokens"));
+}
+
+#[tokio::test]
+async fn the_anthropic_messages_api_runs_a_tool_round_trip_too() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls: [{id: toolu_1, name: read_file, arguments: {path: src/count.rs}}]
+      usage: {input_tokens: 30, output_tokens: 5}
+  - answer:
+      json: {modules: [count]}
+      usage: {input_tokens: 50, output_tokens: 7}
+"#,
+    )
+    .await;
+    let mut opts = Options::fast();
+    opts.api = Api::AnthropicMessages;
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let log = h.server.requests();
+    assert!(log.iter().all(|e| e.path == "/v1/messages"));
+    let a = &r.json["steps"][0]["attempts"][0];
+    assert_eq!(a["usage"], json!({"inputTokens": 80, "outputTokens": 12}));
+    assert_eq!(a["turns"][1]["usage"]["inputTokens"], 50);
+    let reqs = requests(&r.events);
+    assert!(reqs[1].4.contains("tool_result"));
+}
+
+#[tokio::test]
+async fn a_failed_attempt_is_durable_before_the_next_attempt_starts() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      text: "prose"
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let mut opts = Options::fast();
+    let seen: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let (seen2, db) = (Arc::clone(&seen), h.db.clone());
+    opts.on_event = Some(Box::new(move |p| {
+        if let Progress::AttemptStarted { attempt: 2, .. } = p {
+            // Another connection, as another process would read it.
+            let store = RunStore::open(&db).unwrap();
+            let runs = store.list_runs().unwrap();
+            let record = store.load_run(&runs[0].run_id).unwrap().unwrap();
+            seen2.lock().unwrap().push(record.steps[0].attempts.len());
+        }
+    }));
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(*seen.lock().unwrap(), vec![1]);
 }
