@@ -79,6 +79,9 @@ struct Ran {
     events: Vec<Progress>,
 }
 
+/// A test's own reaction to progress events.
+type OnEvent = Box<dyn Fn(&Progress) + Send + Sync>;
+
 struct Options {
     limits: EffectiveLimits,
     cancel: CancellationToken,
@@ -86,7 +89,7 @@ struct Options {
     /// Cancel the run when this progress event arrives.
     cancel_on: Option<fn(&Progress) -> bool>,
     /// Called with every progress event (after it is collected).
-    on_event: Option<Box<dyn Fn(&Progress) + Send + Sync>>,
+    on_event: Option<OnEvent>,
     api: Api,
 }
 
