@@ -176,3 +176,28 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn restore_keeps_content_and_permissions_and_verify_catches_drift_wrt_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a.md");
+        fs::write(&file, "before").unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+        let mut snaps = WriteSnapshots::new(dir.path());
+        snaps.before_write(Path::new("a.md")).unwrap();
+        write_atomically(&file, b"after").unwrap();
+        snaps.before_write(Path::new("a.md")).unwrap(); // the first snapshot is kept
+        assert!(matches!(snaps.verify(), Err(RestoreError::Mismatch { .. })));
+        snaps.restore().unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "before");
+        let mode = fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert!(!snaps.is_empty());
+        assert_eq!(snaps.written().count(), 1);
+    }
+}

@@ -20,6 +20,11 @@ use crate::record::{
 pub enum StoreError {
     #[error("the run store failed: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create the run store's directory {path}: {source}")]
+    CreateDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
     #[error("a stored record is unreadable: {0}")]
     Corrupt(String),
     #[error("no run {0}")]
@@ -36,6 +41,11 @@ pub enum StoreError {
         step_id: String,
         expected: u32,
         got: u32,
+    },
+    #[error("step {step_id} is {status}; it takes no more attempts")]
+    StepFinished {
+        step_id: String,
+        status: &'static str,
     },
     #[error("a run cannot be finished as running")]
     FinishAsRunning,
@@ -160,7 +170,14 @@ CREATE TABLE IF NOT EXISTS attempts (
 impl RunStore {
     /// Opens (creating if needed) the store at `path`, in WAL mode, and marks as `interrupted`
     /// every running run whose owner is no longer alive.
+    /// The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
     pub fn open(path: &Path) -> Result<RunStore, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -305,6 +322,12 @@ impl RunStore {
         let tx = self.conn.transaction()?;
         require_running(&tx, run_id)?;
         let step = load_step_row(&tx, run_id, step_index)?;
+        if step.status != RunStatus::Running {
+            return Err(StoreError::StepFinished {
+                step_id: step.step_id,
+                status: step.status.as_str(),
+            });
+        }
         let expected: u32 = tx.query_row(
             "SELECT COUNT(*) + 1 FROM attempts WHERE run_id = ?1 AND step_index = ?2",
             params![run_id, step_index],
@@ -354,6 +377,12 @@ impl RunStore {
         let tx = self.conn.transaction()?;
         require_running(&tx, run_id)?;
         let mut step = load_step_row(&tx, run_id, step_index)?;
+        if step.status != RunStatus::Running {
+            return Err(StoreError::StepFinished {
+                step_id: step.step_id,
+                status: step.status.as_str(),
+            });
+        }
         step.status = end.status;
         step.failure = end.failure.clone();
         step.output = end.output.clone();

@@ -236,7 +236,7 @@ impl SourceBudget {
         self.spent
     }
     pub fn remaining(&self) -> u64 {
-        self.limit - self.spent
+        self.limit.saturating_sub(self.spent)
     }
     /// Spends `bytes` when they fit; otherwise leaves the budget as it is.
     fn try_spend(&mut self, bytes: u64) -> bool {
@@ -246,6 +246,9 @@ impl SourceBudget {
         } else {
             false
         }
+    }
+    fn refund(&mut self, bytes: u64) {
+        self.spent = self.spent.saturating_sub(bytes);
     }
 }
 
@@ -531,7 +534,7 @@ impl<'w> StepTools<'w> {
             Ok(b) => b,
             Err(e) => {
                 // Nothing was returned, so nothing is spent.
-                self.budget.spent -= wanted;
+                self.budget.refund(wanted);
                 return self.io_error(&target.rel, &e);
             }
         };

@@ -282,3 +282,35 @@ fn a_reused_process_id_is_not_mistaken_for_the_owner() {
         RunStatus::Interrupted
     );
 }
+
+#[test]
+fn a_finished_step_takes_no_more_attempts_and_a_fresh_home_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("home/.docsfab/runs.db");
+    let mut store = RunStore::open(&path).unwrap();
+    let run = store.create_run("q").unwrap();
+    let step = store.begin_step(&run, &step_start("s")).unwrap();
+    let end = StepEnd {
+        status: RunStatus::Failed,
+        failure: Some(StepFailure {
+            category: "contract".into(),
+            failure_class: "model-output".into(),
+            code: "contract-prose".into(),
+            message: "the answer is prose".into(),
+            remediation: "tighten the instructions".into(),
+        }),
+        output: None,
+    };
+    store.finish_step(&run, step, &end).unwrap();
+    assert!(matches!(
+        store.record_attempt(&run, step, &attempt(1, RetryDecision::None)),
+        Err(StoreError::StepFinished { .. })
+    ));
+    assert!(matches!(
+        store.finish_step(&run, step, &end),
+        Err(StoreError::StepFinished { .. })
+    ));
+    let record = store.load_run(&run).unwrap().unwrap();
+    assert_eq!(record.steps[0].failure, end.failure);
+    assert_eq!(record.steps[0].status, RunStatus::Failed);
+}

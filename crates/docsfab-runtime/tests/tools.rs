@@ -447,3 +447,48 @@ fn a_write_root_leading_outside_fails_the_preflight_lse_2() {
     );
     assert!(!Path::new(&d.path().join("outside/x.md")).exists());
 }
+
+mod jail_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn component() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "..",
+            ".",
+            "src",
+            "docs",
+            "lib.rs",
+            "out-dir",
+            "secret-link",
+            "loop",
+            "",
+            "/",
+            "new",
+        ])
+    }
+
+    proptest! {
+        // Each case builds a real directory tree: fewer cases keep the suite quick.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Whatever path the model sends, a resolved path is inside the workspace and a
+        /// writable one is inside a write root.
+        #[test]
+        fn no_path_resolves_outside_the_workspace(parts in prop::collection::vec(component(), 0..6)) {
+            let (d, ws_path) = fixture();
+            symlink(d.path().join("outside"), ws_path.join("out-dir")).unwrap();
+            symlink(d.path().join("outside/secret.txt"), ws_path.join("secret-link")).unwrap();
+            symlink(ws_path.join("src"), ws_path.join("docs/loop")).unwrap();
+            let ws = Workspace::open(&ws_path).unwrap();
+            let path = parts.join("/");
+            if let Ok(resolved) = ws.resolve(&path) {
+                prop_assert!(resolved.abs.starts_with(ws.root()), "{path} -> {:?}", resolved.abs);
+                prop_assert!(!resolved.rel.split('/').any(|p| p == ".."));
+            }
+            if let Ok(resolved) = ws.resolve_for_write(&path, &["docs/".to_owned()]) {
+                prop_assert!(resolved.abs.starts_with(ws.root().join("docs")), "{path}");
+                prop_assert!(resolved.abs != ws.root().join("docs"));
+            }
+        }
+    }
+}
