@@ -24,6 +24,7 @@ fn refused(v: &Verdict) -> Option<(&str, u64)> {
     v.refusal().map(|r| (r.reason.code(), r.offset))
 }
 
+/// BND-1: identity, credentials and structure are all checked.
 #[test]
 fn body_is_checked_for_identity_credentials_and_structure_bnd_1() {
     let c = openai();
@@ -46,6 +47,7 @@ fn body_is_checked_for_identity_credentials_and_structure_bnd_1() {
     );
 }
 
+/// BND-2: error-only streams pass without an identity, and are still scanned.
 #[test]
 fn error_events_only_skip_identity_but_not_the_scan_bnd_2() {
     let body = "data: {\"error\":{\"type\":\"server_error\",\"code\":502}}\n\ndata: [DONE]\n\n";
@@ -78,6 +80,7 @@ fn error_events_only_skip_identity_but_not_the_scan_bnd_2() {
     );
 }
 
+/// BND-3: only `error` and an optional `"type": "error"` make a pure error event.
 #[test]
 fn only_error_and_type_error_make_a_pure_error_event_bnd_3() {
     let c = openai();
@@ -106,6 +109,8 @@ fn only_error_and_type_error_make_a_pure_error_event_bnd_3() {
     }
 }
 
+/// BND-4: every other event needs the selected model, per API; a mismatch is refused even
+/// when an error event follows.
 #[test]
 fn every_event_needs_the_selected_model_bnd_4() {
     let c = openai();
@@ -150,6 +155,7 @@ fn every_event_needs_the_selected_model_bnd_4() {
     );
 }
 
+/// BND-5: data after [DONE] keeps the identity check.
 #[test]
 fn data_after_done_keeps_the_identity_check_bnd_5() {
     let err = "data: {\"error\":{\"code\":503}}\n\n";
@@ -171,6 +177,7 @@ fn data_after_done_keeps_the_identity_check_bnd_5() {
     );
 }
 
+/// BND-6: CR, LF and CRLF end lines; every leading BOM is dropped.
 #[test]
 fn line_endings_and_boms_bnd_6() {
     let c = openai();
@@ -204,6 +211,7 @@ fn line_endings_and_boms_bnd_6() {
     );
 }
 
+/// BND-7: each data line is parsed alone; one that does not parse refuses the body.
 #[test]
 fn each_data_line_parses_alone_bnd_7() {
     let c = openai();
@@ -236,6 +244,7 @@ fn each_data_line_parses_alone_bnd_7() {
     assert_eq!(c.check(tight.as_bytes()), Verdict::Pass(Pass::Stream));
 }
 
+/// BND-8: a body that is not a stream, or a stream with no event, is refused.
 #[test]
 fn not_a_stream_or_no_event_is_refused_bnd_8() {
     let c = openai();
@@ -255,6 +264,7 @@ fn not_a_stream_or_no_event_is_refused_bnd_8() {
     );
 }
 
+/// BND-9: the last line is read without an ending; a CRLF split across reads is one ending.
 #[test]
 fn last_line_without_ending_is_inspected_bnd_9() {
     let c = openai();
