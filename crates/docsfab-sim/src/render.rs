@@ -6,8 +6,8 @@ use serde_json::{Value, json};
 
 use crate::http::{Framing, Outgoing};
 use crate::scenario::{
-    Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusReply,
-    StreamErrorReply, ToolCall,
+    Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
+    StatusReply, StreamErrorReply, ToolCall,
 };
 
 /// Which provider API a request addressed (chosen by its path).
@@ -83,25 +83,36 @@ fn unix_secs() -> u64 {
 }
 
 fn status_reply(reply: &StatusReply, req: &RequestInfo) -> Outgoing {
-    let body = match &reply.body {
-        Some(body) => body.clone(),
-        None if reply.status >= 400 => default_error_body(reply.status, req.api),
-        None => String::new(),
+    let (pieces, framing, piece_delay) = match &reply.body {
+        StatusBody::Single { text, chunked } => {
+            let body = match text {
+                Some(body) => body.clone(),
+                None if reply.status >= 400 => default_error_body(reply.status, req.api),
+                None => String::new(),
+            };
+            let framing = if *chunked {
+                Framing::Chunked
+            } else {
+                Framing::ContentLength
+            };
+            (vec![body.into_bytes()], framing, Duration::ZERO)
+        }
+        StatusBody::Chunks { items, delay_ms } => (
+            items.iter().map(|c| c.clone().into_bytes()).collect(),
+            Framing::Chunked,
+            Duration::from_millis(*delay_ms),
+        ),
     };
     let mut headers = Vec::new();
-    if !body.is_empty() {
+    if pieces.iter().any(|p| !p.is_empty()) {
         headers.push(("content-type".to_owned(), "application/json".to_owned()));
     }
     Outgoing {
         status: reply.status,
         headers,
-        pieces: vec![body.into_bytes()],
-        framing: if reply.chunked {
-            Framing::Chunked
-        } else {
-            Framing::ContentLength
-        },
-        piece_delay: Duration::ZERO,
+        pieces,
+        framing,
+        piece_delay,
     }
 }
 

@@ -93,9 +93,15 @@ pub(crate) enum Reply {
 #[derive(Debug)]
 pub(crate) struct StatusReply {
     pub status: u16,
-    /// `None`: a provider-style JSON error body fitting the status and the API.
-    pub body: Option<String>,
-    pub chunked: bool,
+    pub body: StatusBody,
+}
+
+#[derive(Debug)]
+pub(crate) enum StatusBody {
+    /// One body. `None`: a provider-style JSON error body fitting the status and the API.
+    Single { text: Option<String>, chunked: bool },
+    /// Sent chunked, one HTTP chunk per item, so a scenario can write any stream byte for byte.
+    Chunks { items: Vec<String>, delay_ms: u64 },
 }
 
 #[derive(Debug)]
@@ -387,6 +393,10 @@ struct RawEntry {
     body: Option<String>,
     #[serde(default)]
     chunked: Option<bool>,
+    #[serde(default)]
+    chunks: Option<Vec<String>>,
+    #[serde(default)]
+    chunk_delay_ms: Option<u64>,
 
     // With any kind that sends a response.
     #[serde(default)]
@@ -720,17 +730,18 @@ impl Resolver {
         };
         let name = kind.name();
         if !matches!(kind, Kind::Status(_)) {
-            if entry.body.is_some() {
-                return invalid(
-                    line,
-                    format!("body is only allowed with status, not with {name}"),
-                );
-            }
-            if entry.chunked.is_some() {
-                return invalid(
-                    line,
-                    format!("chunked is only allowed with status, not with {name}"),
-                );
+            for (field, set) in [
+                ("body", entry.body.is_some()),
+                ("chunked", entry.chunked.is_some()),
+                ("chunks", entry.chunks.is_some()),
+                ("chunk_delay_ms", entry.chunk_delay_ms.is_some()),
+            ] {
+                if set {
+                    return invalid(
+                        line,
+                        format!("{field} is only allowed with status, not with {name}"),
+                    );
+                }
             }
         }
         let delay_ms = entry.delay_ms.unwrap_or(0);
@@ -763,11 +774,29 @@ impl Resolver {
                         format!("status {status} is not a final HTTP status (200..999)"),
                     );
                 }
-                Reply::Status(StatusReply {
-                    status,
-                    body: entry.body,
-                    chunked: entry.chunked.unwrap_or(false),
-                })
+                let body = match (entry.body, entry.chunks) {
+                    (Some(_), Some(_)) => {
+                        return invalid(line, "give body or chunks, not both");
+                    }
+                    (_, Some(_)) if entry.chunked == Some(false) => {
+                        return invalid(
+                            line,
+                            "chunks are always sent chunked; drop chunked: false",
+                        );
+                    }
+                    (_, Some(items)) => StatusBody::Chunks {
+                        items,
+                        delay_ms: entry.chunk_delay_ms.unwrap_or(0),
+                    },
+                    (_, None) if entry.chunk_delay_ms.is_some() => {
+                        return invalid(line, "chunk_delay_ms needs chunks");
+                    }
+                    (text, None) => StatusBody::Single {
+                        text,
+                        chunked: entry.chunked.unwrap_or(false),
+                    },
+                };
+                Reply::Status(StatusReply { status, body })
             }
             Kind::Answer(answer) => Reply::Answer(Box::new(
                 resolve_answer(*answer).or_else(|m| invalid(line, m))?,
@@ -822,6 +851,8 @@ impl Resolver {
             ("stream_error", entry.stream_error.is_some()),
             ("body", entry.body.is_some()),
             ("chunked", entry.chunked.is_some()),
+            ("chunks", entry.chunks.is_some()),
+            ("chunk_delay_ms", entry.chunk_delay_ms.is_some()),
             ("headers", entry.headers.is_some()),
             ("stall", entry.stall.is_some()),
             ("cut", entry.cut.is_some()),
@@ -925,8 +956,10 @@ impl Resolver {
                             action: Action::Respond(Response {
                                 reply: Reply::Status(StatusReply {
                                     status,
-                                    body: None,
-                                    chunked: false,
+                                    body: StatusBody::Single {
+                                        text: None,
+                                        chunked: false,
+                                    },
                                 }),
                                 headers: header.into_iter().collect(),
                                 stall: None,

@@ -311,3 +311,41 @@ async fn a_clean_close_sends_no_reset_even_with_unread_client_bytes() {
     stream.write_all(b"more").await.expect("still no RST");
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn chunks_send_any_body_byte_for_byte_one_http_chunk_each() {
+    let server = start(
+        r#"
+responses:
+  - status: 200
+    headers: {content-type: text/event-stream}
+    chunks:
+      - "data: {\"error\":{\"type\":\"server_error\"},\"id\":\"x\"}\n"
+      - ""
+      - "\n"
+      - "data: [DONE]\n\n"
+    chunk_delay_ms: 30
+"#,
+    )
+    .await;
+    let reply = send(server.local_addr(), CHAT, &openai_body("m", true)).await;
+    let p = reply.parsed();
+    assert!(p.chunked && p.complete);
+    assert_eq!(p.header("content-type"), Some("text/event-stream"));
+    assert_eq!(
+        p.text(),
+        "data: {\"error\":{\"type\":\"server_error\"},\"id\":\"x\"}\n\ndata: [DONE]\n\n"
+    );
+    let wire = String::from_utf8_lossy(&reply.raw);
+    assert!(
+        wire.contains("\r\n1\r\n\n\r\ne\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"),
+        "{wire:?}"
+    );
+    // Three non-empty chunks, two gaps.
+    assert!(
+        reply.elapsed >= Duration::from_millis(60),
+        "{:?}",
+        reply.elapsed
+    );
+    server.shutdown().await;
+}

@@ -93,6 +93,21 @@ fn broken_entries_are_refused_with_their_line_and_reason() {
         ),
         ("responses: [\n", "line 1", ""),
         (
+            "responses:\n  - status: 200\n    body: x\n    chunks: [y]\n",
+            "line 2",
+            "body or chunks, not both",
+        ),
+        (
+            "responses:\n  - answer: {text: a}\n    chunks: [y]\n",
+            "line 2",
+            "chunks is only allowed with status",
+        ),
+        (
+            "responses:\n  - status: 200\n    chunk_delay_ms: 5\n",
+            "line 2",
+            "chunk_delay_ms needs chunks",
+        ),
+        (
             "responses:\n  - status: yes\n",
             "line 2",
             "expected a whole number from 0 to 65535",
