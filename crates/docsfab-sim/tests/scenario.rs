@@ -485,6 +485,18 @@ fn every_yaml_example_in_the_docs_is_a_valid_scenario() {
         rest = &body[end + 3..];
     }
     assert!(blocks >= 10, "found only {blocks} examples");
+
+    // The sample error in the docs is what the simulator really says.
+    let e = Scenario::from_yaml_str(
+        "responses:\n  - status: 408\n    retry_after: 2\n",
+        "s.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        doc.contains(&format!("```text\n{e}\n```")),
+        "docs lack: {e}"
+    );
 }
 
 #[tokio::test]
