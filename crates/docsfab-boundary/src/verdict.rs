@@ -58,6 +58,8 @@ impl fmt::Display for Refusal {
     }
 }
 
+impl std::error::Error for Refusal {}
+
 /// Why a body was refused. [`Reason::code`] gives the stable kebab-case code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reason {

@@ -371,3 +371,11 @@ fn configuration_rejects_what_could_never_work() {
     let s = Secret::new("OPENAI_API_KEY", "sk-very-secret-value").unwrap();
     assert!(!format!("{s:?}").contains("very-secret"));
 }
+
+#[test]
+fn the_checker_can_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<BoundaryConfig>();
+    send_sync::<docsfab_boundary::Boundary>();
+    send_sync::<Verdict>();
+}
