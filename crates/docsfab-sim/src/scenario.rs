@@ -18,9 +18,9 @@ use serde_saphyr::Spanned;
 use crate::SimError;
 use crate::rng::SplitMix64;
 
-/// Upper bound on the script length after expanding repeats is not needed (repeats are counted,
-/// not copied), but random models are expanded entry by entry, so their size is capped.
-const MAX_EXPANDED_ENTRIES: usize = 1_000_000;
+/// Repeats are counted, not copied, but random models are expanded entry by entry: cap the
+/// expansion so a typo in `episodes` cannot exhaust memory.
+const MAX_EXPANDED_ENTRIES: usize = 100_000;
 
 /// A loaded, checked scenario. Build it with [`Scenario::from_yaml_str`] or [`Scenario::load`].
 #[derive(Debug, Clone)]

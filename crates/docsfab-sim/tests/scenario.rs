@@ -581,3 +581,14 @@ async fn start_errors_name_the_address_or_the_log_file() {
     assert!(e.to_string().contains("/nonexistent-dir/log.jsonl"), "{e}");
     taken.shutdown().await;
 }
+
+#[test]
+fn an_oversized_random_model_is_refused_not_expanded_without_end() {
+    let e = error_of(
+        "responses:\n  - random:\n      seed: 1\n      episodes: 4000000000\n      burst: {length: [5, 5], statuses: [503]}\n      then: {status: 200}\n",
+    );
+    assert!(
+        e.contains("line 2") && e.contains("more than 100000 entries"),
+        "{e}"
+    );
+}
