@@ -820,3 +820,79 @@ async fn a_failed_attempt_is_durable_before_the_next_attempt_starts() {
     assert_eq!(r.outcome.status, RunStatus::Succeeded);
     assert_eq!(*seen.lock().unwrap(), vec![1]);
 }
+
+#[tokio::test]
+async fn an_exhausted_transport_budget_names_its_bound_stp_7_cfg_3() {
+    let h = harness("responses:\n  - status: 500\n").await;
+    let host = format!("{FAST_HOST}  providerAttempt.maxAttemptsPerTurn: 1\n");
+    let opts = Options::with(limits(
+        &host,
+        &[
+            ("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES", "2"),
+            ("DOCSFAB_RETRY_BASE_DELAY_MS", "10"),
+        ],
+    ));
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = &r.json["steps"][0];
+    let attempts = step["attempts"].as_array().unwrap();
+    // 1 + maxTransportRetries attempts, then the bound refuses.
+    assert_eq!(attempts.len(), 3);
+    let budgets: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["budget"].as_str().unwrap())
+        .collect();
+    assert_eq!(budgets, ["initial", "transport", "transport"]);
+    let waits: Vec<&Value> = attempts.iter().map(|a| &a["waitMs"]).collect();
+    assert_eq!(waits, [&json!(10), &json!(20), &Value::Null]);
+    assert_eq!(attempts[2]["retryDecision"], "exhausted");
+    assert_eq!(attempts[2]["retryScheduled"], false);
+    assert_eq!(step["transportRetry"]["maxTransportRetries"], 2);
+    assert_eq!(step["failure"]["category"], "provider-transient");
+    assert_eq!(
+        step["failure"]["message"],
+        "retry-max-transport-retries-bound: 3 exceeds retry.maxTransportRetries = 2 count."
+    );
+    assert!(
+        step["failure"]["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES")
+    );
+    assert_eq!(h.server.requests().len(), 3);
+}
+
+#[tokio::test]
+async fn a_recorded_retry_after_lengthens_the_step_wait_stp_15() {
+    let h = harness(
+        r#"responses:
+  - status: 429
+    headers: {retry-after: 1}
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let host = format!("{FAST_HOST}  providerAttempt.maxThrottledAttemptsPerTurn: 1\n");
+    let opts = Options::with(limits(&host, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "10")]));
+    let started = std::time::Instant::now();
+    let r = run(&h, &read_only_composition(""), opts).await;
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let first = &r.json["steps"][0]["attempts"][0];
+    assert_eq!(first["providerErrorClass"], "rate-limit");
+    assert_eq!(first["httpStatus"], 429);
+    assert_eq!(first["retryAfterMs"], 1000);
+    assert_eq!(first["failureCategory"], "provider-throttled");
+    assert_eq!(first["retryRule"], "class-rate-limit-throttled");
+    assert_eq!(first["waitMs"], 1000);
+    // The countdown was shown while the step waited.
+    assert!(r.events.iter().any(|p| matches!(
+        p,
+        Progress::Backoff {
+            next_attempt: 2,
+            remaining_ms,
+            ..
+        } if *remaining_ms > 500
+    )));
+}
