@@ -326,14 +326,41 @@ pub async fn serve_command(
     // the line still gets a clean shutdown rather than the default action.
     let signals = ShutdownSignals::install()?;
     let server = SimServer::start(listen, scenario, log.map(Path::to_path_buf)).await?;
+    let mut feed = server.subscribe();
     {
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on {}", server.base_url()).map_err(SimError::Stdout)?;
         stdout.flush().map_err(SimError::Stdout)?;
     }
+    // One line per request on stderr for whoever watches; stdout stays the address alone.
+    let narrator = tokio::spawn(async move {
+        loop {
+            match feed.recv().await {
+                Ok(e) => eprintln!("{}", describe(&e)),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    eprintln!("({missed} requests not shown)");
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+    });
     signals.wait().await;
+    narrator.abort();
     server.shutdown().await;
     Ok(())
+}
+
+/// The stderr line `sim serve` prints for a request.
+fn describe(e: &RequestLogEntry) -> String {
+    format!(
+        "#{} {} {} model={} stream={} -> {}",
+        e.index,
+        e.method,
+        e.path,
+        e.model.as_deref().unwrap_or("-"),
+        e.stream,
+        e.entry
+    )
 }
 
 #[cfg(unix)]
