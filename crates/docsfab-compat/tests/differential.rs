@@ -47,6 +47,14 @@ fn repo_root() -> PathBuf {
         .expect("repository root")
 }
 
+/// Where compat/install.sh puts the clients: `DOCSFAB_COMPAT_DIR` (which the script reads too),
+/// else target/compat, which git ignores.
+fn compat_dir(root: &Path) -> PathBuf {
+    std::env::var_os("DOCSFAB_COMPAT_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/compat"))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cases
 
@@ -444,7 +452,7 @@ impl Client {
     }
 
     fn command(self, root: &Path) -> tokio::process::Command {
-        let compat = root.join("target/compat");
+        let compat = compat_dir(root);
         let mut cmd = match self {
             Client::PyOpenai | Client::PyAnthropic => {
                 let mut c = tokio::process::Command::new(compat.join("venv/bin/python"));
@@ -809,7 +817,7 @@ async fn real_consumers_read_no_more_than_the_boundary_bnd_6_bnd_9() {
         .flatten()
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(root.join("target/compat/raw.jsonl"), raw).unwrap();
+    std::fs::write(compat_dir(&root).join("raw.jsonl"), raw).unwrap();
 
     let mut failures = Vec::new();
     let mut known_seen: Vec<String> = Vec::new();
@@ -886,7 +894,7 @@ async fn real_consumers_read_no_more_than_the_boundary_bnd_6_bnd_9() {
     }
 
     let report = render(&rows, &caught_by, &known_seen, &failures);
-    let out = root.join("target/compat/results.md");
+    let out = compat_dir(&root).join("results.md");
     std::fs::write(&out, &report).unwrap();
     if std::env::var_os("DOCSFAB_COMPAT_WRITE_DOCS").is_some() {
         write_docs(&root.join("docs/compat-results.md"), &report);
