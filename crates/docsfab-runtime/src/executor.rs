@@ -92,6 +92,110 @@ pub enum Progress {
     },
 }
 
+impl Progress {
+    /// One line for the operator, indented by depth (step, attempt, turn); `None` for events
+    /// that are only for machines (the request bytes).
+    pub fn describe(&self) -> Option<String> {
+        Some(match self {
+            Progress::StepStarted { step_id, access } => {
+                format!("step {step_id} ({})", access.as_str())
+            }
+            Progress::AttemptStarted {
+                attempt, budget, ..
+            } => {
+                let budget = match budget {
+                    AttemptBudget::Initial => "initial",
+                    AttemptBudget::Contract => "contract budget",
+                    AttemptBudget::Transport => "transport budget",
+                };
+                format!("  attempt {attempt} ({budget})")
+            }
+            Progress::Turn { event, .. } => match event {
+                TurnEvent::Request { .. } => return None,
+                TurnEvent::Replay { turn, entry } => {
+                    let cause = match entry.cause {
+                        docsfab_provider::ReplayCause::Status(s) => format!("HTTP {s}"),
+                        docsfab_provider::ReplayCause::Fault(f) => serde_json::to_value(f)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_else(|| "fault".to_owned()),
+                    };
+                    format!(
+                        "    turn {turn}: {cause} ({}), replaying the same request in {} ms",
+                        entry.provider_error_class, entry.wait_ms
+                    )
+                }
+                TurnEvent::Finished {
+                    turn,
+                    status,
+                    requested,
+                    rejected,
+                    executed,
+                } => {
+                    let status = match status {
+                        crate::record::TurnStatus::Completed => "completed",
+                        crate::record::TurnStatus::Failed => "failed",
+                        crate::record::TurnStatus::Cancelled => "cancelled",
+                    };
+                    if *requested == 0 {
+                        format!("    turn {turn}: {status}")
+                    } else {
+                        format!(
+                            "    turn {turn}: {status}; tools requested {requested}, rejected {rejected}, executed {executed}"
+                        )
+                    }
+                }
+            },
+            Progress::AttemptFinished {
+                attempt,
+                status,
+                retry_decision,
+                retry_rule,
+                wait_ms,
+                message,
+                ..
+            } => {
+                if *status == AttemptStatus::Succeeded {
+                    format!("  attempt {attempt} succeeded")
+                } else {
+                    let why = message.as_deref().unwrap_or("no detail");
+                    let rule = retry_rule.as_deref().unwrap_or("none");
+                    let decision = match retry_decision {
+                        RetryDecision::Scheduled => format!(
+                            "retry scheduled by rule {rule} after {} ms",
+                            wait_ms.unwrap_or(0)
+                        ),
+                        RetryDecision::Exhausted => format!("retry budget exhausted (rule {rule})"),
+                        RetryDecision::Terminal => format!("not retried (rule {rule})"),
+                        RetryDecision::Declined => {
+                            format!("retry declined: writes not proven or undone (rule {rule})")
+                        }
+                        RetryDecision::None => "no retry decided".to_owned(),
+                    };
+                    let what = if *status == AttemptStatus::Cancelled {
+                        "was cancelled"
+                    } else {
+                        "failed"
+                    };
+                    format!("  attempt {attempt} {what}: {why}; {decision}")
+                }
+            }
+            Progress::Backoff {
+                next_attempt,
+                remaining_ms,
+                ..
+            } => format!(
+                "  attempt {next_attempt} starts in {}.{} s",
+                remaining_ms / 1000,
+                (remaining_ms % 1000) / 100
+            ),
+            Progress::StepFinished { step_id, status } => {
+                format!("step {step_id} {}", status.as_str())
+            }
+        })
+    }
+}
+
 /// Where progress goes. Called inline, so keep it quick.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 

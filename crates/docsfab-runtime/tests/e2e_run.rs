@@ -499,6 +499,21 @@ async fn a_503_burst_that_ends_a_turn_is_retried_from_the_transport_budget_stp_3
     assert_eq!(attempts[1]["budget"], "transport");
     assert_eq!(attempts[1]["status"], "succeeded");
     assert_eq!(step["transportRetry"]["baseDelayMs"], 20);
+    // The operator saw the replay and the step retry as they happened.
+    let lines: Vec<String> = r.events.iter().filter_map(Progress::describe).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("turn 1: HTTP 503 (server), replaying")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("attempt 1 failed") && l.contains("rule class-server after 20 ms")),
+        "{lines:#?}"
+    );
+    assert!(lines.iter().any(|l| l == "  attempt 2 (transport budget)"));
     assert_eq!(h.server.requests().len(), 3);
 }
 
