@@ -2,7 +2,7 @@
 //! execution, recorded in the ledger. This is the piece of the agent loop between "the provider
 //! answered with tool calls" and the checkpoint.
 
-use crate::ledger::{BatchBuilder, ExecutionLease, StopReason, ToolBatch};
+use crate::ledger::{BatchBuilder, CallResult, ExecutionLease, StopReason, ToolBatch};
 use crate::tools::{HostFailure, StepTools};
 
 /// A tool call as the provider returned it.
@@ -19,6 +19,9 @@ pub struct RequestedCall {
 pub struct CallReply {
     pub id: String,
     pub text: String,
+    /// Whether the reply reports an error (a rejection, a refusal or a tool error), for APIs
+    /// that flag tool results as errors. A read-supervision notice is not an error.
+    pub is_error: bool,
 }
 
 /// The result of running a batch.
@@ -53,15 +56,16 @@ pub fn run_batch(
             );
             continue;
         }
-        let reply = |text: String| CallReply {
+        let reply = |text: String, is_error: bool| CallReply {
             id: call.id.clone(),
             text,
+            is_error,
         };
         let valid = match tools.validate(&call.name, &call.arguments) {
             Ok(valid) => valid,
             Err(rejection) => {
                 builder.reject(&call.id, &call.name, rejection.reason, &rejection.detail);
-                replies.push(reply(format!("error: {}", rejection.detail)));
+                replies.push(reply(format!("error: {}", rejection.detail), true));
                 continue;
             }
         };
@@ -80,7 +84,7 @@ pub fn run_batch(
                 }
                 let detail = refusal.to_string();
                 builder.refuse(&call.id, &call.name, &detail);
-                replies.push(reply(format!("error: {detail}")));
+                replies.push(reply(format!("error: {detail}"), true));
                 continue;
             }
         };
@@ -88,14 +92,15 @@ pub fn run_batch(
         if let Err(e) = lease.authorize(tool) {
             let detail = e.to_string();
             builder.refuse(&call.id, &call.name, &detail);
-            replies.push(reply(format!("error: {detail}")));
+            replies.push(reply(format!("error: {detail}"), true));
             continue;
         }
         let slot = builder.start(&call.id, tool);
         match tools.execute(authorized) {
             Ok(answer) => {
                 builder.finish(slot, answer.result);
-                replies.push(reply(answer.text));
+                let is_error = answer.result == CallResult::ToolError;
+                replies.push(reply(answer.text, is_error));
             }
             Err(failure) => {
                 lease.stop(StopReason::PreflightFailed, Some(failure.evidence.clone()));

@@ -37,6 +37,10 @@ pub const MAX_MATCH_LINE_BYTES: usize = 300;
 /// Files larger than this are skipped by `search_text`.
 pub const MAX_SEARCH_FILE_BYTES: u64 = 4 * 1024 * 1024;
 
+/// Directories that `list_files` and `search_text` never list or descend into: version control
+/// and build output, which are not source and can be huge. `read_file` still reads inside them.
+pub const SKIPPED_DIRS: [&str; 3] = [".git", "target", "node_modules"];
+
 /// The tool a model's name refers to, if docsfab has one by that name.
 pub fn tool_named(name: &str) -> Option<Tool> {
     Tool::ALL.into_iter().find(|t| t.name() == name)
@@ -697,8 +701,8 @@ fn cut_utf8(line: &[u8], max: usize) -> String {
 }
 
 /// Walks `dir` depth-first in name order, calling `visit(rel, is_dir)` for each entry until it
-/// returns false. Symlinks are listed as files and never followed; `.git` is skipped. Returns
-/// whether the walk completed.
+/// returns false. Symlinks are listed as files and never followed; [`SKIPPED_DIRS`] are skipped.
+/// Returns whether the walk completed.
 fn walk(dir: &Path, root: &Path, visit: &mut dyn FnMut(String, bool) -> bool) -> io::Result<bool> {
     let mut names: Vec<_> = fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -706,14 +710,17 @@ fn walk(dir: &Path, root: &Path, visit: &mut dyn FnMut(String, bool) -> bool) ->
         .collect();
     names.sort();
     for path in names {
-        if path.file_name().is_some_and(|n| n == ".git") {
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        let skipped = path
+            .file_name()
+            .is_some_and(|n| SKIPPED_DIRS.iter().any(|skip| n == *skip));
+        if is_dir && skipped {
             continue;
         }
         let Ok(rel) = path.strip_prefix(root) else {
             continue;
         };
         let rel = rel.to_string_lossy().into_owned();
-        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
         if !visit(rel, is_dir) {
             return Ok(false);
         }

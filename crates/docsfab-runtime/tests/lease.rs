@@ -90,7 +90,11 @@ fn a_batch_rejected_entirely_still_uses_its_turn_and_the_model_may_reissue_lse_1
         4,
         "the model is told why each call failed"
     );
-    assert!(out.replies.iter().all(|r| r.text.starts_with("error: ")));
+    assert!(
+        out.replies
+            .iter()
+            .all(|r| r.is_error && r.text.starts_with("error: "))
+    );
     assert_eq!(lease.checkpoint(evidence(&out.batch)), Checkpoint::Renew);
     assert_eq!(lease.turns_used(), 1);
     assert_eq!(lease.executed_tool_calls(), 0);
@@ -104,6 +108,7 @@ fn a_batch_rejected_entirely_still_uses_its_turn_and_the_model_may_reissue_lse_1
     );
     assert_eq!(out.batch.executed, 1);
     assert!(out.replies[0].text.contains("pub fn f()"));
+    assert!(!out.replies[0].is_error);
     assert_eq!(lease.checkpoint(evidence(&out.batch)), Checkpoint::Renew);
     assert_eq!(lease.executed_tool_calls(), 1);
 }

@@ -330,6 +330,15 @@ fn list_files_lists_recursively_and_spends_no_budget() {
         "README.md\ndocs/\ndocs/old.md\nsrc/\nsrc/lib.rs"
     );
     assert_eq!(tools.budget().spent(), 0);
+    fs::create_dir_all(ws.root().join("target/debug")).unwrap();
+    fs::write(ws.root().join("target/debug/fn.txt"), "fn built").unwrap();
+    fs::create_dir_all(ws.root().join(".git")).unwrap();
+    fs::write(ws.root().join("src/target"), "a file named target\n").unwrap();
+    let reply = run(&mut tools, "list_files", r#"{"path":"."}"#);
+    assert_eq!(
+        reply.text, "README.md\ndocs/\ndocs/old.md\nsrc/\nsrc/lib.rs\nsrc/target",
+        "build output and .git are not listed"
+    );
     let missing = run(&mut tools, "list_files", r#"{"path":"nope"}"#);
     assert_eq!(missing.result, CallResult::ToolError);
     assert_eq!(missing.text, "error: nope does not exist");
