@@ -211,6 +211,8 @@ limits:
     )
 }
 
+/// STP-2, OPS-1: a run that does not fail makes exactly one attempt per step; a tool round trip,
+/// a JSON answer meeting the contract, then a write step that writes docs/overview.md.
 #[tokio::test]
 async fn two_steps_succeed_with_one_attempt_each_stp_2() {
     let h = harness(
@@ -296,6 +298,8 @@ steps:
     }
 }
 
+/// LSE-1: a batch rejected before host authorization (unknown tool, truncated arguments) still
+/// uses a provider turn, executes nothing, and the model answers in what remains.
 #[tokio::test]
 async fn a_rejected_tool_batch_still_consumes_a_turn_lse_1() {
     let h = harness(
@@ -328,6 +332,8 @@ async fn a_rejected_tool_batch_still_consumes_a_turn_lse_1() {
     assert!(reqs[1].4.contains("rejected") || reqs[1].4.contains("error"));
 }
 
+/// LSE-4, STP-12: notice-only re-reads without new evidence stop the attempt as no-progress; the
+/// retry (contract budget) asks for the answer at the first notice.
 #[tokio::test]
 async fn repeated_rereads_stop_as_no_progress_then_retry_lse_4_stp_12() {
     let h = harness(
@@ -380,6 +386,8 @@ async fn repeated_rereads_stop_as_no_progress_then_retry_lse_4_stp_12() {
     assert!(retry.4.contains("answer at once"), "{}", retry.4);
 }
 
+/// LSE-3: when the checkpoint does not renew (maxTurns used), the host stops without requesting
+/// another provider turn and the terminal lease keeps its stop reason and disposition.
 #[tokio::test]
 async fn max_turns_stops_without_another_provider_turn_lse_3() {
     let h = harness(
@@ -421,6 +429,9 @@ async fn max_turns_stops_without_another_provider_turn_lse_3() {
     );
 }
 
+/// STP-9, STP-8, STP-5: prose where the contract asks for an object is retried within maxRetries
+/// and the retry's request (as the simulator received it) tells the model to return only the
+/// object.
 #[tokio::test]
 async fn prose_then_object_retries_from_the_contract_budget_with_feedback_stp_9() {
     let h = harness(
@@ -465,6 +476,8 @@ async fn prose_then_object_retries_from_the_contract_budget_with_feedback_stp_9(
     assert!(!reqs[0].4.contains("Return only the JSON object"));
 }
 
+/// STP-3, STP-5, REP-1, REP-13: a 503 burst longer than the turn's replay window ends the turn;
+/// the step retries from the transport budget (class decides, rule class-server).
 #[tokio::test]
 async fn a_503_burst_that_ends_a_turn_is_retried_from_the_transport_budget_stp_3() {
     let h = harness(
@@ -517,6 +530,8 @@ async fn a_503_burst_that_ends_a_turn_is_retried_from_the_transport_budget_stp_3
     assert_eq!(h.server.requests().len(), 3);
 }
 
+/// REP-9 at the step layer: Ctrl-C during a step backoff ends the run as cancelled at once; the
+/// failed attempt was already durable with its scheduled wait.
 #[tokio::test]
 async fn cancel_during_a_step_backoff_ends_the_run_at_once() {
     let h = harness(
@@ -547,6 +562,8 @@ async fn cancel_during_a_step_backoff_ends_the_run_at_once() {
     assert_eq!(h.server.requests().len(), 1);
 }
 
+/// OPS-2: the job deadline (runtime.deadlineMilliseconds) cancels the run at once, mid-request,
+/// and the record names it.
 #[tokio::test]
 async fn the_job_deadline_cancels_the_run_and_names_itself() {
     let h = harness(
@@ -576,6 +593,8 @@ async fn the_job_deadline_cancels_the_run_and_names_itself() {
     assert_eq!(a["turns"][0]["status"], "cancelled");
 }
 
+/// Configuration is checked before any provider call: a missing workspace is an error, no run
+/// is created and nothing is sent.
 #[tokio::test]
 async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
     let h = harness("responses:\n  - answer: {json: {modules: []}}\n").await;
@@ -623,6 +642,8 @@ steps:
 "#
 }
 
+/// WRT-1, WRT-2, WRT-3, STP-1: a write step's transport failure after a write is retried only
+/// after the workspace is restored and verified; the attempt records write-executed.
 #[tokio::test]
 async fn a_write_step_restores_its_writes_before_a_transport_retry_wrt_1_wrt_3() {
     let h = harness(
@@ -665,6 +686,7 @@ async fn a_write_step_restores_its_writes_before_a_transport_retry_wrt_1_wrt_3()
     );
 }
 
+/// STP-1, WRT-3: a write step's non-transport failure is terminal on its first attempt.
 #[tokio::test]
 async fn a_write_step_without_a_transport_failure_stays_single_attempt_stp_1() {
     let h = harness(
@@ -690,6 +712,8 @@ async fn a_write_step_without_a_transport_failure_stays_single_attempt_stp_1() {
     assert!(h.workspace.join("docs/overview.md").exists());
 }
 
+/// LSE-2, STP-4: a host preflight failure is not a rejected batch: the attempt fails with its
+/// evidence, as a refusal before sending that no provider class decides.
 #[tokio::test]
 async fn a_host_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
     let h = harness(
@@ -731,6 +755,8 @@ async fn a_host_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
     assert_eq!(h.server.requests().len(), 1);
 }
 
+/// STP-11, REP-10: the host attempt timer ends the turn in flight; the attempt records
+/// attempt-deadline and the retry tells the model to read only what it needs.
 #[tokio::test]
 async fn the_attempt_timer_is_a_timeout_condition_retried_once_stp_11() {
     let h = harness(
@@ -761,6 +787,7 @@ async fn the_attempt_timer_is_a_timeout_condition_retried_once_stp_11() {
     assert!(reqs[1].4.contains("Read only what the answer needs"));
 }
 
+/// STP-10: an answer cut at the output limit is retried with feedback to answer inside it.
 #[tokio::test]
 async fn a_cut_answer_is_retried_with_feedback_stp_10() {
     let h = harness(
@@ -782,6 +809,8 @@ async fn a_cut_answer_is_retried_with_feedback_stp_10() {
     assert!(reqs[1].4.contains("well inside the limit of 1024 tokens"));
 }
 
+/// OPS-4: the same loop on the Anthropic Messages API; usage is recorded per turn and
+/// summed per attempt.
 #[tokio::test]
 async fn the_anthropic_messages_api_runs_a_tool_round_trip_too() {
     let h = harness(
@@ -808,6 +837,7 @@ async fn the_anthropic_messages_api_runs_a_tool_round_trip_too() {
     assert!(reqs[1].4.contains("tool_result"));
 }
 
+/// OPS-1: a finished attempt is committed to the run store before the next attempt starts.
 #[tokio::test]
 async fn a_failed_attempt_is_durable_before_the_next_attempt_starts() {
     let h = harness(
@@ -836,6 +866,8 @@ async fn a_failed_attempt_is_durable_before_the_next_attempt_starts() {
     assert_eq!(*seen.lock().unwrap(), vec![1]);
 }
 
+/// STP-7, STP-6, CFG-2, CFG-3: the transport budget allows 1 + maxTransportRetries attempts with
+/// exponential waits, then fails naming the bound.
 #[tokio::test]
 async fn an_exhausted_transport_budget_names_its_bound_stp_7_cfg_3() {
     let h = harness("responses:\n  - status: 500\n").await;
@@ -877,6 +909,8 @@ async fn an_exhausted_transport_budget_names_its_bound_stp_7_cfg_3() {
     assert_eq!(h.server.requests().len(), 3);
 }
 
+/// STP-15, REP-7: a 429 with Retry-After ends the throttle window; the step waits at least the
+/// recorded Retry-After and shows the countdown.
 #[tokio::test]
 async fn a_recorded_retry_after_lengthens_the_step_wait_stp_15() {
     let h = harness(
@@ -910,4 +944,68 @@ async fn a_recorded_retry_after_lengthens_the_step_wait_stp_15() {
             ..
         } if *remaining_ms > 500
     )));
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// STP-2: the shipped quickstart example (the demo's composition and workspace) runs end to end,
+/// one attempt per step, with a search, a read and a write.
+#[tokio::test]
+async fn the_quickstart_example_runs_end_to_end() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls:
+        - {id: s1, name: list_files, arguments: {path: src}}
+        - {id: s2, name: search_text, arguments: {pattern: "pub fn", path: src}}
+  - answer:
+      tool_calls: [{id: s3, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      json: {modules: [{name: count, purpose: counting}, {name: report, purpose: reporting}]}
+  - answer:
+      tool_calls: [{id: w1, name: write_file, arguments: {path: docs/overview.md, content: "# Overview\n"}}]
+  - answer:
+      text: Wrote the overview.
+"##,
+    )
+    .await;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart");
+    let example = h.workspace.parent().unwrap().join("example");
+    copy_dir(&root.join("workspace"), &example);
+    let composition = std::fs::read_to_string(root.join("composition.yaml")).unwrap();
+    let h = Harness {
+        workspace: example,
+        ..h
+    };
+    let r = run(&h, &composition, Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded, "{:#}", r.json);
+    assert_eq!(r.json["steps"][0]["output"]["modules"][1]["name"], "report");
+    assert_eq!(
+        r.json["steps"][0]["attempts"][0]["turns"][0]["toolBatch"]["executed"],
+        2
+    );
+    assert!(h.workspace.join("docs/overview.md").is_file());
+    // The model of host.yaml's provider was used: the composition names none.
+    assert!(
+        h.server
+            .requests()
+            .iter()
+            .all(|e| e.model.as_deref() == Some("sim-model"))
+    );
+    let reqs = requests(&r.events);
+    assert!(
+        reqs[1].4.contains("pub fn"),
+        "the search results went back to the model"
+    );
 }
