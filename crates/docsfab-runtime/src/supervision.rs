@@ -34,6 +34,7 @@ pub struct ReadSupervisor {
     searches: BTreeSet<(String, String)>,
     consecutive_notices: u32,
     notices_total: u32,
+    ask_for_answer: bool,
 }
 
 impl Default for ReadSupervisor {
@@ -50,7 +51,15 @@ impl ReadSupervisor {
             searches: BTreeSet::new(),
             consecutive_notices: 0,
             notices_total: 0,
+            ask_for_answer: false,
         }
+    }
+
+    /// For the retry of an attempt stopped as `no-progress` (STP-12): the first notice-only
+    /// re-read also asks the model for its answer.
+    pub fn asking_for_the_answer_at_first_notice(mut self) -> ReadSupervisor {
+        self.ask_for_answer = true;
+        self
     }
 
     /// Judges a read of `range` of `path`. An empty range never overlaps anything.
@@ -123,7 +132,13 @@ impl ReadSupervisor {
         self.notices_total
     }
 
-    fn notice(&mut self, notice: String) -> ReadVerdict {
+    fn notice(&mut self, mut notice: String) -> ReadVerdict {
+        if self.ask_for_answer && self.notices_total == 0 {
+            notice.push_str(
+                " The previous attempt stopped for re-reading what it had: give your final \
+                 answer now, from what you have read.",
+            );
+        }
         self.consecutive_notices = self.consecutive_notices.saturating_add(1);
         self.notices_total = self.notices_total.saturating_add(1);
         ReadVerdict::NoticeOnly { notice }
@@ -175,6 +190,30 @@ mod tests {
             assert!(!s.no_progress());
         }
         assert_eq!(s.notices_total(), 10);
+    }
+
+    /// Requirement: STP-12.
+    #[test]
+    fn a_no_progress_retry_asks_for_the_answer_at_its_first_notice_stp_12() {
+        let mut s = ReadSupervisor::default().asking_for_the_answer_at_first_notice();
+        s.record_read("a", 0..10);
+        let ReadVerdict::NoticeOnly { notice } = s.check_read("a", 0..10) else {
+            panic!("not a notice");
+        };
+        assert!(notice.contains("final answer now"), "{notice}");
+        let ReadVerdict::NoticeOnly { notice } = s.check_read("a", 0..10) else {
+            panic!("not a notice");
+        };
+        assert!(
+            !notice.contains("final answer now"),
+            "only the first notice asks"
+        );
+        let mut plain = ReadSupervisor::default();
+        plain.record_read("a", 0..10);
+        assert!(matches!(
+            plain.check_read("a", 0..10),
+            ReadVerdict::NoticeOnly { notice } if !notice.contains("final answer now")
+        ));
     }
 
     #[test]

@@ -302,6 +302,13 @@ impl<'w> StepTools<'w> {
         }
     }
 
+    /// For the retry of an attempt stopped as `no-progress`: the first notice-only re-read also
+    /// asks the model for its answer (STP-12).
+    pub fn answer_at_first_notice(mut self) -> StepTools<'w> {
+        self.supervisor = self.supervisor.asking_for_the_answer_at_first_notice();
+        self
+    }
+
     pub fn budget(&self) -> SourceBudget {
         self.budget
     }
