@@ -359,6 +359,18 @@ async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, Run
     let mut outputs: BTreeMap<String, String> = BTreeMap::new();
     for step in &ctx.cfg.composition.steps {
         if ctx.cancel.is_cancelled() {
+            // Cancelled between steps: the next step is recorded with no attempt and the reason,
+            // so the record says why the run stopped.
+            let index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
+            store.finish_step(
+                ctx.run_id,
+                index,
+                &StepEnd {
+                    status: RunStatus::Cancelled,
+                    failure: Some(ctx.cancelled_failure()),
+                    output: None,
+                },
+            )?;
             return Ok(RunStatus::Cancelled);
         }
         let (status, output) = run_step(ctx, store, step, &outputs).await?;
@@ -393,6 +405,24 @@ pub fn substitute_outputs(text: &str, outputs: &BTreeMap<String, String>) -> Str
     out
 }
 
+/// The step as the store starts it: its access and the retry limits it applies.
+fn step_start(ctx: &Ctx<'_>, step: &Step) -> StepStart {
+    let limits = &ctx.cfg.limits;
+    let tr = limits.transport_retry();
+    StepStart {
+        step_id: step.id.clone(),
+        access: step.access,
+        configured_max_retries: limits.configured_max_retries(),
+        effective_max_retries: limits.effective_max_retries(),
+        transport_retry: TransportRetryBudget {
+            max_transport_retries: tr.max_transport_retries,
+            transport_max_delay_ms: tr.transport_max_delay_ms,
+            transport_max_elapsed_ms: tr.transport_max_elapsed_ms,
+            base_delay_ms: tr.base_delay_ms,
+        },
+    }
+}
+
 async fn run_step(
     ctx: &Ctx<'_>,
     store: &mut RunStore,
@@ -401,22 +431,7 @@ async fn run_step(
 ) -> Result<(RunStatus, Option<String>), RunError> {
     let cfg = ctx.cfg;
     let limits = &cfg.limits;
-    let tr = limits.transport_retry();
-    let step_index = store.begin_step(
-        ctx.run_id,
-        &StepStart {
-            step_id: step.id.clone(),
-            access: step.access,
-            configured_max_retries: limits.configured_max_retries(),
-            effective_max_retries: limits.effective_max_retries(),
-            transport_retry: TransportRetryBudget {
-                max_transport_retries: tr.max_transport_retries,
-                transport_max_delay_ms: tr.transport_max_delay_ms,
-                transport_max_elapsed_ms: tr.transport_max_elapsed_ms,
-                base_delay_ms: tr.base_delay_ms,
-            },
-        },
-    )?;
+    let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
     ctx.emit(Progress::StepStarted {
         step_id: step.id.clone(),
         access: step.access,

@@ -1009,3 +1009,24 @@ async fn the_quickstart_example_runs_end_to_end() {
         "the search results went back to the model"
     );
 }
+
+/// A cancellation between steps is recorded on the step that did not start, with its reason.
+#[tokio::test]
+async fn a_cancel_between_steps_records_the_next_step_as_cancelled() {
+    let h = harness("responses:\n  - answer: {json: {modules: [lib]}}\n").await;
+    let composition = format!(
+        "{}  - id: again\n    access: read-only\n    instructions: Say it again.\n",
+        read_only_composition("")
+    );
+    let mut opts = Options::fast();
+    opts.cancel_on = Some(|p| matches!(p, Progress::StepFinished { .. }));
+    let r = run(&h, &composition, opts).await;
+    assert_eq!(r.outcome.status, RunStatus::Cancelled);
+    let steps = r.json["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(steps[0]["status"], "succeeded");
+    assert_eq!(steps[1]["status"], "cancelled");
+    assert_eq!(steps[1]["attempts"], json!([]));
+    assert_eq!(steps[1]["failure"]["code"], "cancelled");
+    assert_eq!(h.server.requests().len(), 1);
+}
