@@ -12,12 +12,16 @@ use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
 use docsfab_provider::{Api, ApiKey};
+use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
-use docsfab_runtime::executor::{ProviderSettings, RunConfig, run_with_transport};
+use docsfab_runtime::executor::{
+    Progress, ProgressSink, ProviderSettings, RunConfig, RunOutcome, run_with_transport,
+};
 use docsfab_runtime::record::{RunStatus, validate_against_schema};
 use docsfab_runtime::store::RunStore;
 use docsfab_runtime::workspace::Workspace;
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -121,4 +125,118 @@ async fn the_transport_retry_schedule_at_the_catalog_defaults() {
         );
     }
     assert_eq!(elapsed, Duration::from_millis(7 * 51_500 + 63_000));
+}
+
+/// Runs `COMPOSITION` over `transport` with `host_yaml` and `env`; returns the outcome, the
+/// record as JSON and the request bodies in order.
+async fn run_scripted(
+    transport: &ScriptedTransport,
+    host_yaml: &str,
+    env: &[(&str, &str)],
+) -> (RunOutcome, Value, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Workspace::open(dir.path()).unwrap();
+    let host = HostConfig::parse(host_yaml, "host.yaml").unwrap();
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let bodies: Arc<Mutex<Vec<String>>> = Arc::default();
+    let sink: ProgressSink = {
+        let bodies = Arc::clone(&bodies);
+        Arc::new(move |p: &Progress| {
+            if let Progress::Turn {
+                event: TurnEvent::Request { payload, .. },
+                ..
+            } = p
+            {
+                bodies
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(payload).into_owned());
+            }
+        })
+    };
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let outcome = run_with_transport(
+        RunConfig {
+            composition: Composition::parse(COMPOSITION, "c.yaml").unwrap(),
+            workspace: dir.path().to_path_buf(),
+            provider: ProviderSettings {
+                api: Api::OpenaiChat,
+                base_url: "http://127.0.0.1:9/v1".into(),
+                model: "m".into(),
+                api_key: None,
+            },
+            limits: resolve(&host, &env).unwrap(),
+            rules: RulesTable::embedded().unwrap(),
+            cancel: CancellationToken::new(),
+            job_deadline: None,
+            progress: Some(sink),
+        },
+        &workspace,
+        transport,
+        &mut store,
+    )
+    .await
+    .unwrap();
+    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
+    let json = serde_json::to_value(&record).unwrap();
+    validate_against_schema(&json).unwrap();
+    let bodies = bodies.lock().unwrap().clone();
+    (outcome, json, bodies)
+}
+
+/// STP-5: the correction a contract failure earned is carried across a transport retry that
+/// comes between, and the transport retry does not spend the contract budget.
+#[tokio::test(start_paused = true)]
+async fn feedback_is_carried_across_a_transport_retry_stp_5() {
+    let transport = ScriptedTransport::new([
+        ScriptStep::answer("Two modules."),
+        ScriptStep::fail(status(503, ProviderErrorClass::Server)),
+        ScriptStep::answer("{\"modules\": []}"),
+    ]);
+    let host = "catalog:\n  providerAttempt.maxAttemptsPerTurn: 1\n";
+    let (outcome, json, bodies) =
+        run_scripted(&transport, host, &[("DOCSFAB_READ_ONLY_MAX_RETRIES", "1")]).await;
+    assert_eq!(outcome.status, RunStatus::Succeeded);
+    let attempts = json["steps"][0]["attempts"].as_array().unwrap();
+    let budgets: Vec<&str> = attempts
+        .iter()
+        .map(|a| a["budget"].as_str().unwrap())
+        .collect();
+    assert_eq!(budgets, ["initial", "contract", "transport"]);
+    assert_eq!(attempts[1]["waitMs"], 1000);
+    assert_eq!(bodies.len(), 3);
+    assert!(!bodies[0].contains("Return only the JSON object"));
+    assert!(bodies[1].contains("Return only the JSON object"));
+    assert!(bodies[2].contains("Return only the JSON object"));
+}
+
+/// STP-6: transport-failed attempts plus their waits may use retry.transportMaxElapsedMs in
+/// total; the attempt running when the bound is crossed finishes, then the step ends naming it.
+#[tokio::test(start_paused = true)]
+async fn the_transport_elapsed_bound_ends_the_step_stp_6() {
+    let slow_503 = || {
+        ScriptStep::fail(status(503, ProviderErrorClass::Server))
+            .after(Duration::from_millis(1_000_000))
+    };
+    let transport = ScriptedTransport::new([slow_503(), slow_503(), slow_503(), slow_503()]);
+    let host = "catalog:\n  providerAttempt.maxAttemptsPerTurn: 1\n";
+    let (outcome, json, _) = run_scripted(&transport, host, &[]).await;
+    assert_eq!(outcome.status, RunStatus::Failed);
+    let step = &json["steps"][0];
+    let attempts = step["attempts"].as_array().unwrap();
+    // 1,000,000 + 1,000 + 1,000,000 + 2,000 + 1,000,000 + 4,000 stays inside 3,600,000; the
+    // fourth attempt ran past it and finished, and no fifth follows.
+    assert_eq!(attempts.len(), 4);
+    assert_eq!(attempts[3]["retryDecision"], "exhausted");
+    for a in attempts {
+        assert_eq!(a["durationMs"], 1_000_000);
+    }
+    assert_eq!(
+        step["failure"]["message"],
+        "retry-transport-max-elapsed-bound: 4015000 exceeds retry.transportMaxElapsedMs = 3600000 ms."
+    );
+    assert_eq!(transport.sent().len(), 4);
 }
