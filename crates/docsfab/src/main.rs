@@ -6,6 +6,7 @@ mod doctor;
 mod error;
 mod home;
 mod setup;
+mod sim;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -28,12 +29,15 @@ enum Commands {
     Setup(setup::SetupArgs),
     /// Check the host configuration, environment and a composition; print effective limits.
     Doctor(doctor::DoctorArgs),
+    /// The fault-injecting provider simulator, for tests, demos and benchmarks.
+    Sim(sim::SimArgs),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args),
+        Commands::Sim(args) => sim::run(&args),
     }
 }
 

@@ -1,0 +1,58 @@
+//! `docsfab sim serve`: the fault-injecting provider simulator as a foreground process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use docsfab_sim::SimError;
+
+use crate::error::CliError;
+
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    pub command: SimCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Serve a scenario on loopback (OpenAI /v1/chat/completions and Anthropic /v1/messages).
+    /// Prints `listening on http://ADDR/v1` first, then runs until Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Loopback address to listen on; port 0 picks a free port.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// The scenario file (format: docs/simulator.md).
+    #[arg(long, value_name = "FILE")]
+    pub scenario: PathBuf,
+    /// Also write the request log (JSON Lines) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+pub fn run(args: &SimArgs) -> Result<(), CliError> {
+    match &args.command {
+        SimCommand::Serve(serve) => {
+            let rt = tokio::runtime::Runtime::new()
+                .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?;
+            rt.block_on(docsfab_sim::serve_command(
+                serve.listen,
+                &serve.scenario,
+                serve.log.as_deref(),
+            ))
+            .map_err(to_cli_error)
+        }
+    }
+}
+
+fn to_cli_error(e: SimError) -> CliError {
+    match e {
+        SimError::Stdout(_) | SimError::Signal(_) => CliError::failed(e.to_string()),
+        // Everything else is about what the operator passed: the scenario, the address, the log path.
+        _ => CliError::bad_input(e.to_string()),
+    }
+}
