@@ -55,6 +55,10 @@ pub struct ProviderSettings {
 /// Something to tell the operator while the run goes.
 #[derive(Debug, Clone)]
 pub enum Progress {
+    /// The run exists in the store (the first event; `docsfab run` prints this id first).
+    RunStarted {
+        run_id: String,
+    },
     StepStarted {
         step_id: String,
         access: Access,
@@ -97,6 +101,7 @@ impl Progress {
     /// that are only for machines (the request bytes).
     pub fn describe(&self) -> Option<String> {
         Some(match self {
+            Progress::RunStarted { run_id } => format!("run {run_id}"),
             Progress::StepStarted { step_id, access } => {
                 format!("step {step_id} ({})", access.as_str())
             }
@@ -286,6 +291,9 @@ pub async fn run_with_transport(
         deadline_ms,
         run_id: &run_id,
     };
+    ctx.emit(Progress::RunStarted {
+        run_id: run_id.clone(),
+    });
     let result = run_steps(&ctx, store).await;
     timer.abort();
     let status = match result {

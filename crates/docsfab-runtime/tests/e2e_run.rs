@@ -250,6 +250,7 @@ steps:
     let r = run(&h, composition, Options::fast()).await;
     assert_eq!(r.outcome.status, RunStatus::Succeeded);
     assert_eq!(r.record.status, RunStatus::Succeeded);
+    assert!(matches!(&r.events[0], Progress::RunStarted { run_id } if *run_id == r.outcome.run_id));
     assert!(r.record.ended_at.is_some());
     assert_eq!(r.record.steps.len(), 2);
     for step in &r.record.steps {
