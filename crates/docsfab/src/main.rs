@@ -2,9 +2,13 @@
 //! `main` turns the error into one sentence on stderr and an exit code (0 ok, 1 failed, 2 bad
 //! input or configuration, 130 cancelled).
 
+mod demo;
 mod doctor;
 mod error;
 mod home;
+mod progress;
+mod run;
+mod runs;
 mod setup;
 mod sim;
 
@@ -29,6 +33,14 @@ enum Commands {
     Setup(setup::SetupArgs),
     /// Check the host configuration, environment and a composition; print effective limits.
     Doctor(doctor::DoctorArgs),
+    /// Run a composition; the first line of stdout is the run id (exit 0 succeeded, 1 failed,
+    /// 2 bad input or configuration, 130 cancelled).
+    Run(run::RunArgs),
+    /// List recorded runs, or show one run's steps, attempts, turns and retry decisions.
+    Runs(runs::RunsArgs),
+    /// Run the bundled example against the built-in fault-injecting simulator, showing every
+    /// retry as it happens, then print the run.
+    Demo,
     /// The fault-injecting provider simulator, for tests, demos and benchmarks.
     Sim(sim::SimArgs),
 }
@@ -37,6 +49,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args),
+        Commands::Run(args) => run::run(&args),
+        Commands::Runs(args) => runs::run(&args),
+        Commands::Demo => demo::run(),
         Commands::Sim(args) => sim::run(&args),
     }
 }

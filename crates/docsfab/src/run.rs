@@ -1,0 +1,283 @@
+//! `docsfab run F`: validate everything, then run the composition with the run store recording.
+//!
+//! Order matters: host.yaml, the environment limits, the rules table, the composition, the
+//! provider it names, the provider's key variable and the workspace are all checked before the
+//! run store is opened, so bad input (exit 2) leaves nothing behind. Then the run: the first line
+//! on stdout is the run id alone, printed and flushed the moment the run exists in the store, so
+//! a script can follow it with `docsfab runs show ID` even while it runs. Progress goes to
+//! stderr. SIGINT and SIGTERM cancel the run through its cancellation token: every wait stops at
+//! once, the run is recorded `cancelled` and the exit code is 130. A second signal exits at once
+//! (the run is then found `interrupted` by the next command that opens the store).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use docsfab_provider::ApiKey;
+use docsfab_runtime::composition::Composition;
+use docsfab_runtime::executor::{
+    CancelReason, Progress, ProviderSettings, RunConfig, RunError, RunOutcome, run_composition,
+};
+use docsfab_runtime::record::{RunRecord, RunStatus};
+use docsfab_runtime::store::RunStore;
+use docsfab_runtime::workspace::Workspace;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{CliError, emit};
+use crate::home::{HostContext, Selected, read_optional};
+use crate::progress::Reporter;
+use crate::runs::{STORE_FILE_NAME, open_store, to_json};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The composition file to run.
+    #[arg(value_name = "COMPOSITION")]
+    pub composition: PathBuf,
+    /// The directory the tools work in (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// After the id line, print the run record (as `docsfab runs show ID --json`) instead of
+    /// the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    let (config, store_path) = prepare(args)?;
+    let mut store = open_store(&store_path)?;
+    let started = Instant::now();
+    let outcome = runtime()?.block_on(execute(config, &mut store))?;
+    let record = load_record(&store, &store_path, &outcome.run_id)?;
+    if args.json {
+        emit(&format!("{}\n", to_json(&record)?))?;
+    } else {
+        emit(&summary(&record, started.elapsed()))?;
+    }
+    conclude(&outcome, &record)
+}
+
+/// Checks the whole configuration and builds the run; nothing is written.
+fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
+    let ctx = HostContext::load()?;
+    let path = &args.composition;
+    let text = read_optional(path, "composition")?.ok_or_else(|| {
+        CliError::bad_input(format!(
+            "the composition {} does not exist; check the path given to `docsfab run`.",
+            path.display()
+        ))
+    })?;
+    let composition = Composition::parse(&text, &path.display().to_string())?;
+    let selected = ctx.select_provider(&composition, path)?;
+    let api_key = read_key(&selected)?;
+    let workspace = match &args.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().map_err(|e| {
+            CliError::bad_input(format!(
+                "cannot read the current directory ({e}); pass the workspace with --workspace DIR."
+            ))
+        })?,
+    };
+    check_workspace(&workspace)?;
+    let config = RunConfig {
+        provider: ProviderSettings {
+            api: selected.provider.api,
+            base_url: selected.provider.base_url.clone(),
+            model: selected.model.to_owned(),
+            api_key: Some(api_key),
+        },
+        composition,
+        workspace,
+        limits: ctx.limits.clone(),
+        rules: ctx.rules.clone(),
+        cancel: CancellationToken::new(),
+        job_deadline: Some(Duration::from_millis(ctx.limits.deadline_ms())),
+        progress: None,
+    };
+    Ok((config, ctx.home.dir.join(STORE_FILE_NAME)))
+}
+
+/// The provider's key, from the variable host.yaml names. Messages name the variable, never a
+/// value.
+fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
+    let var = &selected.provider.api_key_env;
+    match std::env::var(var) {
+        Ok(key) if !key.is_empty() => Ok(ApiKey::new(key)),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Err(CliError::bad_input(format!(
+            "provider {:?} reads its API key from the environment variable {var}, which is not set (or empty); export {var} with the key and run again.",
+            selected.provider_name
+        ))),
+        Err(std::env::VarError::NotUnicode(_)) => Err(CliError::bad_input(format!(
+            "provider {:?} reads its API key from the environment variable {var}, which is not valid UTF-8; set {var} to the key as plain text.",
+            selected.provider_name
+        ))),
+    }
+}
+
+pub fn check_workspace(dir: &Path) -> Result<(), CliError> {
+    Workspace::open(dir).map(|_| ()).map_err(|e| {
+        CliError::bad_input(format!(
+            "{}; pass --workspace with an existing directory.",
+            e.evidence
+        ))
+    })
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Runtime::new()
+        .map_err(|e| CliError::failed(format!("cannot start the async runtime ({e}).")))
+}
+
+/// Runs `config` with progress on stderr, the run id first on stdout, and SIGINT/SIGTERM wired
+/// to its cancellation token. `config.progress` is replaced.
+pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunOutcome, CliError> {
+    let reporter = Reporter::for_stderr();
+    let signals = watch_signals(config.cancel.clone(), Arc::clone(&reporter))?;
+    let sink_reporter = Arc::clone(&reporter);
+    config.progress = Some(Arc::new(move |p: &Progress| {
+        if let Progress::RunStarted { run_id } = p {
+            // A closed stdout must not stop the run; the record is in the store either way.
+            let _ = emit(&format!("{run_id}\n"));
+        }
+        sink_reporter.on_event(p);
+    }));
+    let result = run_composition(config, store).await;
+    signals.abort();
+    reporter.finish();
+    result.map_err(|e| match e {
+        RunError::Workspace(text) => CliError::bad_input(format!(
+            "{text}; pass --workspace with an existing directory."
+        )),
+        RunError::Transport(e) => CliError::bad_input(format!(
+            "{e}; check the provider's baseUrl in host.yaml."
+        )),
+        RunError::Store(e) => CliError::failed(format!(
+            "{e}; the run could not be recorded to its end, check DOCSFAB_HOME's disk space and permissions."
+        )),
+    })
+}
+
+/// The first SIGINT or SIGTERM cancels the run (it then ends at once and is recorded
+/// `cancelled`); a second one exits without waiting.
+fn watch_signals(
+    cancel: CancellationToken,
+    reporter: Arc<Reporter>,
+) -> Result<tokio::task::JoinHandle<()>, CliError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let install = |kind: SignalKind| {
+        signal(kind)
+            .map_err(|e| CliError::failed(format!("cannot install the signal handlers ({e}).")))
+    };
+    let mut interrupt = install(SignalKind::interrupt())?;
+    let mut terminate = install(SignalKind::terminate())?;
+    Ok(tokio::spawn(async move {
+        let mut seen = false;
+        loop {
+            let name = tokio::select! {
+                _ = interrupt.recv() => "SIGINT",
+                _ = terminate.recv() => "SIGTERM",
+            };
+            if seen {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "error: {name} received again: exiting now; the run will show as interrupted."
+                );
+                std::process::exit(130);
+            }
+            seen = true;
+            reporter.cancelling(name);
+            cancel.cancel();
+        }
+    }))
+}
+
+pub fn load_record(store: &RunStore, path: &Path, run_id: &str) -> Result<RunRecord, CliError> {
+    match store.load_run(run_id) {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(CliError::failed(format!(
+            "run {run_id} is missing from the run store {} right after it ran; check that nothing else removes runs.db.",
+            path.display()
+        ))),
+        Err(e) => Err(CliError::failed(format!(
+            "cannot read run {run_id} back from {} ({e}); inspect it later with `docsfab runs show {run_id}`.",
+            path.display()
+        ))),
+    }
+}
+
+/// A few lines after the id: each step's status, its attempts by budget and its replays.
+pub fn summary(r: &RunRecord, elapsed: Duration) -> String {
+    let mut out = format!(
+        "Run {} {} in {:.1} s (composition {})\n",
+        r.run_id,
+        r.status.as_str(),
+        elapsed.as_secs_f64(),
+        r.composition
+    );
+    for s in &r.steps {
+        let budgets: Vec<&str> = s
+            .attempts
+            .iter()
+            .map(|a| match a.budget {
+                docsfab_runtime::record::AttemptBudget::Initial => "initial",
+                docsfab_runtime::record::AttemptBudget::Contract => "contract",
+                docsfab_runtime::record::AttemptBudget::Transport => "transport",
+            })
+            .collect();
+        let replays: u32 = s
+            .attempts
+            .iter()
+            .flat_map(|a| &a.turns)
+            .map(|t| t.provider_retries())
+            .sum();
+        out.push_str(&format!(
+            "  {} ({}): {}; {} attempt{} ({}), {} in-turn replay{}\n",
+            s.step_id,
+            s.access.as_str(),
+            s.status.as_str(),
+            s.attempts.len(),
+            if s.attempts.len() == 1 { "" } else { "s" },
+            budgets.join(", "),
+            replays,
+            if replays == 1 { "" } else { "s" }
+        ));
+        if let Some(f) = &s.failure {
+            out.push_str(&format!("    {}: {}\n", f.code, f.message.trim()));
+            out.push_str(&format!("    what to do: {}\n", f.remediation.trim()));
+        }
+    }
+    out.push_str(&format!(
+        "Every attempt, turn and retry decision: docsfab runs show {}\n",
+        r.run_id
+    ));
+    out
+}
+
+/// The exit code of a finished run: 0 succeeded, 1 failed, 130 cancelled.
+pub fn conclude(outcome: &RunOutcome, record: &RunRecord) -> Result<(), CliError> {
+    let id = &outcome.run_id;
+    match outcome.status {
+        RunStatus::Succeeded => Ok(()),
+        RunStatus::Cancelled => Err(CliError::cancelled(match outcome.cancel_reason {
+            Some(CancelReason::JobDeadline { deadline_ms }) => format!(
+                "run {id} was cancelled by the job deadline (runtime.deadlineMilliseconds = {deadline_ms} ms); its record is kept, see `docsfab runs show {id}`."
+            ),
+            _ => {
+                format!("run {id} was cancelled; its record is kept, see `docsfab runs show {id}`.")
+            }
+        })),
+        other => {
+            let step = record
+                .steps
+                .iter()
+                .find(|s| s.failure.is_some())
+                .map(|s| format!(" at step {}", s.step_id))
+                .unwrap_or_default();
+            Err(CliError::failed(format!(
+                "run {id} {}{step}; see `docsfab runs show {id}` for every attempt and what to do.",
+                other.as_str()
+            )))
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! `docsfab runs list` and `docsfab runs show ID`: the run store, read back.
+//!
+//! Both open `DOCSFAB_HOME/runs.db`, and opening it marks every run whose process died while it
+//! was `running` as `interrupted`, so a run killed with `kill -9` shows up as such here. Neither
+//! reads host.yaml: looking at old runs must work whatever the configuration says today.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use docsfab_runtime::record::{AttemptRecord, ReplayCause, RunRecord, StepRecord, TurnRecord};
+use docsfab_runtime::store::RunStore;
+use serde::Serialize;
+
+use crate::error::{CliError, emit};
+use crate::home::Home;
+
+/// The file name of the run store inside `DOCSFAB_HOME`.
+pub const STORE_FILE_NAME: &str = "runs.db";
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: RunsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Recent runs, newest first.
+    List {
+        /// Print an array of {runId, composition, status, startedAt, endedAt}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run: its steps, attempts, turns and each attempt's retry decision.
+    Show {
+        /// The run id (the first line `docsfab run` prints).
+        id: String,
+        /// Print the run record (docs/run-record.md) instead of the readable view.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(args: &RunsArgs) -> Result<(), CliError> {
+    let home = Home::locate()?;
+    let path = home.dir.join(STORE_FILE_NAME);
+    match &args.command {
+        RunsCommand::List { json } => list(&path, *json),
+        RunsCommand::Show { id, json } => show(&path, id, *json),
+    }
+}
+
+/// Opens the run store for a command; a failure is the operator's to fix (permissions, a file
+/// that is not a database), so it is bad input.
+pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
+    RunStore::open(path).map_err(|e| {
+        CliError::bad_input(format!(
+            "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
+            path.display()
+        ))
+    })
+}
+
+fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
+    CliError::failed(format!(
+        "cannot read the run store {} ({e}); check the file, or move it aside to start a new one.",
+        path.display()
+    ))
+}
+
+fn list(path: &Path, json: bool) -> Result<(), CliError> {
+    // Listing must not create a store where there is none.
+    let runs = if path.exists() {
+        open_store(path)?
+            .list_runs()
+            .map_err(|e| read_failed(path, e))?
+    } else {
+        Vec::new()
+    };
+    if json {
+        return emit(&format!("{}\n", to_json(&runs)?));
+    }
+    if runs.is_empty() {
+        return emit(&format!(
+            "No runs yet in {}; start one with `docsfab run COMPOSITION` or `docsfab demo`.\n",
+            path.display()
+        ));
+    }
+    let mut out = String::new();
+    for r in &runs {
+        let _ = writeln!(
+            out,
+            "{}  {:<11}  {}  {} -> {}",
+            r.run_id,
+            r.status.as_str(),
+            r.composition,
+            r.started_at,
+            r.ended_at.as_deref().unwrap_or("(running)")
+        );
+    }
+    emit(&out)
+}
+
+fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+    let unknown = || {
+        CliError::bad_input(format!(
+            "there is no run {id:?} in {}; list the known runs with `docsfab runs list`.",
+            path.display()
+        ))
+    };
+    if !path.exists() {
+        return Err(unknown());
+    }
+    let store = open_store(path)?;
+    let record = store
+        .load_run(id)
+        .map_err(|e| read_failed(path, e))?
+        .ok_or_else(unknown)?;
+    if json {
+        emit(&format!("{}\n", to_json(&record)?))
+    } else {
+        emit(&render_run(&record))
+    }
+}
+
+pub fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
+    serde_json::to_string_pretty(value)
+        .map_err(|e| CliError::failed(format!("cannot format the run record as JSON ({e}).")))
+}
+
+/// The kebab-case name serde gives an enum value (stop reasons, faults).
+fn name_of<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+/// The readable view of a run, as `docsfab runs show` and `docsfab demo` print it.
+pub fn render_run(r: &RunRecord) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Run {}: {}", r.run_id, r.status.as_str());
+    let _ = writeln!(out, "  composition: {}", r.composition);
+    let _ = writeln!(
+        out,
+        "  started {}, ended {}",
+        r.started_at,
+        r.ended_at.as_deref().unwrap_or("- (still running)")
+    );
+    if r.steps.is_empty() {
+        let _ = writeln!(out, "  no step started");
+    }
+    for step in &r.steps {
+        render_step(&mut out, step);
+    }
+    out
+}
+
+fn render_step(out: &mut String, s: &StepRecord) {
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "Step {} ({}): {}, {} attempt{}",
+        s.step_id,
+        s.access.as_str(),
+        s.status.as_str(),
+        s.attempts.len(),
+        if s.attempts.len() == 1 { "" } else { "s" }
+    );
+    let t = &s.transport_retry;
+    let _ = writeln!(
+        out,
+        "  maxRetries: configured {}, effective {}; transport budget: {} retries, wait <= {} ms, elapsed <= {} ms, base {} ms",
+        s.configured_max_retries,
+        s.effective_max_retries,
+        t.max_transport_retries,
+        t.transport_max_delay_ms,
+        t.transport_max_elapsed_ms,
+        t.base_delay_ms
+    );
+    for a in &s.attempts {
+        render_attempt(out, a);
+    }
+    if let Some(f) = &s.failure {
+        let _ = writeln!(
+            out,
+            "  step failure: {} / {} / {}",
+            f.category, f.failure_class, f.code
+        );
+        let _ = writeln!(out, "    {}", f.message.trim());
+        let _ = writeln!(out, "    what to do: {}", f.remediation.trim());
+    }
+    if let Some(output) = &s.output {
+        let _ = writeln!(out, "  output: {output}");
+    }
+}
+
+fn render_attempt(out: &mut String, a: &AttemptRecord) {
+    let budget = name_of(&a.budget);
+    let _ = writeln!(
+        out,
+        "  Attempt {} ({budget} budget): {}, {} ms, tokens in {} / out {}",
+        a.attempt,
+        name_of(&a.status),
+        a.duration_ms,
+        a.usage.input_tokens,
+        a.usage.output_tokens
+    );
+    if a.provider_error_class.is_some() || a.failure_category.is_some() {
+        let _ = writeln!(
+            out,
+            "    failure: category {}, class {}, code {}; provider error class {}, HTTP status {}, Retry-After {}{}",
+            or_dash(a.failure_category.as_deref()),
+            or_dash(a.failure_class.as_deref()),
+            or_dash(a.code.as_deref()),
+            or_dash(a.provider_error_class.map(|c| c.as_str())),
+            or_dash(a.http_status),
+            a.retry_after_ms
+                .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+            a.timeout_kind
+                .map(|k| format!(", timeout {}", name_of(&k)))
+                .unwrap_or_default(),
+        );
+    }
+    if let Some(m) = &a.message {
+        let _ = writeln!(out, "    message: {}", m.trim());
+    }
+    let decision = name_of(&a.retry.decision);
+    let _ = writeln!(
+        out,
+        "    retry decision: {} (retryDecision {decision}{})",
+        a.retry_rule.as_deref().unwrap_or("none"),
+        a.wait_ms
+            .map(|w| format!(", next attempt after {w} ms"))
+            .unwrap_or_default()
+    );
+    if let Some(ws) = &a.write_settlement {
+        let _ = writeln!(out, "    write settlement: {}", name_of(ws));
+    }
+    let l = &a.lease;
+    let _ = writeln!(
+        out,
+        "    lease: {}/{} turns, {} tool calls executed, stop {} ({}){}",
+        l.turns_used,
+        l.max_turns,
+        l.executed_tool_calls,
+        name_of(&l.stop_reason),
+        name_of(&l.disposition),
+        l.evidence
+            .as_deref()
+            .map(|e| format!(": {e}"))
+            .unwrap_or_default()
+    );
+    for t in &a.turns {
+        render_turn(out, t);
+    }
+}
+
+fn render_turn(out: &mut String, t: &TurnRecord) {
+    let b = &t.tool_batch;
+    let tools = if b.requested == 0 {
+        String::new()
+    } else {
+        format!(
+            "; tools requested {}, rejected {}, executed {}",
+            b.requested, b.rejected, b.executed
+        )
+    };
+    let _ = writeln!(
+        out,
+        "    Turn {}: {}, {} provider retr{}{tools}",
+        t.turn,
+        name_of(&t.status),
+        t.provider_retries(),
+        if t.provider_retries() == 1 {
+            "y"
+        } else {
+            "ies"
+        }
+    );
+    for (i, r) in t.replays.iter().enumerate() {
+        let cause = match r.cause {
+            ReplayCause::Status(s) => format!("HTTP {s}"),
+            ReplayCause::Fault(f) => name_of(&f),
+        };
+        let _ = writeln!(
+            out,
+            "      replay {}: {cause} ({}), waited {} ms{}",
+            i + 1,
+            r.provider_error_class.as_str(),
+            r.wait_ms,
+            r.retry_after_ms
+                .map(|ms| format!(", Retry-After {ms} ms"))
+                .unwrap_or_default()
+        );
+    }
+}
