@@ -1,0 +1,896 @@
+//! Step-retry acceptance tests, end to end: `run_composition` over real HTTP against the
+//! simulator on 127.0.0.1, a real SQLite run store and a real workspace directory. One test per
+//! acceptance case; each asserts the exact attempts (budget, rule, decision, wait, class, status,
+//! settlement), the simulator's request count, and that every request of a turn, replays
+//! included, carried the digest of the payload the turn built (REP-12).
+//!
+//! Delays are the catalog defaults scaled down by 100 (`SCALED_HOST`, base delay 10 ms), so the
+//! shapes are the real ones and the tests run in seconds; the exact default schedule is proven
+//! on a paused clock in `e2e_schedule.rs`.
+//!
+//! Set `DOCSFAB_E2E_PRINT_RECORDS=1` and run with `--nocapture` to print each test's attempts
+//! (the worked examples in docs/retries.md were taken from that output).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use docsfab_policy::catalog::{EffectiveLimits, resolve};
+use docsfab_policy::host::HostConfig;
+use docsfab_policy::rules::RulesTable;
+use docsfab_provider::{Api, ApiKey};
+use docsfab_runtime::agent::TurnEvent;
+use docsfab_runtime::composition::Composition;
+use docsfab_runtime::executor::{
+    Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
+};
+use docsfab_runtime::record::{RunStatus, validate_against_schema};
+use docsfab_runtime::store::RunStore;
+use docsfab_sim::{RequestLogEntry, Scenario, SimServer};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const SECRET: &str = "sk-retries-SECRET-value-9001";
+
+/// The catalog defaults divided by 100: replay waits 5 ms doubling, 200 ms per wait, 600 ms per
+/// turn (3,800 ms under throttling); transport waits capped at 600 ms, 36 s elapsed. Together
+/// with `DOCSFAB_RETRY_BASE_DELAY_MS=10`.
+const SCALED_HOST: &str = "catalog:
+  providerAttempt.baseDelayMs: 5
+  providerAttempt.maxDelayMs: 200
+  providerAttempt.maxTotalDelayMs: 600
+  providerAttempt.maxThrottledTotalDelayMs: 3800
+  retry.transportMaxDelayMs: 600
+  retry.transportMaxElapsedMs: 36000
+";
+const SCALED_BASE: (&str, &str) = ("DOCSFAB_RETRY_BASE_DELAY_MS", "10");
+
+fn limits(host_yaml: &str, env: &[(&str, &str)]) -> EffectiveLimits {
+    let host = HostConfig::parse(host_yaml, "host.yaml").unwrap();
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    resolve(&host, &env).unwrap()
+}
+
+fn scaled() -> EffectiveLimits {
+    limits(SCALED_HOST, &[SCALED_BASE])
+}
+
+const READ_ONLY: &str = r#"name: survey
+model: sim-model
+limits:
+  timeoutMs: 30000
+  maxTurns: 4
+  maxOutputTokens: 1024
+steps:
+  - id: outline
+    access: read-only
+    instructions: 'Survey the crate and return {"modules": [...]}.'
+    tools: [list_files, read_file]
+    contract:
+      schema: {type: object, required: [modules], properties: {modules: {type: array}}}
+"#;
+
+const WRITE: &str = r#"name: pages
+model: sim-model
+limits:
+  timeoutMs: 30000
+  maxTurns: 4
+  maxOutputTokens: 1024
+steps:
+  - id: pages
+    access: write
+    instructions: Write the pages under docs/.
+    tools: [read_file, write_file]
+    writeRoots: [docs/]
+"#;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    workspace: std::path::PathBuf,
+    db: std::path::PathBuf,
+    server: SimServer,
+}
+
+async fn harness(scenario: &str) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir_all(workspace.join("src")).unwrap();
+    std::fs::write(
+        workspace.join("src/lib.rs"),
+        "//! A tiny crate.\npub mod count;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        workspace.join("src/count.rs"),
+        "pub fn count() -> usize { 3 }\n",
+    )
+    .unwrap();
+    let scenario = Scenario::from_yaml_str(scenario, "inline").unwrap();
+    let server = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, None)
+        .await
+        .unwrap();
+    let db = dir.path().join("runs.db");
+    Harness {
+        _dir: dir,
+        workspace,
+        db,
+        server,
+    }
+}
+
+struct Ran {
+    outcome: RunOutcome,
+    json: Value,
+    events: Vec<Progress>,
+    log: Vec<RequestLogEntry>,
+}
+
+impl Ran {
+    fn step(&self) -> &Value {
+        &self.json["steps"][0]
+    }
+
+    fn attempts(&self) -> &Vec<Value> {
+        self.step()["attempts"].as_array().unwrap()
+    }
+
+    /// One field of every attempt, in order.
+    fn column(&self, field: &str) -> Vec<Value> {
+        self.attempts().iter().map(|a| a[field].clone()).collect()
+    }
+
+    /// The request bodies the run built, one per turn: (attempt, turn, digest, body).
+    fn requests(&self) -> Vec<(u32, u32, String, String)> {
+        self.events
+            .iter()
+            .filter_map(|p| match p {
+                Progress::Turn {
+                    attempt,
+                    event:
+                        TurnEvent::Request {
+                            turn,
+                            digest,
+                            payload,
+                        },
+                    ..
+                } => Some((
+                    *attempt,
+                    *turn,
+                    digest.clone(),
+                    String::from_utf8_lossy(payload).into_owned(),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The body of the first request of `attempt`.
+    fn first_body(&self, attempt: u32) -> String {
+        self.requests()
+            .into_iter()
+            .find(|r| r.0 == attempt)
+            .map(|r| r.3)
+            .unwrap()
+    }
+
+    /// The simulator's log entries, grouped by attempt (from the record's turns and replays).
+    fn log_by_attempt(&self) -> Vec<Vec<RequestLogEntry>> {
+        let mut at = 0;
+        let mut out = Vec::new();
+        for a in self.attempts() {
+            let mut mine = Vec::new();
+            for t in a["turns"].as_array().unwrap() {
+                let n = 1 + t["providerRetries"].as_u64().unwrap() as usize;
+                mine.extend_from_slice(&self.log[at..at + n]);
+                at += n;
+            }
+            out.push(mine);
+        }
+        out
+    }
+}
+
+/// Runs `composition` and checks what every test must hold of its record: it is on disk (read
+/// back through a fresh connection), it meets the JSON Schema, and neither it nor any progress
+/// line holds the API key. Then checks the digests (see [`assert_digests`]).
+async fn run(h: &Harness, composition: &str, limits: EffectiveLimits, rules: RulesTable) -> Ran {
+    run_watching(h, composition, limits, rules, Box::new(|_| {})).await
+}
+
+/// A test's own reaction to progress events, called inline as each arrives.
+type OnEvent = Box<dyn Fn(&Progress) + Send + Sync>;
+
+/// [`run`], calling `on_event` with every progress event as it happens.
+async fn run_watching(
+    h: &Harness,
+    composition: &str,
+    limits: EffectiveLimits,
+    rules: RulesTable,
+    on_event: OnEvent,
+) -> Ran {
+    let composition = Composition::parse(composition, "composition.yaml").unwrap();
+    let events: Arc<Mutex<Vec<Progress>>> = Arc::default();
+    let sink = {
+        let events = Arc::clone(&events);
+        Arc::new(move |p: &Progress| {
+            events.lock().unwrap().push(p.clone());
+            on_event(p);
+        })
+    };
+    let mut store = RunStore::open(&h.db).unwrap();
+    let outcome = run_composition(
+        RunConfig {
+            composition,
+            workspace: h.workspace.clone(),
+            provider: ProviderSettings {
+                api: Api::OpenaiChat,
+                base_url: h.server.base_url(),
+                model: "sim-model".into(),
+                api_key: Some(ApiKey::new(SECRET)),
+            },
+            limits,
+            rules,
+            cancel: CancellationToken::new(),
+            job_deadline: None,
+            progress: Some(sink),
+        },
+        &mut store,
+    )
+    .await
+    .unwrap();
+    drop(store);
+    let store = RunStore::open(&h.db).unwrap();
+    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
+    let json = serde_json::to_value(&record).unwrap();
+    validate_against_schema(&json).unwrap();
+    assert!(
+        !json.to_string().contains(SECRET),
+        "the API key leaked into the record"
+    );
+    let events = events.lock().unwrap().clone();
+    for line in events.iter().filter_map(Progress::describe) {
+        assert!(
+            !line.contains(SECRET),
+            "the API key leaked into progress: {line}"
+        );
+    }
+    let ran = Ran {
+        outcome,
+        json,
+        events,
+        log: h.server.requests(),
+    };
+    assert_digests(&ran);
+    print_record(&ran);
+    ran
+}
+
+/// Every turn's request reached the simulator `1 + providerRetries` times in a row, each time
+/// with the SHA-256 of the payload the turn built (REP-12: a replay is the identical request),
+/// and the simulator saw no other request.
+fn assert_digests(r: &Ran) {
+    let requests = r.requests();
+    let mut at = 0;
+    for a in r.attempts() {
+        let attempt = a["attempt"].as_u64().unwrap() as u32;
+        for t in a["turns"].as_array().unwrap() {
+            let turn = t["turn"].as_u64().unwrap() as u32;
+            let Some(req) = requests.iter().find(|q| q.0 == attempt && q.1 == turn) else {
+                continue;
+            };
+            let n = 1 + t["providerRetries"].as_u64().unwrap() as usize;
+            assert_eq!(t["replays"].as_array().unwrap().len(), n - 1);
+            for k in 0..n {
+                let entry = r.log.get(at + k).unwrap_or_else(|| {
+                    panic!("attempt {attempt} turn {turn}: request {k} never reached the simulator")
+                });
+                assert_eq!(
+                    entry.sha256, req.2,
+                    "attempt {attempt} turn {turn} request {k}"
+                );
+            }
+            at += n;
+        }
+    }
+    assert_eq!(
+        at,
+        r.log.len(),
+        "the simulator saw requests the record does not explain"
+    );
+}
+
+/// With `DOCSFAB_E2E_PRINT_RECORDS` set, prints the step's attempts, condensed.
+fn print_record(r: &Ran) {
+    if std::env::var_os("DOCSFAB_E2E_PRINT_RECORDS").is_none() {
+        return;
+    }
+    let keep = [
+        "attempt",
+        "budget",
+        "status",
+        "providerErrorClass",
+        "httpStatus",
+        "retryAfterMs",
+        "failureCategory",
+        "code",
+        "timeoutKind",
+        "retryRule",
+        "retryDecision",
+        "retryScheduled",
+        "waitMs",
+        "writeSettlement",
+        "durationMs",
+    ];
+    let name = std::thread::current().name().unwrap_or("?").to_owned();
+    println!("==== {name}: run {:?}", r.json["status"]);
+    for step in r.json["steps"].as_array().unwrap() {
+        println!(
+            "step {} ({}) configuredMaxRetries={} effectiveMaxRetries={} transportRetry={}",
+            step["stepId"],
+            step["access"],
+            step["configuredMaxRetries"],
+            step["effectiveMaxRetries"],
+            step["transportRetry"]
+        );
+        for a in step["attempts"].as_array().unwrap() {
+            let mut small = serde_json::Map::new();
+            for k in keep {
+                small.insert(k.to_owned(), a[k].clone());
+            }
+            let turns: Vec<Value> = a["turns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| {
+                    json!({
+                        "turn": t["turn"],
+                        "status": t["status"],
+                        "providerRetries": t["providerRetries"],
+                        "replayWaits": t["replays"].as_array().unwrap().iter()
+                            .map(|x| x["waitMs"].clone()).collect::<Vec<_>>(),
+                        "replayStatuses": t["replays"].as_array().unwrap().iter()
+                            .map(|x| if x["status"].is_null() { x["fault"].clone() } else { x["status"].clone() })
+                            .collect::<Vec<_>>(),
+                        "executed": t["toolBatch"]["executed"],
+                    })
+                })
+                .collect();
+            small.insert("turns".to_owned(), Value::Array(turns));
+            println!("  {}", Value::Object(small));
+        }
+        println!("  failure: {}", step["failure"]);
+    }
+    // The entries that answered, run-length encoded.
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for e in &r.log {
+        let label = e.entry.replace(" (fallback: repeat-last)", "");
+        let label = label.split('#').next().unwrap_or("").to_owned();
+        match runs.last_mut() {
+            Some((l, n)) if *l == label => *n += 1,
+            _ => runs.push((label, 1)),
+        }
+    }
+    let runs: Vec<String> = runs.iter().map(|(l, n)| format!("{l} x{n}")).collect();
+    println!("  simulator: {} requests: {}", r.log.len(), runs.join(", "));
+}
+
+fn strs(values: &[Value]) -> Vec<&str> {
+    values
+        .iter()
+        .map(|v| v.as_str().unwrap_or("null"))
+        .collect()
+}
+
+/// Proves STP-6, STP-7, REP-1, CFG-3, OPS-1: a provider that answers 408 forever. Each attempt's
+/// one turn sends 8 identical requests (7 replays, waits 5 .. 200 ms, the default schedule / 100);
+/// the step retries from the transport budget 6 times (waits 10 .. 320 ms), so 7 attempts x 8
+/// requests = 56 requests, and the seventh attempt ends the step naming the count bound.
+#[tokio::test]
+async fn acceptance_1_a_408_forever_exhausts_7_attempts_of_8_requests() {
+    let h = harness("responses:\n  - status: 408\n").await;
+    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = r.step();
+    assert_eq!(step["status"], "failed");
+    assert_eq!(
+        step["transportRetry"],
+        json!({"maxTransportRetries": 6, "transportMaxDelayMs": 600, "transportMaxElapsedMs": 36000, "baseDelayMs": 10})
+    );
+    assert_eq!(r.attempts().len(), 7);
+    assert_eq!(
+        strs(&r.column("budget")),
+        [
+            "initial",
+            "transport",
+            "transport",
+            "transport",
+            "transport",
+            "transport",
+            "transport"
+        ]
+    );
+    assert_eq!(
+        r.column("waitMs"),
+        [
+            json!(10),
+            json!(20),
+            json!(40),
+            json!(80),
+            json!(160),
+            json!(320),
+            Value::Null
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("retryDecision")),
+        [
+            "scheduled",
+            "scheduled",
+            "scheduled",
+            "scheduled",
+            "scheduled",
+            "scheduled",
+            "exhausted"
+        ]
+    );
+    assert_eq!(
+        r.column("retryScheduled"),
+        [true, true, true, true, true, true, false].map(Value::Bool)
+    );
+    for a in r.attempts() {
+        assert_eq!(a["status"], "failed");
+        assert_eq!(a["providerErrorClass"], "timeout");
+        assert_eq!(a["httpStatus"], 408);
+        assert_eq!(a["timeoutKind"], "provider-timeout");
+        assert_eq!(a["failureCategory"], "provider-transient");
+        assert_eq!(a["code"], "provider-timeout");
+        assert_eq!(a["retryRule"], "class-timeout");
+        assert_eq!(a["writeSettlement"], Value::Null);
+        assert_eq!(a["lease"]["turnsUsed"], 1, "REP-11: replays are not turns");
+        assert_eq!(a["lease"]["stopReason"], "provider-failed");
+        let turn = &a["turns"][0];
+        assert_eq!(turn["status"], "failed");
+        assert_eq!(turn["providerRetries"], 7);
+        let waits: Vec<u64> = turn["replays"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                assert_eq!(x["status"], 408);
+                assert_eq!(x["providerErrorClass"], "timeout");
+                x["waitMs"].as_u64().unwrap()
+            })
+            .collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 200]);
+    }
+    let failure = &step["failure"];
+    assert_eq!(failure["category"], "provider-transient");
+    assert_eq!(failure["failureClass"], "infrastructure");
+    assert_eq!(failure["code"], "provider-timeout");
+    assert_eq!(
+        failure["message"],
+        "retry-max-transport-retries-bound: 7 exceeds retry.maxTransportRetries = 6 count."
+    );
+    let remediation = failure["remediation"].as_str().unwrap();
+    assert!(
+        remediation.contains("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES"),
+        "{remediation}"
+    );
+    // 56 requests, 8 per attempt; a transport retry of a read-only step carries no correction,
+    // so all 56 are the same request.
+    assert_eq!(r.log.len(), 56);
+    assert!(r.log_by_attempt().iter().all(|a| a.len() == 8));
+    assert!(r.log.iter().all(|e| e.sha256 == r.log[0].sha256));
+    // The step waits really happened between the attempts (measured by the simulator).
+    let by_attempt = r.log_by_attempt();
+    for (k, wait) in [10u64, 20, 40, 80, 160, 320].iter().enumerate() {
+        let gap = by_attempt[k + 1][0].time_unix_ms - by_attempt[k][7].time_unix_ms;
+        assert!(
+            gap >= *wait,
+            "before attempt {}: {gap} ms < {wait} ms",
+            k + 2
+        );
+    }
+}
+
+/// Proves REP-7, STP-3, STP-5: ten 429s, then a 503, then an answer. The 429s are replayed in
+/// the throttle window (24 attempts, waits growing to the 200 ms cap); the 503 is the turn's 11th
+/// request and is judged against the general 8-attempt bound, so it ends the turn. The step
+/// retries from the transport budget and succeeds on attempt 2.
+#[tokio::test]
+async fn acceptance_2_a_503_after_ten_429s_ends_the_turn_and_the_transport_budget_pays() {
+    let h = harness(
+        r#"responses:
+  - status: 429
+    repeat: 10
+  - status: 503
+  - answer:
+      json: {modules: [lib, count]}
+"#,
+    )
+    .await;
+    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(r.attempts().len(), 2);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    assert_eq!(strs(&r.column("status")), ["failed", "succeeded"]);
+    assert_eq!(strs(&r.column("retryDecision")), ["scheduled", "none"]);
+    assert_eq!(r.column("retryScheduled"), [json!(true), json!(false)]);
+    assert_eq!(r.column("waitMs"), [json!(10), Value::Null]);
+    let first = &r.attempts()[0];
+    // The failure being decided is the 503, not the 429s before it.
+    assert_eq!(first["providerErrorClass"], "server");
+    assert_eq!(first["httpStatus"], 503);
+    assert_eq!(first["retryAfterMs"], Value::Null);
+    assert_eq!(first["failureCategory"], "provider-transient");
+    assert_eq!(first["code"], "provider-server");
+    assert_eq!(first["retryRule"], "class-server");
+    assert_eq!(first["timeoutKind"], Value::Null);
+    let turn = &first["turns"][0];
+    assert_eq!(turn["providerRetries"], 10);
+    let replays = turn["replays"].as_array().unwrap();
+    assert!(
+        replays
+            .iter()
+            .all(|x| x["status"] == 429 && x["providerErrorClass"] == "rate-limit")
+    );
+    let waits: Vec<u64> = replays
+        .iter()
+        .map(|x| x["waitMs"].as_u64().unwrap())
+        .collect();
+    // The throttle window's waits: past the general window's 600 ms sum, still replayed.
+    assert_eq!(waits, [5, 10, 20, 40, 80, 160, 200, 200, 200, 200]);
+    let second = &r.attempts()[1];
+    assert_eq!(second["providerErrorClass"], Value::Null);
+    assert_eq!(second["retryRule"], Value::Null);
+    assert_eq!(second["turns"][0]["providerRetries"], 0);
+    assert_eq!(r.step()["output"], json!({"modules": ["lib", "count"]}));
+    assert_eq!(r.step()["failure"], Value::Null);
+    // 11 requests in the first turn, one in the second attempt: 12.
+    assert_eq!(r.log.len(), 12);
+    let by_attempt = r.log_by_attempt();
+    assert_eq!(by_attempt[0].len(), 11);
+    assert_eq!(by_attempt[0][10].entry, "responses[1]");
+    assert_eq!(by_attempt[1][0].entry, "responses[2]");
+}
+
+/// Proves STP-5, STP-9, STP-8, REP-1: prose, then a 503 burst that ends a turn (8 requests),
+/// then prose, prose, and a good answer. The budgets follow from who paid for each attempt: a
+/// retry after a judged attempt is paid by the contract budget, a retry after a transport
+/// failure by the transport budget. So the order is initial, contract (the correction of the
+/// first prose, hit by the burst), transport (the retry after the burst), contract, contract:
+/// 3 contract attempts (all of maxRetries = 3, none taken by the burst) and 1 transport attempt.
+/// The correction the first prose earned is carried into the request after the transport
+/// failure, and into every contract retry.
+#[tokio::test]
+async fn acceptance_3_contract_attempts_are_kept_across_a_transport_retry_with_their_feedback() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      text: "The crate has two modules."
+  - status: 503
+    repeat: 8
+  - answer:
+      text: "Modules: lib and count."
+  - answer:
+      text: "I found lib and count."
+  - answer:
+      json: {modules: [lib, count]}
+"#,
+    )
+    .await;
+    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    let step = r.step();
+    assert_eq!(step["effectiveMaxRetries"], 3);
+    assert_eq!(r.attempts().len(), 5);
+    assert_eq!(
+        strs(&r.column("budget")),
+        ["initial", "contract", "transport", "contract", "contract"]
+    );
+    assert_eq!(
+        strs(&r.column("status")),
+        ["failed", "failed", "failed", "failed", "succeeded"]
+    );
+    assert_eq!(
+        strs(&r.column("retryRule")),
+        [
+            "contract-prose",
+            "class-server",
+            "contract-prose",
+            "contract-prose",
+            "null"
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("retryDecision")),
+        ["scheduled", "scheduled", "scheduled", "scheduled", "none"]
+    );
+    assert_eq!(
+        r.column("retryScheduled"),
+        [true, true, true, true, false].map(Value::Bool)
+    );
+    // Contract retries start at once; the transport retry waits its first backoff.
+    assert_eq!(
+        r.column("waitMs"),
+        [json!(0), json!(10), json!(0), json!(0), Value::Null]
+    );
+    assert_eq!(
+        r.column("providerErrorClass"),
+        [
+            Value::Null,
+            json!("server"),
+            Value::Null,
+            Value::Null,
+            Value::Null
+        ]
+    );
+    assert_eq!(
+        r.column("httpStatus"),
+        [
+            Value::Null,
+            json!(503),
+            Value::Null,
+            Value::Null,
+            Value::Null
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("code")),
+        [
+            "contract-prose",
+            "provider-server",
+            "contract-prose",
+            "contract-prose",
+            "null"
+        ]
+    );
+    let burst = &r.attempts()[1]["turns"][0];
+    assert_eq!(burst["providerRetries"], 7);
+    assert_eq!(step["output"], json!({"modules": ["lib", "count"]}));
+
+    // 1 + 8 + 1 + 1 + 1 requests.
+    assert_eq!(r.log.len(), 12);
+    let sizes: Vec<usize> = r.log_by_attempt().iter().map(Vec::len).collect();
+    assert_eq!(sizes, [1, 8, 1, 1, 1]);
+    // Feedback: none on the first attempt; the correction of the first prose on every attempt
+    // after it, including the one after the transport failure (attempt 3), which sends exactly
+    // the request the burst swallowed.
+    const CORRECTION: &str = "Return only the JSON object";
+    assert!(!r.first_body(1).contains(CORRECTION));
+    for attempt in 2..=5 {
+        assert!(
+            r.first_body(attempt).contains(CORRECTION),
+            "attempt {attempt}"
+        );
+    }
+    assert_eq!(r.first_body(3), r.first_body(2));
+    let by_attempt = r.log_by_attempt();
+    assert_eq!(by_attempt[2][0].sha256, by_attempt[1][0].sha256);
+    assert_ne!(by_attempt[0][0].sha256, by_attempt[1][0].sha256);
+}
+
+/// The workspace's files under `docs/`, with their contents.
+fn docs_tree(h: &Harness) -> BTreeMap<String, String> {
+    docs_tree_at(&h.workspace)
+}
+
+/// The files under `ws/docs/` (directories end in `/`; special files read `<special>`).
+fn docs_tree_at(ws: &std::path::Path) -> BTreeMap<String, String> {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut BTreeMap<String, String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                out.insert(format!("{rel}/"), String::new());
+                walk(&path, root, out);
+            } else if meta.is_file() {
+                out.insert(rel, std::fs::read_to_string(&path).unwrap());
+            } else {
+                out.insert(rel, "<special>".to_owned());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(&ws.join("docs"), ws, &mut out);
+    out
+}
+
+/// Proves WRT-1, WRT-3, STP-1, REP-14, STP-3: a write step's first attempt writes a new page,
+/// a page in a new directory, and overwrites an existing page (turn 1); the turn-2 stream is
+/// reset mid-body after answer text was published, so the turn cannot be replayed and the
+/// attempt fails as `network`. The settlement proves which writes ran (`write-executed`), the
+/// workspace is restored (and verified) before the transport retry starts, and the final
+/// workspace holds only what the last attempt wrote.
+#[tokio::test]
+async fn acceptance_4_a_stream_broken_after_a_write_restores_the_workspace_then_retries() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls:
+        - {id: w1, name: write_file, arguments: {path: docs/draft.md, content: "# Draft\n"}}
+        - {id: w2, name: write_file, arguments: {path: docs/guide/deep.md, content: "# Deep\n"}}
+        - {id: w3, name: write_file, arguments: {path: docs/existing.md, content: "# Overwritten\n"}}
+  - answer:
+      text: "I wrote the draft, the guide and updated the existing page; all three pages are now in place under docs and ready for review by the team."
+      deltas: 2
+    # The role chunk is 208 bytes and the first text delta 257: byte 600 is inside the second
+    # delta, after the first was published.
+    cut: {after_bytes: 600, with: reset}
+  - answer:
+      tool_calls:
+        - {id: w4, name: write_file, arguments: {path: docs/final.md, content: "# Final\n"}}
+  - answer:
+      text: Wrote docs/final.md.
+"##,
+    )
+    .await;
+    std::fs::create_dir_all(h.workspace.join("docs")).unwrap();
+    std::fs::write(h.workspace.join("docs/existing.md"), "# Existing\n").unwrap();
+    let before = docs_tree(&h);
+
+    // What the workspace looked like when the retry started.
+    let seen: Arc<Mutex<Vec<BTreeMap<String, String>>>> = Arc::default();
+    let r = run_watching(&h, WRITE, scaled(), RulesTable::embedded().unwrap(), {
+        let seen = Arc::clone(&seen);
+        let ws = h.workspace.clone();
+        Box::new(move |p: &Progress| {
+            if let Progress::AttemptStarted { attempt: 2, .. } = p {
+                seen.lock().unwrap().push(docs_tree_at(&ws));
+            }
+        })
+    })
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded, "{:#}", r.json);
+    let step = r.step();
+    assert_eq!(step["access"], "write");
+    assert_eq!(r.attempts().len(), 2);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    assert_eq!(strs(&r.column("status")), ["failed", "succeeded"]);
+    assert_eq!(strs(&r.column("retryDecision")), ["scheduled", "none"]);
+    assert_eq!(r.column("retryScheduled"), [json!(true), json!(false)]);
+    assert_eq!(r.column("waitMs"), [json!(10), Value::Null]);
+    // WRT-3: the failed attempt records what the host proved; the successful one needs none.
+    assert_eq!(
+        r.column("writeSettlement"),
+        [json!("write-executed"), Value::Null]
+    );
+    let first = &r.attempts()[0];
+    assert_eq!(first["providerErrorClass"], "network");
+    assert_eq!(first["failureCategory"], "provider-transient");
+    assert_eq!(first["code"], "provider-network");
+    assert_eq!(first["retryRule"], "class-network");
+    assert_eq!(first["lease"]["executedToolCalls"], 3);
+    assert_eq!(first["lease"]["toolCounters"], json!({"write_file": 3}));
+    assert_eq!(first["turns"][0]["toolBatch"]["executed"], 3);
+    // REP-14: the break came after published text, so the turn was not replayed.
+    assert_eq!(first["turns"][1]["status"], "failed");
+    assert_eq!(first["turns"][1]["providerRetries"], 0);
+    // WRT-1: when the retry started, the workspace was back to its pre-attempt state.
+    assert_eq!(*seen.lock().unwrap(), vec![before.clone()]);
+    // The final workspace holds only the last attempt's files.
+    let after = docs_tree(&h);
+    let expected: BTreeMap<String, String> = [
+        ("docs/existing.md", "# Existing\n"),
+        ("docs/final.md", "# Final\n"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    assert_eq!(after, expected);
+    // 2 requests per attempt, no replay; the retry re-sent the first attempt's opening request.
+    assert_eq!(r.log.len(), 4);
+    assert_eq!(r.log[2].sha256, r.log[0].sha256);
+    assert_eq!(r.log[1].entry, "responses[1]");
+    assert_eq!(r.log[2].entry, "responses[2]");
+}
+
+/// The shipped rules table with one more text rule, as an operator's copy in
+/// `DOCSFAB_HOME/retry-policy.yaml` could add: a host write failure goes to the transport budget.
+fn rules_sending_host_write_failures_to_transport() -> RulesTable {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/model-output/retry-policy.yaml");
+    let shipped = std::fs::read_to_string(path).unwrap();
+    let operator = shipped.replacen(
+        "textRules:\n",
+        "textRules:\n  - id: text-host-write-failure\n    contains: [\"could not snapshot\"]\n    action: transport\n",
+        1,
+    );
+    assert_ne!(operator, shipped);
+    RulesTable::parse(&operator, "retry-policy.yaml").unwrap()
+}
+
+/// A write step whose write_file call the host starts but cannot complete: `docs/pipe.md` is a
+/// named pipe, so its snapshot fails and the call keeps no result.
+async fn write_into_a_pipe(rules: RulesTable) -> (Harness, Ran) {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls:
+        - {id: w1, name: write_file, arguments: {path: docs/pipe.md, content: "# Pipe\n"}}
+  - answer:
+      text: Done.
+"##,
+    )
+    .await;
+    std::fs::create_dir_all(h.workspace.join("docs")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(h.workspace.join("docs/pipe.md"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = run(&h, WRITE, scaled(), rules).await;
+    (h, r)
+}
+
+/// Proves WRT-2, WRT-3, STP-4: an attempt whose ledger cannot be reconciled (a write call the
+/// host started has no result) records `writeSettlement: unavailable`. A host failure ends the
+/// attempt before any provider fault can, as a refusal before sending, so whether it is retried
+/// is up to the rules table's text rules:
+/// - with the shipped table no text rule matches: the default rule ends the step (terminal);
+/// - with an operator table that sends the text to the transport budget, the write step still
+///   does not retry, because nothing proves what the failed write did: `declined-write-step`.
+#[tokio::test]
+async fn acceptance_4_an_unreconcilable_write_ledger_declines_the_retry() {
+    // The shipped table.
+    let (h, r) = write_into_a_pipe(RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(r.attempts().len(), 1);
+    let a = &r.attempts()[0];
+    assert_eq!(a["writeSettlement"], "unavailable");
+    assert_eq!(a["retryRule"], "default-terminal");
+    assert_eq!(a["retryDecision"], "terminal");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(a["providerErrorClass"], Value::Null);
+    assert_eq!(a["lease"]["stopReason"], "preflight-failed");
+    assert_eq!(
+        a["turns"][0]["toolBatch"]["calls"][0]["outcome"],
+        "executed"
+    );
+    assert_eq!(
+        a["turns"][0]["toolBatch"]["calls"][0]["result"],
+        Value::Null
+    );
+    assert_eq!(r.step()["failure"]["category"], "request-refused");
+    assert_eq!(r.log.len(), 1);
+    assert_eq!(
+        docs_tree(&h).get("docs/pipe.md").map(String::as_str),
+        Some("<special>")
+    );
+
+    // An operator table that would retry the text from the transport budget.
+    let (h, r) = write_into_a_pipe(rules_sending_host_write_failures_to_transport()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(r.attempts().len(), 1);
+    let a = &r.attempts()[0];
+    assert_eq!(a["writeSettlement"], "unavailable");
+    assert_eq!(a["retryRule"], "write-step-declined");
+    assert_eq!(a["retryDecision"], "declined");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(a["waitMs"], Value::Null);
+    assert_eq!(a["failureCategory"], "declined-write-step");
+    let failure = &r.step()["failure"];
+    assert_eq!(failure["category"], "declined-write-step");
+    assert_eq!(failure["code"], "write-settlement-unavailable");
+    assert_eq!(failure["failureClass"], "host");
+    assert!(
+        failure["message"]
+            .as_str()
+            .unwrap()
+            .contains("the host could not prove which writes ran"),
+        "{failure}"
+    );
+    // Nothing more was sent, and the workspace was left as it was for inspection.
+    assert_eq!(r.log.len(), 1);
+    assert_eq!(docs_tree(&h).len(), 1);
+}
