@@ -57,6 +57,22 @@ fn scaled() -> EffectiveLimits {
     limits(SCALED_HOST, &[SCALED_BASE])
 }
 
+/// `SCALED_HOST` with some catalog keys set to other values (or added).
+fn scaled_host(overrides: &[(&str, &str)]) -> String {
+    let mut lines: Vec<String> = SCALED_HOST.lines().map(str::to_owned).collect();
+    for (key, value) in overrides {
+        let line = format!("  {key}: {value}");
+        match lines
+            .iter_mut()
+            .find(|l| l.trim_start().starts_with(&format!("{key}:")))
+        {
+            Some(l) => *l = line,
+            None => lines.push(line),
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
 const READ_ONLY: &str = r#"name: survey
 model: sim-model
 limits:
@@ -767,6 +783,8 @@ async fn acceptance_4_a_stream_broken_after_a_write_restores_the_workspace_then_
     );
     let first = &r.attempts()[0];
     assert_eq!(first["providerErrorClass"], "network");
+    // The head said 200; the failure came inside the body, so there is no failing status.
+    assert_eq!(first["httpStatus"], Value::Null);
     assert_eq!(first["failureCategory"], "provider-transient");
     assert_eq!(first["code"], "provider-network");
     assert_eq!(first["retryRule"], "class-network");
@@ -893,4 +911,279 @@ async fn acceptance_4_an_unreconcilable_write_ledger_declines_the_retry() {
     // Nothing more was sent, and the workspace was left as it was for inspection.
     assert_eq!(r.log.len(), 1);
     assert_eq!(docs_tree(&h).len(), 1);
+}
+
+/// Runs the read-only step against `scenario`, whose first response must end the step, and
+/// checks what every terminal provider class shares: one attempt, one request (no replay, no
+/// step retry, though the next response would have answered), `retryDecision: terminal`.
+async fn terminal_on_the_first_attempt(scenario: &str) -> Ran {
+    let h = harness(scenario).await;
+    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(r.attempts().len(), 1);
+    let a = &r.attempts()[0];
+    assert_eq!(a["budget"], "initial");
+    assert_eq!(a["status"], "failed");
+    assert_eq!(a["retryDecision"], "terminal");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(a["waitMs"], Value::Null);
+    assert_eq!(a["turns"][0]["providerRetries"], 0);
+    assert_eq!(a["lease"]["stopReason"], "provider-failed");
+    assert_eq!(r.log.len(), 1, "a terminal class is never sent again");
+    assert_eq!(r.step()["failure"]["category"], a["failureCategory"]);
+    assert_eq!(r.step()["failure"]["code"], a["code"]);
+    r
+}
+
+/// Proves STP-3, STP-14, REP-5: a content-filter finish is terminal on the first attempt, even
+/// when the text it came with talks about a timed-out connection.
+#[tokio::test]
+async fn acceptance_5_content_filter_is_terminal_on_the_first_attempt() {
+    let r = terminal_on_the_first_attempt(
+        r#"responses:
+  - answer:
+      text: "The connection timed out, please retry."
+      finish_reason: content_filter
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let a = &r.attempts()[0];
+    assert_eq!(a["providerErrorClass"], "content-filter");
+    assert_eq!(a["httpStatus"], Value::Null);
+    assert_eq!(a["retryRule"], "class-content-filter");
+    assert_eq!(a["failureCategory"], "provider-refused");
+    assert_eq!(a["failureClass"], "provider");
+    assert_eq!(a["code"], "provider-content-filter");
+}
+
+/// Proves STP-3, STP-14, REP-3, REP-5: HTTP 401 is terminal on the first attempt and never
+/// replayed, even when its error text mentions a connection timeout.
+#[tokio::test]
+async fn acceptance_5_a_401_is_terminal_on_the_first_attempt() {
+    let r = terminal_on_the_first_attempt(
+        r#"responses:
+  - status: 401
+    body: '{"error":{"message":"upstream connection timed out","type":"authentication_error"}}'
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let a = &r.attempts()[0];
+    assert_eq!(a["providerErrorClass"], "authentication");
+    assert_eq!(a["httpStatus"], 401);
+    assert_eq!(a["retryRule"], "class-authentication");
+    assert_eq!(a["failureCategory"], "provider-refused");
+    assert_eq!(a["code"], "provider-authentication");
+    assert!(
+        r.step()["failure"]["remediation"]
+            .as_str()
+            .unwrap()
+            .contains("apiKeyEnv")
+    );
+}
+
+/// Proves STP-3, STP-14, REP-6, CLS-6: a quota (a declared 429 inside a 200 stream) is a rate
+/// limit without an HTTP status: terminal on the first attempt, never replayed.
+#[tokio::test]
+async fn acceptance_5_a_quota_inside_a_200_stream_is_terminal_on_the_first_attempt() {
+    let r = terminal_on_the_first_attempt(
+        r#"responses:
+  - stream_error: {type: insufficient_quota, code: 429}
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let a = &r.attempts()[0];
+    assert_eq!(a["providerErrorClass"], "rate-limit");
+    assert_eq!(a["httpStatus"], Value::Null);
+    assert_eq!(a["retryRule"], "class-rate-limit-quota");
+    assert_eq!(a["failureCategory"], "provider-quota");
+    assert_eq!(a["failureClass"], "provider");
+    assert_eq!(a["code"], "provider-rate-limit");
+}
+
+/// A 429 with `retry-after: {secs}` on every request; the throttle window is lowered to 2
+/// attempts so the second 429 ends the turn; the transport wait cap is `cap_ms`.
+async fn retry_after_run(secs: u64, cap_ms: u64) -> Ran {
+    let h = harness(&format!(
+        r#"responses:
+  - status: 429
+    headers: {{retry-after: {secs}}}
+    repeat: 2
+  - answer:
+      json: {{modules: [lib]}}
+"#
+    ))
+    .await;
+    let cap = cap_ms.to_string();
+    let host = scaled_host(&[
+        ("providerAttempt.maxThrottledAttemptsPerTurn", "2"),
+        ("retry.transportMaxDelayMs", &cap),
+    ]);
+    let r = run(
+        &h,
+        READ_ONLY,
+        limits(&host, &[SCALED_BASE]),
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    let a = &r.attempts()[0];
+    assert_eq!(a["providerErrorClass"], "rate-limit");
+    assert_eq!(a["httpStatus"], 429);
+    assert_eq!(a["retryAfterMs"], secs * 1000);
+    assert_eq!(a["failureCategory"], "provider-throttled");
+    assert_eq!(a["code"], "provider-rate-limit");
+    assert_eq!(a["retryRule"], "class-rate-limit-throttled");
+    assert_eq!(a["retryDecision"], "scheduled");
+    assert_eq!(a["retryScheduled"], true);
+    // In the turn, the Retry-After is clamped by providerAttempt.maxDelayMs (200 ms here).
+    let replay = &a["turns"][0]["replays"][0];
+    assert_eq!(a["turns"][0]["providerRetries"], 1);
+    assert_eq!(replay["status"], 429);
+    assert_eq!(replay["retryAfterMs"], secs * 1000);
+    assert_eq!(replay["waitMs"], 200);
+    assert_eq!(r.log.len(), 3);
+    r
+}
+
+/// The wait the simulator measured between the first attempt's last request and the second
+/// attempt's first.
+fn measured_step_wait(r: &Ran) -> u64 {
+    let by_attempt = r.log_by_attempt();
+    by_attempt[1][0].time_unix_ms - by_attempt[0].last().unwrap().time_unix_ms
+}
+
+/// Proves STP-15, STP-6, REP-8: a 429 with Retry-After 1 s ends the turn; the step waits the
+/// Retry-After (1,000 ms, not the 10 ms backoff), inside the 1,500 ms transport cap.
+#[tokio::test]
+async fn acceptance_5_a_retry_after_lengthens_the_step_wait() {
+    let r = retry_after_run(1, 1500).await;
+    assert_eq!(r.attempts()[0]["waitMs"], 1000);
+    let gap = measured_step_wait(&r);
+    assert!(gap >= 1000, "the step waited {gap} ms");
+}
+
+/// Proves STP-15, STP-6: a Retry-After of 3 s above the transport wait cap (lowered to
+/// 1,500 ms) is capped: the step waits 1,500 ms, not 3 s.
+#[tokio::test]
+async fn acceptance_5_a_retry_after_is_capped_by_the_transport_delay_cap() {
+    let r = retry_after_run(3, 1500).await;
+    assert_eq!(r.attempts()[0]["waitMs"], 1500);
+    let gap = measured_step_wait(&r);
+    assert!((1500..3000).contains(&gap), "the step waited {gap} ms");
+}
+
+/// Proves CFG-2, STP-6, STP-7: DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES=0 (and the same limit
+/// set in host.yaml's catalog) stops the step on its first transport fault. The in-turn replay
+/// is a different layer and still runs: the turn sends its 8 requests.
+#[tokio::test]
+async fn acceptance_6_max_transport_retries_0_stops_on_the_first_transport_fault() {
+    let scenario =
+        "responses:\n  - status: 503\n    repeat: 8\n  - answer: {json: {modules: [lib]}}\n";
+    let by_env = limits(
+        SCALED_HOST,
+        &[
+            SCALED_BASE,
+            ("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES", "0"),
+        ],
+    );
+    let by_host = limits(
+        &scaled_host(&[("retry.maxTransportRetries", "0")]),
+        &[SCALED_BASE],
+    );
+    for limits in [by_env, by_host] {
+        let h = harness(scenario).await;
+        let r = run(&h, READ_ONLY, limits, RulesTable::embedded().unwrap()).await;
+        assert_eq!(r.outcome.status, RunStatus::Failed);
+        let step = r.step();
+        assert_eq!(step["transportRetry"]["maxTransportRetries"], 0);
+        assert_eq!(step["effectiveMaxRetries"], 3);
+        assert_eq!(r.attempts().len(), 1);
+        let a = &r.attempts()[0];
+        assert_eq!(a["providerErrorClass"], "server");
+        assert_eq!(a["httpStatus"], 503);
+        assert_eq!(a["retryRule"], "class-server");
+        assert_eq!(a["retryDecision"], "exhausted");
+        assert_eq!(a["retryScheduled"], false);
+        assert_eq!(a["waitMs"], Value::Null);
+        assert_eq!(a["turns"][0]["providerRetries"], 7);
+        assert_eq!(step["failure"]["category"], "provider-transient");
+        assert_eq!(
+            step["failure"]["message"],
+            "retry-max-transport-retries-bound: 1 exceeds retry.maxTransportRetries = 0 count."
+        );
+        assert_eq!(r.log.len(), 8);
+    }
+}
+
+/// Proves CFG-1, STP-9, STP-5: DOCSFAB_READ_ONLY_MAX_RETRIES=0 turns off contract retries (prose
+/// ends the step at once) but leaves the transport budget whole (a 503 burst is still retried);
+/// a value outside 0..3 is refused naming the variable, the value and the range.
+#[tokio::test]
+async fn acceptance_6_max_retries_0_turns_off_contract_retries_only() {
+    let no_contract = || {
+        limits(
+            SCALED_HOST,
+            &[SCALED_BASE, ("DOCSFAB_READ_ONLY_MAX_RETRIES", "0")],
+        )
+    };
+    // Prose: no contract retry.
+    let h = harness(
+        "responses:\n  - answer: {text: \"Two modules.\"}\n  - answer: {json: {modules: [lib]}}\n",
+    )
+    .await;
+    let r = run(
+        &h,
+        READ_ONLY,
+        no_contract(),
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let step = r.step();
+    assert_eq!(step["configuredMaxRetries"], 3);
+    assert_eq!(step["effectiveMaxRetries"], 0);
+    assert_eq!(r.attempts().len(), 1);
+    let a = &r.attempts()[0];
+    assert_eq!(a["retryRule"], "contract-prose");
+    assert_eq!(a["retryDecision"], "exhausted");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(step["failure"]["category"], "contract-violation");
+    assert_eq!(
+        step["failure"]["message"],
+        "retry-max-retries-bound: 1 exceeds retry.maxRetries = 0 count."
+    );
+    assert_eq!(r.log.len(), 1);
+
+    // A 503 burst: still retried from the transport budget.
+    let h = harness(
+        "responses:\n  - status: 503\n    repeat: 8\n  - answer: {json: {modules: [lib]}}\n",
+    )
+    .await;
+    let r = run(
+        &h,
+        READ_ONLY,
+        no_contract(),
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    assert_eq!(strs(&r.column("retryDecision")), ["scheduled", "none"]);
+    assert_eq!(r.log.len(), 9);
+
+    // Out of range: refused before anything runs.
+    let host = HostConfig::parse(SCALED_HOST, "host.yaml").unwrap();
+    let env: BTreeMap<String, String> =
+        [("DOCSFAB_READ_ONLY_MAX_RETRIES".to_owned(), "4".to_owned())].into();
+    let err = resolve(&host, &env).unwrap_err().to_string();
+    for needle in ["DOCSFAB_READ_ONLY_MAX_RETRIES", "4", "0..3"] {
+        assert!(err.contains(needle), "{err}");
+    }
 }
