@@ -1187,3 +1187,67 @@ async fn acceptance_6_max_retries_0_turns_off_contract_retries_only() {
         assert!(err.contains(needle), "{err}");
     }
 }
+
+/// Proves WRT-1, WRT-3: a write step retries over its writes only when the restore is verified.
+/// Here something outside docsfab puts a directory where the attempt created a file, between the
+/// write and the stream break, so the restore cannot put the workspace back: the retry is
+/// declined (`write-restore-failed`) although the failure class is retryable, and nothing more is
+/// sent.
+#[tokio::test]
+async fn acceptance_4_a_restore_that_fails_declines_the_retry() {
+    let h = harness(
+        r##"responses:
+  - answer:
+      tool_calls:
+        - {id: w1, name: write_file, arguments: {path: docs/draft.md, content: "# Draft\n"}}
+  - answer:
+      text: "I wrote the draft, the guide and updated the existing page; all three pages are now in place under docs and ready for review by the team."
+      deltas: 2
+    cut: {after_bytes: 600, with: reset}
+  - answer:
+      text: Never asked for.
+"##,
+    )
+    .await;
+    std::fs::create_dir_all(h.workspace.join("docs")).unwrap();
+    let ws = h.workspace.clone();
+    let r = run_watching(
+        &h,
+        WRITE,
+        scaled(),
+        RulesTable::embedded().unwrap(),
+        Box::new(move |p| {
+            if let Progress::Turn {
+                attempt: 1,
+                event: TurnEvent::Finished { turn: 1, .. },
+                ..
+            } = p
+            {
+                let draft = ws.join("docs/draft.md");
+                std::fs::remove_file(&draft).unwrap();
+                std::fs::create_dir(&draft).unwrap();
+                std::fs::write(draft.join("theirs.md"), "not docsfab's\n").unwrap();
+            }
+        }),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(r.attempts().len(), 1);
+    let a = &r.attempts()[0];
+    assert_eq!(a["providerErrorClass"], "network");
+    assert_eq!(a["writeSettlement"], "write-executed");
+    assert_eq!(a["retryRule"], "write-step-declined");
+    assert_eq!(a["retryDecision"], "declined");
+    assert_eq!(a["retryScheduled"], false);
+    assert_eq!(a["waitMs"], Value::Null);
+    let failure = &r.step()["failure"];
+    assert_eq!(failure["category"], "declined-write-step");
+    assert_eq!(failure["code"], "write-restore-failed");
+    assert_eq!(failure["failureClass"], "infrastructure");
+    assert_eq!(r.log.len(), 2);
+    // What the other process put there is left alone.
+    assert_eq!(
+        std::fs::read_to_string(h.workspace.join("docs/draft.md/theirs.md")).unwrap(),
+        "not docsfab's\n"
+    );
+}
