@@ -7,6 +7,7 @@ mod doctor;
 mod error;
 mod home;
 mod progress;
+mod route;
 mod run;
 mod runs;
 mod setup;
@@ -43,6 +44,9 @@ enum Commands {
     Demo,
     /// The fault-injecting provider simulator, for tests, demos and benchmarks.
     Sim(sim::SimArgs),
+    /// The composition route: OpenAI- and Anthropic-compatible endpoints on loopback that forward
+    /// to the composition's provider with in-turn replay and the response boundary.
+    Route(route::RouteArgs),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -53,6 +57,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Runs(args) => runs::run(&args),
         Commands::Demo => demo::run(),
         Commands::Sim(args) => sim::run(&args),
+        Commands::Route(args) => route::run(&args),
     }
 }
 
