@@ -200,12 +200,9 @@ fn status_text(s: &State, now: Instant) -> String {
         ));
     }
     if let Some((what, end)) = &s.waiting {
-        let left = end.saturating_duration_since(now);
-        parts.push(format!(
-            "{what} in {}.{} s",
-            left.as_secs(),
-            left.subsec_millis() / 100
-        ));
+        // Rounded up, so a wait still running never reads 0.0 s.
+        let tenths = end.saturating_duration_since(now).as_millis().div_ceil(100);
+        parts.push(format!("{what} in {}.{} s", tenths / 10, tenths % 10));
     }
     if s.cancelling {
         parts.push("cancelling".to_owned());
@@ -231,7 +228,7 @@ mod tests {
         };
         assert_eq!(
             status_text(&s, now),
-            "step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in 1.4 s"
+            "step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in 1.5 s"
         );
         assert_eq!(status_text(&State::default(), now), "starting");
     }
