@@ -341,6 +341,16 @@ fn print_record(r: &Ran) {
     ];
     let name = std::thread::current().name().unwrap_or("?").to_owned();
     println!("==== {name}: run {:?}", r.json["status"]);
+    // What the operator saw while it ran (backoff countdowns left out).
+    for line in r
+        .events
+        .iter()
+        .filter(|p| !matches!(p, Progress::Backoff { .. }))
+    {
+        if let Some(line) = line.describe() {
+            println!("| {line}");
+        }
+    }
     for step in r.json["steps"].as_array().unwrap() {
         println!(
             "step {} ({}) configuredMaxRetries={} effectiveMaxRetries={} transportRetry={}",
