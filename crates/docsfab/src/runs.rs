@@ -5,6 +5,7 @@
 //! reads host.yaml: looking at old runs must work whatever the configuration says today.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -53,13 +54,21 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
 
 /// Opens the run store for a command; a failure is the operator's to fix (permissions, a file
 /// that is not a database), so it is bad input.
+/// Says on stderr which runs this open found orphaned and marked `interrupted`.
 pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
-    RunStore::open(path).map_err(|e| {
+    let store = RunStore::open(path).map_err(|e| {
         CliError::bad_input(format!(
             "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
             path.display()
         ))
-    })
+    })?;
+    for id in store.interrupted_on_open() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: run {id} was left running by a process that no longer exists; it is now marked interrupted."
+        );
+    }
+    Ok(store)
 }
 
 fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {

@@ -261,3 +261,67 @@ fn runs_show_unknown_id_exits_2_and_list_of_nothing_is_empty() {
     assert!(text(&out.stdout).starts_with("No runs yet"));
     assert!(!s.store().exists());
 }
+
+/// The same run against an Anthropic Messages provider: a 529 replayed, then the answer.
+#[test]
+fn a_run_against_an_anthropic_messages_provider_succeeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - status: 529\n  - answer: {json: {modules: [lib]}}\n",
+    );
+    let s = Setup::with_api("anthropic-messages", &sim.base_url, FAST_CATALOG);
+    let comp = s.composition(ONE_STEP);
+    let out = s
+        .docsfab()
+        .arg("run")
+        .arg(&comp)
+        .arg("--workspace")
+        .arg(s.workspace())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).lines().next().unwrap().to_owned();
+    let record = s.show_json(&id);
+    validate_against_schema(&record).unwrap();
+    let turn = &record["steps"][0]["attempts"][0]["turns"][0];
+    assert_eq!(turn["replays"][0]["status"], 529);
+    assert_eq!(turn["replays"][0]["providerErrorClass"], "server");
+}
+
+/// The job deadline (`runtime.deadlineMilliseconds`, lowered in host.yaml) cancels a run whose
+/// provider stalls: exit 130, the sentence and the step failure name the deadline.
+#[test]
+fn the_job_deadline_cancels_the_run_with_exit_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer: {json: {modules: [lib]}}\n    delay_ms: 30000\n",
+    );
+    let s = Setup::new(
+        &sim.base_url,
+        &format!("{FAST_CATALOG}  runtime.deadlineMilliseconds: 300\n"),
+    );
+    let comp = s.composition(ONE_STEP);
+    let started = std::time::Instant::now();
+    let out = s
+        .docsfab()
+        .arg("run")
+        .arg(&comp)
+        .arg("--workspace")
+        .arg(s.workspace())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert!(
+        stderr.contains("cancelled by the job deadline (runtime.deadlineMilliseconds = 300 ms)"),
+        "{stderr}"
+    );
+    let id = text(&out.stdout).lines().next().unwrap().to_owned();
+    let record = s.show_json(&id);
+    validate_against_schema(&record).unwrap();
+    assert_eq!(record["status"], "cancelled");
+    assert_eq!(record["steps"][0]["failure"]["code"], "job-deadline");
+}

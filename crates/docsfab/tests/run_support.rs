@@ -86,13 +86,18 @@ pub struct Setup {
 
 impl Setup {
     pub fn new(base_url: &str, extra: &str) -> Setup {
+        Setup::with_api("openai-chat", base_url, extra)
+    }
+
+    /// As [`Setup::new`] for a provider speaking `api` (`openai-chat`, `anthropic-messages`).
+    pub fn with_api(api: &str, base_url: &str, extra: &str) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let s = Setup { dir };
         std::fs::create_dir_all(s.home()).unwrap();
         std::fs::write(
             s.home().join("host.yaml"),
             format!(
-                "providers:\n  default:\n    api: openai-chat\n    baseUrl: {base_url}\n    apiKeyEnv: {KEY_VAR}\n    model: sim-model\n{extra}"
+                "providers:\n  default:\n    api: {api}\n    baseUrl: {base_url}\n    apiKeyEnv: {KEY_VAR}\n    model: sim-model\n{extra}"
             ),
         )
         .unwrap();

@@ -50,6 +50,13 @@ fn sigkill_mid_run_leaves_an_interrupted_run_with_finished_attempts_intact() {
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
+    // The next command to open the store finds the orphan and says so.
+    let listed = s.docsfab().args(["runs", "list"]).output().unwrap();
+    let note = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        note.contains(&format!("run {id} was left running")) && note.contains("interrupted"),
+        "{note}"
+    );
     let record = s.show_json(&id);
     validate_against_schema(&record).unwrap();
     assert_eq!(record["status"], "interrupted", "{record:#}");
