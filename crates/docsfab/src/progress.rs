@@ -87,6 +87,18 @@ impl Reporter {
         }
     }
 
+    /// Writes `text` to stdout with the status line out of the way, so the two streams do not
+    /// share a terminal line. A closed stdout is not an error here: the run goes on regardless.
+    pub fn stdout(&self, text: &str) {
+        let write = || {
+            let _ = crate::error::emit(text);
+        };
+        match &self.bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
+
     /// Handles one executor event.
     pub fn on_event(&self, p: &Progress) {
         let mut print = true;

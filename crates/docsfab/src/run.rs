@@ -137,8 +137,7 @@ pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunO
     let sink_reporter = Arc::clone(&reporter);
     config.progress = Some(Arc::new(move |p: &Progress| {
         if let Progress::RunStarted { run_id } = p {
-            // A closed stdout must not stop the run; the record is in the store either way.
-            let _ = emit(&format!("{run_id}\n"));
+            sink_reporter.stdout(&format!("{run_id}\n"));
         }
         sink_reporter.on_event(p);
     }));
