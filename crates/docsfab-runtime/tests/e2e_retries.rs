@@ -215,11 +215,35 @@ async fn run(h: &Harness, composition: &str, limits: EffectiveLimits, rules: Rul
     run_watching(h, composition, limits, rules, Box::new(|_| {})).await
 }
 
+/// [`run`] on the given provider API.
+async fn run_on(api: Api, h: &Harness, composition: &str, limits: EffectiveLimits) -> Ran {
+    run_full(
+        api,
+        h,
+        composition,
+        limits,
+        RulesTable::embedded().unwrap(),
+        Box::new(|_| {}),
+    )
+    .await
+}
+
 /// A test's own reaction to progress events, called inline as each arrives.
 type OnEvent = Box<dyn Fn(&Progress) + Send + Sync>;
 
 /// [`run`], calling `on_event` with every progress event as it happens.
 async fn run_watching(
+    h: &Harness,
+    composition: &str,
+    limits: EffectiveLimits,
+    rules: RulesTable,
+    on_event: OnEvent,
+) -> Ran {
+    run_full(Api::OpenaiChat, h, composition, limits, rules, on_event).await
+}
+
+async fn run_full(
+    api: Api,
     h: &Harness,
     composition: &str,
     limits: EffectiveLimits,
@@ -241,7 +265,7 @@ async fn run_watching(
             composition,
             workspace: h.workspace.clone(),
             provider: ProviderSettings {
-                api: Api::OpenaiChat,
+                api,
                 base_url: h.server.base_url(),
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET)),
@@ -278,6 +302,15 @@ async fn run_watching(
         events,
         log: h.server.requests(),
     };
+    let path = match api {
+        Api::OpenaiChat => "/v1/chat/completions",
+        Api::AnthropicMessages => "/v1/messages",
+    };
+    assert!(
+        ran.log
+            .iter()
+            .all(|e| e.path == path && e.model.as_deref() == Some("sim-model"))
+    );
     assert_digests(&ran);
     print_record(&ran);
     ran
@@ -592,6 +625,16 @@ async fn acceptance_2_a_503_after_ten_429s_ends_the_turn_and_the_transport_budge
 /// failure, and into every contract retry.
 #[tokio::test]
 async fn acceptance_3_contract_attempts_are_kept_across_a_transport_retry_with_their_feedback() {
+    contract_attempts_kept_across_a_transport_retry(Api::OpenaiChat).await;
+}
+
+/// Proves STP-5, CLS-7: acceptance case 3 on the Anthropic Messages API.
+#[tokio::test]
+async fn acceptance_3_on_the_anthropic_messages_api() {
+    contract_attempts_kept_across_a_transport_retry(Api::AnthropicMessages).await;
+}
+
+async fn contract_attempts_kept_across_a_transport_retry(api: Api) {
     let h = harness(
         r#"responses:
   - answer:
@@ -607,7 +650,7 @@ async fn acceptance_3_contract_attempts_are_kept_across_a_transport_retry_with_t
 "#,
     )
     .await;
-    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    let r = run_on(api, &h, READ_ONLY, scaled()).await;
     assert_eq!(r.outcome.status, RunStatus::Succeeded);
     let step = r.step();
     assert_eq!(step["effectiveMaxRetries"], 3);
@@ -740,26 +783,38 @@ fn docs_tree_at(ws: &std::path::Path) -> BTreeMap<String, String> {
 /// workspace holds only what the last attempt wrote.
 #[tokio::test]
 async fn acceptance_4_a_stream_broken_after_a_write_restores_the_workspace_then_retries() {
-    let h = harness(
+    // The role chunk is 208 bytes and the first text delta 257: byte 600 is inside the second
+    // delta, after the first was published.
+    stream_broken_after_a_write(Api::OpenaiChat, 600).await;
+}
+
+/// Proves WRT-1, WRT-3, CLS-7: acceptance case 4 on the Anthropic Messages API.
+#[tokio::test]
+async fn acceptance_4_on_the_anthropic_messages_api() {
+    // message_start, content_block_start, ping and the first text delta end near byte 572; the
+    // second delta near 756: byte 660 is inside it.
+    stream_broken_after_a_write(Api::AnthropicMessages, 660).await;
+}
+
+async fn stream_broken_after_a_write(api: Api, cut_after: usize) {
+    let h = harness(&format!(
         r##"responses:
   - answer:
       tool_calls:
-        - {id: w1, name: write_file, arguments: {path: docs/draft.md, content: "# Draft\n"}}
-        - {id: w2, name: write_file, arguments: {path: docs/guide/deep.md, content: "# Deep\n"}}
-        - {id: w3, name: write_file, arguments: {path: docs/existing.md, content: "# Overwritten\n"}}
+        - {{id: w1, name: write_file, arguments: {{path: docs/draft.md, content: "# Draft\n"}}}}
+        - {{id: w2, name: write_file, arguments: {{path: docs/guide/deep.md, content: "# Deep\n"}}}}
+        - {{id: w3, name: write_file, arguments: {{path: docs/existing.md, content: "# Overwritten\n"}}}}
   - answer:
       text: "I wrote the draft, the guide and updated the existing page; all three pages are now in place under docs and ready for review by the team."
       deltas: 2
-    # The role chunk is 208 bytes and the first text delta 257: byte 600 is inside the second
-    # delta, after the first was published.
-    cut: {after_bytes: 600, with: reset}
+    cut: {{after_bytes: {cut_after}, with: reset}}
   - answer:
       tool_calls:
-        - {id: w4, name: write_file, arguments: {path: docs/final.md, content: "# Final\n"}}
+        - {{id: w4, name: write_file, arguments: {{path: docs/final.md, content: "# Final\n"}}}}
   - answer:
       text: Wrote docs/final.md.
-"##,
-    )
+"##
+    ))
     .await;
     std::fs::create_dir_all(h.workspace.join("docs")).unwrap();
     std::fs::write(h.workspace.join("docs/existing.md"), "# Existing\n").unwrap();
@@ -767,7 +822,7 @@ async fn acceptance_4_a_stream_broken_after_a_write_restores_the_workspace_then_
 
     // What the workspace looked like when the retry started.
     let seen: Arc<Mutex<Vec<BTreeMap<String, String>>>> = Arc::default();
-    let r = run_watching(&h, WRITE, scaled(), RulesTable::embedded().unwrap(), {
+    let r = run_full(api, &h, WRITE, scaled(), RulesTable::embedded().unwrap(), {
         let seen = Arc::clone(&seen);
         let ws = h.workspace.clone();
         Box::new(move |p: &Progress| {
@@ -1260,4 +1315,85 @@ async fn acceptance_4_a_restore_that_fails_declines_the_retry() {
         std::fs::read_to_string(h.workspace.join("docs/draft.md/theirs.md")).unwrap(),
         "not docsfab's\n"
     );
+}
+
+/// Proves CLS-2, CLS-4, CLS-5, CLS-6, REP-14, STP-3: broken 200 streams. A stream that closes
+/// with no finish reason and no `[DONE]` before any text is replayed in the turn; the same after
+/// text ends the attempt as `stream-incomplete` (transport budget). Text followed by an error
+/// event that declares 503 is `server`, one that declares 504 is `timeout` (a provider timeout):
+/// neither is replayed once text was published, both are paid by the transport budget, and none
+/// of them has an HTTP status.
+#[tokio::test]
+async fn broken_200_streams_are_retried_from_the_transport_budget_by_their_class() {
+    let h = harness(
+        r#"responses:
+  - answer: {text: "", omit_finish_reason: true, omit_done: true}
+  - answer: {text: "Half an ans", omit_finish_reason: true, omit_done: true}
+  - answer:
+      text: "partial"
+      error_event: {type: service_unavailable, code: 503}
+      omit_finish_reason: true
+  - answer:
+      text: "partial"
+      error_event: {type: gateway_timeout, code: 504}
+      omit_finish_reason: true
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(&h, READ_ONLY, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(
+        strs(&r.column("budget")),
+        ["initial", "transport", "transport", "transport"]
+    );
+    assert_eq!(
+        strs(&r.column("providerErrorClass")),
+        ["stream-incomplete", "server", "timeout", "null"]
+    );
+    assert_eq!(
+        r.column("httpStatus"),
+        [Value::Null, Value::Null, Value::Null, Value::Null]
+    );
+    assert_eq!(
+        strs(&r.column("code")),
+        [
+            "provider-stream-incomplete",
+            "provider-server",
+            "provider-timeout",
+            "null"
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("retryRule")),
+        [
+            "class-stream-incomplete",
+            "class-server",
+            "class-timeout",
+            "null"
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("timeoutKind")),
+        ["null", "null", "provider-timeout", "null"]
+    );
+    assert_eq!(
+        r.column("waitMs"),
+        [json!(10), json!(20), json!(40), Value::Null]
+    );
+    let first = &r.attempts()[0];
+    assert_eq!(first["failureClass"], "infrastructure");
+    // The stream that closed before any text was replayed in the turn; the one after text not.
+    let turn = &first["turns"][0];
+    assert_eq!(turn["providerRetries"], 1);
+    assert_eq!(turn["replays"][0]["fault"], "stream-incomplete");
+    assert_eq!(
+        turn["replays"][0]["providerErrorClass"],
+        "stream-incomplete"
+    );
+    for a in &r.attempts()[1..] {
+        assert_eq!(a["turns"][0]["providerRetries"], 0);
+    }
+    assert_eq!(r.log.len(), 5);
 }
