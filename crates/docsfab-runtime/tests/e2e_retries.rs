@@ -1397,3 +1397,135 @@ async fn broken_200_streams_are_retried_from_the_transport_budget_by_their_class
     }
     assert_eq!(r.log.len(), 5);
 }
+
+/// Proves CFG-3, STP-5, STP-7: the whole envelope of one step, 1 + 3 + 6 = 10 attempts, with
+/// judged and transport failures interleaved (replay lowered to 1 attempt per turn so every 503
+/// ends its turn). The budgets never share a count; the fourth judged failure is refused by the
+/// contract bound on the tenth attempt, and every attempt after the first prose carries its
+/// correction.
+#[tokio::test]
+async fn one_step_makes_at_most_ten_attempts_cfg_3() {
+    let h = harness(
+        r#"responses:
+  - answer: {text: "prose 1"}
+  - status: 503
+  - answer: {text: "prose 2"}
+  - status: 503
+  - answer: {text: "prose 3"}
+  - status: 503
+    repeat: 4
+  - answer: {text: "prose 4"}
+  - answer: {json: {modules: [never]}}
+"#,
+    )
+    .await;
+    let host = scaled_host(&[("providerAttempt.maxAttemptsPerTurn", "1")]);
+    let r = run(
+        &h,
+        READ_ONLY,
+        limits(&host, &[SCALED_BASE]),
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(r.attempts().len(), 10);
+    assert_eq!(
+        strs(&r.column("budget")),
+        [
+            "initial",
+            "contract",
+            "transport",
+            "contract",
+            "transport",
+            "contract",
+            "transport",
+            "transport",
+            "transport",
+            "transport"
+        ]
+    );
+    assert_eq!(
+        strs(&r.column("retryRule")),
+        [
+            "contract-prose",
+            "class-server",
+            "contract-prose",
+            "class-server",
+            "contract-prose",
+            "class-server",
+            "class-server",
+            "class-server",
+            "class-server",
+            "contract-prose"
+        ]
+    );
+    // Transport waits double by transport retry number, whatever comes between them.
+    assert_eq!(
+        r.column("waitMs"),
+        [
+            json!(0),
+            json!(10),
+            json!(0),
+            json!(20),
+            json!(0),
+            json!(40),
+            json!(80),
+            json!(160),
+            json!(320),
+            Value::Null
+        ]
+    );
+    assert_eq!(r.attempts()[9]["retryDecision"], "exhausted");
+    assert_eq!(
+        r.step()["failure"]["message"],
+        "retry-max-retries-bound: 4 exceeds retry.maxRetries = 3 count."
+    );
+    assert_eq!(r.step()["failure"]["category"], "contract-violation");
+    assert_eq!(r.log.len(), 10);
+    for attempt in 2..=10 {
+        assert!(
+            r.first_body(attempt)
+                .contains("Return only the JSON object"),
+            "attempt {attempt}"
+        );
+    }
+}
+
+/// Proves STP-6, STP-7: the transport elapsed bound in real time. Lowered to 1,000 ms, a 408
+/// storm whose attempts take about 530 ms each (their replay waits) gets one transport retry:
+/// after the second attempt, the two attempts and the waits would pass 1,000 ms, so the step
+/// ends naming the elapsed bound with the sum it refused.
+#[tokio::test]
+async fn the_transport_elapsed_bound_ends_a_408_storm_in_real_time() {
+    let h = harness("responses:\n  - status: 408\n").await;
+    let host = scaled_host(&[("retry.transportMaxElapsedMs", "1000")]);
+    let r = run(
+        &h,
+        READ_ONLY,
+        limits(&host, &[SCALED_BASE]),
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    assert_eq!(strs(&r.column("retryDecision")), ["scheduled", "exhausted"]);
+    assert_eq!(r.column("waitMs"), [json!(10), Value::Null]);
+    let durations: Vec<u64> = r
+        .column("durationMs")
+        .iter()
+        .map(|d| d.as_u64().unwrap())
+        .collect();
+    // Each attempt waited 515 ms in its turn, so it cannot have been shorter.
+    assert!(durations.iter().all(|d| *d >= 515), "{durations:?}");
+    // The refused sum: both attempts, the wait between them, and the wait that was refused.
+    let refused = durations[0] + 10 + durations[1] + 20;
+    let message = r.step()["failure"]["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        format!(
+            "retry-transport-max-elapsed-bound: {refused} exceeds retry.transportMaxElapsedMs = 1000 ms."
+        )
+    );
+    assert_eq!(r.step()["transportRetry"]["transportMaxElapsedMs"], 1000);
+    assert_eq!(r.log.len(), 16);
+}
