@@ -1529,3 +1529,41 @@ async fn the_transport_elapsed_bound_ends_a_408_storm_in_real_time() {
     assert_eq!(r.step()["transportRetry"]["transportMaxElapsedMs"], 1000);
     assert_eq!(r.log.len(), 16);
 }
+
+/// Proves WRT-1, WRT-3, STP-1: a write step whose first attempt failed in transport before any
+/// tool ran records `writeSettlement: no-write` and is retried from the transport budget with
+/// nothing to restore.
+#[tokio::test]
+async fn a_write_step_that_wrote_nothing_retries_as_no_write() {
+    let h = harness(
+        r##"responses:
+  - status: 502
+    repeat: 8
+  - answer:
+      tool_calls:
+        - {id: w1, name: write_file, arguments: {path: docs/final.md, content: "# Final\n"}}
+  - answer:
+      text: Wrote docs/final.md.
+"##,
+    )
+    .await;
+    let r = run(&h, WRITE, scaled(), RulesTable::embedded().unwrap()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(strs(&r.column("budget")), ["initial", "transport"]);
+    assert_eq!(
+        r.column("writeSettlement"),
+        [json!("no-write"), Value::Null]
+    );
+    let first = &r.attempts()[0];
+    assert_eq!(first["providerErrorClass"], "server");
+    assert_eq!(first["httpStatus"], 502);
+    assert_eq!(first["retryRule"], "class-server");
+    assert_eq!(first["retryDecision"], "scheduled");
+    assert_eq!(first["waitMs"], 10);
+    assert_eq!(first["lease"]["executedToolCalls"], 0);
+    assert_eq!(r.log.len(), 10);
+    assert_eq!(
+        docs_tree(&h),
+        BTreeMap::from([("docs/final.md".to_owned(), "# Final\n".to_owned())])
+    );
+}
