@@ -293,3 +293,30 @@ async fn a_non_loopback_address_or_a_missing_key_is_refused_at_startup() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(KEY_VAR) && err.contains("not set"), "{err}");
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_ends_the_turn_and_its_replays_rep_9() {
+    use tokio::io::AsyncWriteExt;
+    let api = "openai-chat";
+    // Each 503 comes after 300 ms; replaying them all would take over a second.
+    let s = Setup::start(
+        api,
+        "responses:\n  - status: 503\n    delay_ms: 300\n    repeat: 5\n  - answer: {text: late}\n",
+    )
+    .await;
+    let mut c = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
+    let body = request(api);
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(c);
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert_eq!(
+        s.sim.requests().len(),
+        1,
+        "the route kept replaying for a client that left"
+    );
+}
