@@ -36,6 +36,7 @@ use crate::record::{
     TimeoutKind, TransportRetryBudget, WriteSettlement,
 };
 use crate::settlement::settle_attempt;
+use crate::snapshot::RestoreError;
 use crate::store::{RunStore, StepEnd, StepStart, StoreError};
 use crate::workspace::Workspace;
 
@@ -511,13 +512,13 @@ async fn run_step(
         // Decide. A write step first proves what it wrote; a retry that needs a restore only
         // goes ahead once the restore is verified (WRT-1..3).
         let provisional = attempt_record(attempt_no, budget, &report, None, None);
-        let (decision, settlement) =
+        let (decision, settlement, restore_error) =
             decide_after_failure(ctx, step, &budgets, &past, &failure, &report, &provisional);
         let facts = decision
             .failure()
             .cloned()
             .or_else(|| own_facts(&cfg.rules, &budgets, &failure));
-        let record = attempt_record(
+        let mut record = attempt_record(
             attempt_no,
             budget,
             &report,
@@ -528,6 +529,14 @@ async fn run_step(
             }),
             settlement,
         );
+        if let Some(e) = restore_error {
+            // Say which file could not be put back, so the operator knows what to inspect.
+            let why = format!("the workspace restore failed: {e}");
+            record.message = Some(match record.message.take() {
+                Some(m) => format!("{m}; {why}"),
+                None => why,
+            });
+        }
         // Durable before anything else happens (the next attempt, or the step's end).
         store.record_attempt(ctx.run_id, step_index, &record)?;
         emit_finished(ctx, step, &record);
@@ -616,6 +625,7 @@ async fn backoff(ctx: &Ctx<'_>, step: &Step, next_attempt: u32, wait_ms: u64) ->
 /// Decides the failed attempt. For a write step the settlement is computed from the attempt's
 /// recorded turns and lease (every batch reconciled with the lease's counters, WRT-2); a write
 /// that ran is restored, and the restore verified, only when the decision would retry (WRT-1).
+/// When that restore fails, its error comes back as the third value.
 fn decide_after_failure(
     ctx: &Ctx<'_>,
     step: &Step,
@@ -624,11 +634,11 @@ fn decide_after_failure(
     failure: &AttemptFailure,
     report: &AttemptReport,
     provisional: &AttemptRecord,
-) -> (StepDecision, Option<PolicySettlement>) {
+) -> (StepDecision, Option<PolicySettlement>, Option<RestoreError>) {
     let rules = &ctx.cfg.rules;
     let decide = |access| step::decide(rules, budgets, access, past, failure, report.duration_ms);
     if step.access == Access::ReadOnly {
-        return (decide(PolicyAccess::ReadOnly), None);
+        return (decide(PolicyAccess::ReadOnly), None, None);
     }
     let proven = settle_attempt(provisional).settlement;
     let settlement = match proven {
@@ -640,12 +650,16 @@ fn decide_after_failure(
     let decision = decide(PolicyAccess::Write(settlement));
     if proven == WriteSettlement::WriteExecuted
         && decision.retry_scheduled()
-        && report.snapshots.restore().is_err()
+        && let Err(e) = report.snapshots.restore()
     {
         let settlement = PolicySettlement::RestoreFailed;
-        return (decide(PolicyAccess::Write(settlement)), Some(settlement));
+        return (
+            decide(PolicyAccess::Write(settlement)),
+            Some(settlement),
+            Some(e),
+        );
     }
-    (decision, Some(settlement))
+    (decision, Some(settlement), None)
 }
 
 fn record_budget(b: Budget) -> AttemptBudget {
