@@ -1309,6 +1309,12 @@ async fn acceptance_4_a_restore_that_fails_declines_the_retry() {
     assert_eq!(failure["category"], "declined-write-step");
     assert_eq!(failure["code"], "write-restore-failed");
     assert_eq!(failure["failureClass"], "infrastructure");
+    // The attempt says which file the restore could not put back.
+    let message = a["message"].as_str().unwrap();
+    assert!(
+        message.contains("the workspace restore failed: could not restore docs/draft.md"),
+        "{message}"
+    );
     assert_eq!(r.log.len(), 2);
     // What the other process put there is left alone.
     assert_eq!(
