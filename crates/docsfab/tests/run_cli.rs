@@ -1,7 +1,7 @@
 //! `docsfab run` and `docsfab runs list|show` as real processes against `docsfab sim serve` on
 //! 127.0.0.1, with a temporary DOCSFAB_HOME and the real SQLite run store.
 
-#[path = "run_support.rs"]
+#[path = "run_support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;

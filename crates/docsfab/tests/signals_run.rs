@@ -3,7 +3,7 @@
 //! during an in-turn replay wait and SIGTERM during a step backoff cancel the run at once
 //! (exit 130, recorded `cancelled`) instead of waiting the wait out.
 
-#[path = "run_support.rs"]
+#[path = "run_support/mod.rs"]
 mod support;
 
 use std::process::Stdio;
