@@ -851,8 +851,21 @@ fn declined_failure(facts: &Facts, settlement: WriteSettlement) -> StepFailure {
         category: "declined-write-step".to_string(),
         failure_class: facts.failure_class.to_string(),
         code: code.to_string(),
-        message: format!("{} The retry was declined because {why}.", facts.message),
+        message: format!(
+            "{} The retry was declined because {why}.",
+            as_sentence(&facts.message)
+        ),
         remediation: "Inspect the workspace for partial writes, restore it, then run again."
             .to_string(),
+    }
+}
+
+/// `text` ending in a full stop, so another sentence can follow it.
+fn as_sentence(text: &str) -> String {
+    let text = text.trim_end();
+    if text.ends_with(['.', '!', '?']) {
+        text.to_string()
+    } else {
+        format!("{text}.")
     }
 }

@@ -1581,7 +1581,6 @@ async fn a_write_step_that_wrote_nothing_retries_as_no_write() {
 /// `crates/docsfab-policy/src/step.rs`, `declined_failure`: end the first sentence with a period
 /// when it lacks one.
 #[tokio::test]
-#[ignore = "bug in docsfab-policy step.rs declined_failure: sentences joined without a full stop"]
 async fn the_declined_message_reads_as_two_sentences() {
     let (_h, r) = write_into_a_pipe(rules_sending_host_write_failures_to_transport()).await;
     let message = r.step()["failure"]["message"].as_str().unwrap();
