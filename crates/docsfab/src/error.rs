@@ -11,8 +11,6 @@ pub enum ErrorKind {
     /// Bad input or configuration, found before any work started (exit 2).
     BadInput,
     /// The caller cancelled (exit 130, as a shell reports SIGINT).
-    // Constructed by the commands that run work (run, demo), which are added as modules.
-    #[allow(dead_code)]
     Cancelled,
 }
 
@@ -49,7 +47,6 @@ impl CliError {
         }
     }
 
-    #[allow(dead_code)] // see `ErrorKind::Cancelled`
     pub fn cancelled(message: impl Into<String>) -> CliError {
         CliError {
             kind: ErrorKind::Cancelled,
