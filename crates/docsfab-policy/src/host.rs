@@ -363,7 +363,7 @@ impl HostError {
 }
 
 /// Splits a serde-saphyr error into line, column and a message without its own location suffix.
-/// Shared with the composition parser so every file error reads the same.
+/// Shared with the rules table and the composition parser so every file error reads the same.
 pub fn yaml_error_parts(e: &serde_saphyr::Error) -> (u64, u64, String) {
     let inner = e.without_snippet();
     let (line, column) = inner

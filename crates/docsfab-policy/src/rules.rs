@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::class::{ProviderErrorClass, ProviderFailure};
+use crate::host::yaml_error_parts;
 
 /// The shipped table, as text.
 pub const EMBEDDED_SOURCE: &str = include_str!("../../../config/model-output/retry-policy.yaml");
@@ -316,16 +317,7 @@ fn find_class_rule(
 }
 
 fn syntax_error(e: &serde_saphyr::Error, source: &str) -> RulesError {
-    let inner = e.without_snippet();
-    let (line, column) = inner
-        .location()
-        .map(|l| (l.line(), l.column()))
-        .unwrap_or((1, 1));
-    let mut message = inner.to_string();
-    let suffix = format!(" at line {line}, column {column}");
-    if let Some(stripped) = message.strip_suffix(&suffix) {
-        message = stripped.to_string();
-    }
+    let (line, column, message) = yaml_error_parts(e);
     RulesError::Syntax {
         source_name: source.to_string(),
         line,

@@ -177,6 +177,32 @@ fn missing_and_duplicate_rules_are_refused_stp_8() {
     assert!(refused(&text).contains("version 2"));
 }
 
+// Proves STP-8: a YAML error in an operator's table reads like one in host.yaml, one sentence
+// with its line and without the YAML library's advice about its own options.
+#[test]
+fn a_duplicate_key_is_one_sentence_naming_its_line_stp_8() {
+    let text = EMBEDDED_SOURCE.replacen("version: 1\n", "version: 1\nversion: 1\n", 1);
+    assert_ne!(text, EMBEDDED_SOURCE);
+    let err = RulesTable::parse(&text, "retry-policy.yaml").expect_err("duplicate key");
+    let expected_line = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("version:"))
+        .nth(1)
+        .expect("second version line")
+        .0 as u64
+        + 1;
+    match &err {
+        RulesError::Syntax { line, message, .. } => {
+            assert_eq!(*line, expected_line);
+            assert!(message.contains("duplicate"), "{message}");
+            assert!(!message.contains("DuplicateKeyPolicy"), "{message}");
+            assert!(!message.ends_with('.'), "{message}");
+        }
+        other => panic!("expected a syntax error, got {other:?}"),
+    }
+}
+
 // Proves STP-4.
 #[test]
 fn text_rules_match_case_insensitively_in_order_stp_4() {
