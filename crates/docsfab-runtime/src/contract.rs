@@ -95,17 +95,7 @@ impl Contract {
         let Some(validator) = &self.validator else {
             return Ok(into_map(object));
         };
-        let violations: Vec<String> = validator
-            .iter_errors(&object)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{at}: {e}")
-                }
-            })
-            .collect();
+        let violations = schema_violations(validator, &object);
         if violations.is_empty() {
             Ok(into_map(object))
         } else {
@@ -115,6 +105,22 @@ impl Contract {
             })
         }
     }
+}
+
+/// Every way `value` breaks the schema, one line each, prefixed with the JSON pointer of the
+/// offending part when it is not the whole value. Tool arguments read the same way.
+pub(crate) fn schema_violations(validator: &jsonschema::Validator, value: &Value) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{at}: {e}")
+            }
+        })
+        .collect()
 }
 
 fn into_map(value: Value) -> Map<String, Value> {

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::composition::Tool;
+use crate::contract::schema_violations;
 use crate::ledger::{CallResult, RejectReason};
 use crate::snapshot::{WriteSnapshots, write_atomically};
 use crate::supervision::{ReadSupervisor, ReadVerdict};
@@ -370,17 +371,7 @@ impl<'w> StepTools<'w> {
         };
         let validator =
             jsonschema::draft202012::new(&schema).map_err(|e| mismatch(e.to_string()))?;
-        let errors: Vec<String> = validator
-            .iter_errors(&value)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    e.to_string()
-                } else {
-                    format!("{at}: {e}")
-                }
-            })
-            .collect();
+        let errors = schema_violations(&validator, &value);
         if !errors.is_empty() {
             return Err(mismatch(errors.join("; ")));
         }
