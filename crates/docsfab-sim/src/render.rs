@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::http::{Framing, Outgoing};
 use crate::scenario::{
     Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
-    StatusReply, StreamErrorReply, ToolCall,
+    StatusReply, StreamErrorReply, StreamFaults, ToolCall,
 };
 
 /// Which provider API a request addressed (chosen by its path).
@@ -222,6 +222,21 @@ impl<'a> Sse<'a> {
         out.extend_from_slice(ending);
         self.last_was_cr = ending == b"\r";
         self.lines += 1;
+    }
+}
+
+/// A 200 event stream of `pieces`, then the stray lines the scenario sends after the stream's
+/// end, cut into HTTP chunks and paced as its faults ask.
+fn stream_reply(mut sse: Sse<'_>, mut pieces: Vec<Vec<u8>>, faults: &StreamFaults) -> Outgoing {
+    for data in &faults.after_done {
+        pieces.push(sse.event(None, data));
+    }
+    Outgoing {
+        status: 200,
+        headers: sse_headers(),
+        pieces: rechunk(pieces, &faults.framing),
+        framing: Framing::Chunked,
+        piece_delay: Duration::from_millis(faults.event_delay_ms),
     }
 }
 
@@ -444,16 +459,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     if !faults.omit_done {
         pieces.push(sse.event(None, "[DONE]"));
     }
-    for data in &faults.after_done {
-        pieces.push(sse.event(None, data));
-    }
-    Outgoing {
-        status: 200,
-        headers: sse_headers(),
-        pieces: rechunk(pieces, &faults.framing),
-        framing: Framing::Chunked,
-        piece_delay: Duration::from_millis(faults.event_delay_ms),
-    }
+    stream_reply(sse, pieces, faults)
 }
 
 fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
@@ -557,16 +563,7 @@ fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     if !faults.omit_done {
         emit(&mut sse, "message_stop", json!({"type": "message_stop"}));
     }
-    for data in &faults.after_done {
-        pieces.push(sse.event(None, data));
-    }
-    Outgoing {
-        status: 200,
-        headers: sse_headers(),
-        pieces: rechunk(pieces, &faults.framing),
-        framing: Framing::Chunked,
-        piece_delay: Duration::from_millis(faults.event_delay_ms),
-    }
+    stream_reply(sse, pieces, faults)
 }
 
 /// The non-streamed answer (`stream` false or absent). Stream faults do not apply.
