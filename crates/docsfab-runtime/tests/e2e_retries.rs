@@ -11,25 +11,22 @@
 //! Set `DOCSFAB_E2E_PRINT_RECORDS=1` and run with `--nocapture` to print each test's attempts
 //! (the worked examples in docs/retries.md were taken from that output).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use common::{Harness, OnEvent, RunArgs, SECRET, limits, run_recorded};
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::{Api, ApiKey};
+use docsfab_provider::Api;
 use docsfab_runtime::agent::TurnEvent;
-use docsfab_runtime::composition::Composition;
-use docsfab_runtime::executor::{
-    Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
-};
-use docsfab_runtime::record::{RunStatus, validate_against_schema};
-use docsfab_runtime::store::RunStore;
-use docsfab_sim::{RequestLogEntry, Scenario, SimServer};
+use docsfab_runtime::executor::{Progress, RunOutcome};
+use docsfab_runtime::record::RunStatus;
+use docsfab_sim::RequestLogEntry;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-
-const SECRET: &str = "sk-retries-SECRET-value-9001";
 
 /// The catalog defaults divided by 100: replay waits 5 ms doubling, 200 ms per wait, 600 ms per
 /// turn (3,800 ms under throttling); transport waits capped at 600 ms, 36 s elapsed. Together
@@ -43,15 +40,6 @@ const SCALED_HOST: &str = "catalog:
   retry.transportMaxElapsedMs: 36000
 ";
 const SCALED_BASE: (&str, &str) = ("DOCSFAB_RETRY_BASE_DELAY_MS", "10");
-
-fn limits(host_yaml: &str, env: &[(&str, &str)]) -> EffectiveLimits {
-    let host = HostConfig::parse(host_yaml, "host.yaml").unwrap();
-    let env: BTreeMap<String, String> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    resolve(&host, &env).unwrap()
-}
 
 fn scaled() -> EffectiveLimits {
     limits(SCALED_HOST, &[SCALED_BASE])
@@ -102,38 +90,8 @@ steps:
     writeRoots: [docs/]
 "#;
 
-struct Harness {
-    _dir: tempfile::TempDir,
-    workspace: std::path::PathBuf,
-    db: std::path::PathBuf,
-    server: SimServer,
-}
-
 async fn harness(scenario: &str) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir_all(workspace.join("src")).unwrap();
-    std::fs::write(
-        workspace.join("src/lib.rs"),
-        "//! A tiny crate.\npub mod count;\n",
-    )
-    .unwrap();
-    std::fs::write(
-        workspace.join("src/count.rs"),
-        "pub fn count() -> usize { 3 }\n",
-    )
-    .unwrap();
-    let scenario = Scenario::from_yaml_str(scenario, "inline").unwrap();
-    let server = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, None)
-        .await
-        .unwrap();
-    let db = dir.path().join("runs.db");
-    Harness {
-        _dir: dir,
-        workspace,
-        db,
-        server,
-    }
+    common::harness(scenario, "//! A tiny crate.\npub mod count;\n").await
 }
 
 struct Ran {
@@ -159,26 +117,9 @@ impl Ran {
 
     /// The request bodies the run built, one per turn: (attempt, turn, digest, body).
     fn requests(&self) -> Vec<(u32, u32, String, String)> {
-        self.events
-            .iter()
-            .filter_map(|p| match p {
-                Progress::Turn {
-                    attempt,
-                    event:
-                        TurnEvent::Request {
-                            turn,
-                            digest,
-                            payload,
-                        },
-                    ..
-                } => Some((
-                    *attempt,
-                    *turn,
-                    digest.clone(),
-                    String::from_utf8_lossy(payload).into_owned(),
-                )),
-                _ => None,
-            })
+        common::requests(&self.events)
+            .into_iter()
+            .map(|(_, attempt, turn, digest, body)| (attempt, turn, digest, body))
             .collect()
     }
 
@@ -228,9 +169,6 @@ async fn run_on(api: Api, h: &Harness, composition: &str, limits: EffectiveLimit
     .await
 }
 
-/// A test's own reaction to progress events, called inline as each arrives.
-type OnEvent = Box<dyn Fn(&Progress) + Send + Sync>;
-
 /// [`run`], calling `on_event` with every progress event as it happens.
 async fn run_watching(
     h: &Harness,
@@ -250,56 +188,29 @@ async fn run_full(
     rules: RulesTable,
     on_event: OnEvent,
 ) -> Ran {
-    let composition = Composition::parse(composition, "composition.yaml").unwrap();
-    let events: Arc<Mutex<Vec<Progress>>> = Arc::default();
-    let sink = {
-        let events = Arc::clone(&events);
-        Arc::new(move |p: &Progress| {
-            events.lock().unwrap().push(p.clone());
-            on_event(p);
-        })
-    };
-    let mut store = RunStore::open(&h.db).unwrap();
-    let outcome = run_composition(
-        RunConfig {
-            composition,
-            workspace: h.workspace.clone(),
-            provider: ProviderSettings {
-                api,
-                base_url: h.server.base_url(),
-                model: "sim-model".into(),
-                api_key: Some(ApiKey::new(SECRET)),
-            },
+    let r = run_recorded(
+        h,
+        composition,
+        RunArgs {
+            api,
             limits,
             rules,
             cancel: CancellationToken::new(),
             job_deadline: None,
-            progress: Some(sink),
+            on_event,
         },
-        &mut store,
     )
-    .await
-    .unwrap();
-    drop(store);
-    let store = RunStore::open(&h.db).unwrap();
-    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
-    let json = serde_json::to_value(&record).unwrap();
-    validate_against_schema(&json).unwrap();
-    assert!(
-        !json.to_string().contains(SECRET),
-        "the API key leaked into the record"
-    );
-    let events = events.lock().unwrap().clone();
-    for line in events.iter().filter_map(Progress::describe) {
+    .await;
+    for line in r.events.iter().filter_map(Progress::describe) {
         assert!(
             !line.contains(SECRET),
             "the API key leaked into progress: {line}"
         );
     }
     let ran = Ran {
-        outcome,
-        json,
-        events,
+        outcome: r.outcome,
+        json: r.json,
+        events: r.events,
         log: h.server.requests(),
     };
     let path = match api {

@@ -3,73 +3,39 @@
 //! are lowered through host.yaml's `catalog:` and the environment map, so the tests run fast in
 //! real time.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use docsfab_policy::catalog::{EffectiveLimits, resolve};
-use docsfab_policy::host::HostConfig;
+use common::{Harness, OnEvent, RunArgs, limits, requests, run_recorded};
+use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::{Api, ApiKey};
+use docsfab_provider::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
 };
-use docsfab_runtime::record::{RunRecord, RunStatus, validate_against_schema};
+use docsfab_runtime::record::{RunRecord, RunStatus};
 use docsfab_runtime::store::RunStore;
-use docsfab_sim::{Scenario, SimServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const SECRET: &str = "sk-e2e-SECRET-value-4711";
 const LIB_MARKER: &str = "pub fn marker_e2e_lib() {}";
 
 /// Fast replay windows for every test: 10 ms base, small caps.
 const FAST_HOST: &str = "catalog:\n  providerAttempt.baseDelayMs: 10\n  providerAttempt.maxDelayMs: 50\n  providerAttempt.maxTotalDelayMs: 200\n";
 
-struct Harness {
-    _dir: tempfile::TempDir,
-    workspace: PathBuf,
-    db: PathBuf,
-    server: SimServer,
-}
-
+/// The harness with [`LIB_MARKER`] in `src/lib.rs`, so a test can tell which request carried
+/// the file.
 async fn harness(scenario: &str) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir_all(workspace.join("src")).unwrap();
-    std::fs::write(
-        workspace.join("src/lib.rs"),
-        format!("//! A tiny crate.\n{LIB_MARKER}\npub mod count;\n"),
+    common::harness(
+        scenario,
+        &format!("//! A tiny crate.\n{LIB_MARKER}\npub mod count;\n"),
     )
-    .unwrap();
-    std::fs::write(
-        workspace.join("src/count.rs"),
-        "pub fn count() -> usize { 3 }\n",
-    )
-    .unwrap();
-    let scenario = Scenario::from_yaml_str(scenario, "inline").unwrap();
-    let server = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, None)
-        .await
-        .unwrap();
-    let db = dir.path().join("runs.db");
-    Harness {
-        _dir: dir,
-        workspace,
-        db,
-        server,
-    }
-}
-
-fn limits(host_yaml: &str, env: &[(&str, &str)]) -> EffectiveLimits {
-    let host = HostConfig::parse(host_yaml, "host.yaml").unwrap();
-    let env: BTreeMap<String, String> = env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    resolve(&host, &env).unwrap()
+    .await
 }
 
 struct Ran {
@@ -78,9 +44,6 @@ struct Ran {
     json: Value,
     events: Vec<Progress>,
 }
-
-/// A test's own reaction to progress events.
-type OnEvent = Box<dyn Fn(&Progress) + Send + Sync>;
 
 struct Options {
     limits: EffectiveLimits,
@@ -110,87 +73,38 @@ impl Options {
 }
 
 async fn run(h: &Harness, composition: &str, opts: Options) -> Ran {
-    let composition = Composition::parse(composition, "composition.yaml").unwrap();
-    let events: Arc<Mutex<Vec<Progress>>> = Arc::default();
-    let sink = {
-        let events = Arc::clone(&events);
+    let on_event: OnEvent = {
         let cancel = opts.cancel.clone();
         let cancel_on = opts.cancel_on;
         let on_event = opts.on_event;
-        Arc::new(move |p: &Progress| {
+        Box::new(move |p: &Progress| {
             if cancel_on.is_some_and(|f| f(p)) {
                 cancel.cancel();
             }
-            events.lock().unwrap().push(p.clone());
             if let Some(f) = &on_event {
                 f(p);
             }
         })
     };
-    let mut store = RunStore::open(&h.db).unwrap();
-    let outcome = run_composition(
-        RunConfig {
-            composition,
-            workspace: h.workspace.clone(),
-            provider: ProviderSettings {
-                api: opts.api,
-                base_url: h.server.base_url(),
-                model: "sim-model".into(),
-                api_key: Some(ApiKey::new(SECRET)),
-            },
+    let r = run_recorded(
+        h,
+        composition,
+        RunArgs {
+            api: opts.api,
             limits: opts.limits,
             rules: RulesTable::embedded().unwrap(),
             cancel: opts.cancel,
             job_deadline: opts.job_deadline,
-            progress: Some(sink),
+            on_event,
         },
-        &mut store,
     )
-    .await
-    .unwrap();
-    // Read back through a fresh connection: what is on disk, not what is in memory.
-    drop(store);
-    let store = RunStore::open(&h.db).unwrap();
-    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
-    let json = serde_json::to_value(&record).unwrap();
-    validate_against_schema(&json).unwrap();
-    assert!(
-        !json.to_string().contains(SECRET),
-        "the API key leaked into the record"
-    );
-    let events = events.lock().unwrap().clone();
+    .await;
     Ran {
-        outcome,
-        record,
-        json,
-        events,
+        outcome: r.outcome,
+        record: r.record,
+        json: r.json,
+        events: r.events,
     }
-}
-
-/// The request bodies the run sent, per (step, attempt, turn), in order.
-fn requests(events: &[Progress]) -> Vec<(String, u32, u32, String, String)> {
-    events
-        .iter()
-        .filter_map(|p| match p {
-            Progress::Turn {
-                step_id,
-                attempt,
-                event:
-                    TurnEvent::Request {
-                        turn,
-                        digest,
-                        payload,
-                    },
-            } => Some((
-                step_id.clone(),
-                *attempt,
-                *turn,
-                digest.clone(),
-                String::from_utf8_lossy(payload).into_owned(),
-            )),
-            _ => None,
-        })
-        .collect()
 }
 
 fn read_only_composition(extra_limits: &str) -> String {
