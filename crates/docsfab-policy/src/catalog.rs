@@ -28,16 +28,27 @@ use crate::step::StepBudgets;
 /// Every limit docsfab resolves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum Limit {
+    /// `providerAttempt.baseDelayMs`: the first in-turn replay wait, doubled on each replay.
     ProviderAttemptBaseDelayMs,
+    /// `providerAttempt.maxDelayMs`: the cap on one in-turn replay wait.
     ProviderAttemptMaxDelayMs,
+    /// `providerAttempt.maxTotalDelayMs`: the sum of one turn's replay waits.
     ProviderAttemptMaxTotalDelayMs,
+    /// `providerAttempt.maxAttemptsPerTurn`: requests per turn, the first one included.
     ProviderAttemptMaxAttemptsPerTurn,
+    /// `providerAttempt.maxThrottledAttemptsPerTurn`: the same while the provider throttles.
     ProviderAttemptMaxThrottledAttemptsPerTurn,
+    /// `providerAttempt.maxThrottledTotalDelayMs`: the same for the sum of the waits.
     ProviderAttemptMaxThrottledTotalDelayMs,
+    /// `retry.maxRetries`: contract-correction retries of a step.
     MaxRetries,
+    /// `retry.maxTransportRetries`: retries of a step after transport failures.
     MaxTransportRetries,
+    /// `retry.transportMaxDelayMs`: the cap on one wait before a transport retry.
     TransportMaxDelayMs,
+    /// `retry.transportMaxElapsedMs`: transport-failed attempts of a step plus their waits.
     TransportMaxElapsedMs,
+    /// `runtime.deadlineMilliseconds`: the job deadline of a whole run.
     RuntimeDeadlineMilliseconds,
     /// The base of the transport backoff between step attempts (environment only).
     RetryBaseDelayMs,
@@ -82,9 +93,11 @@ pub const ENV_MAX_RETRIES: &str = "DOCSFAB_READ_ONLY_MAX_RETRIES";
 pub const ENV_MAX_TRANSPORT_RETRIES: &str = "DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES";
 /// The environment variable for the transport backoff base.
 pub const ENV_RETRY_BASE_DELAY_MS: &str = "DOCSFAB_RETRY_BASE_DELAY_MS";
-/// The condition budget variables.
+/// The environment variable for the cut-answer condition budget.
 pub const ENV_MAX_CUT_ANSWER_RETRIES: &str = "DOCSFAB_READ_ONLY_MAX_CUT_ANSWER_RETRIES";
+/// The environment variable for the attempt-deadline condition budget.
 pub const ENV_MAX_TIMEOUT_RETRIES: &str = "DOCSFAB_READ_ONLY_MAX_TIMEOUT_RETRIES";
+/// The environment variable for the no-progress condition budget.
 pub const ENV_MAX_NO_PROGRESS_RETRIES: &str = "DOCSFAB_READ_ONLY_MAX_NO_PROGRESS_RETRIES";
 
 /// The `host.yaml` key of the explicit override of `retry.maxRetries`.
@@ -259,9 +272,13 @@ impl fmt::Display for Limit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
+    /// The catalog default: nothing lowered or set it.
     Catalog,
+    /// A lowering under `host.yaml`'s `catalog:`.
     HostCatalog,
+    /// A `DOCSFAB_` environment variable.
     Environment,
+    /// `host.yaml`'s `readOnlyMaxRetries`, which wins over the environment.
     HostOverride,
 }
 
@@ -286,7 +303,9 @@ impl fmt::Display for Source {
 /// One resolved value and the step of the resolution order that set it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Effective {
+    /// The value in force, inside the limit's range.
     pub value: u64,
+    /// The step of the resolution order that set it.
     pub source: Source,
 }
 
@@ -342,27 +361,35 @@ impl EffectiveLimits {
     pub fn shadowed_env_max_retries(&self) -> Option<u32> {
         self.shadowed_env_max_retries
     }
+    /// `retry.maxTransportRetries` as steps use it.
     pub fn max_transport_retries(&self) -> u32 {
         small(self.value(Limit::MaxTransportRetries))
     }
+    /// `retry.transportMaxDelayMs`.
     pub fn transport_max_delay_ms(&self) -> u64 {
         self.value(Limit::TransportMaxDelayMs)
     }
+    /// `retry.transportMaxElapsedMs`.
     pub fn transport_max_elapsed_ms(&self) -> u64 {
         self.value(Limit::TransportMaxElapsedMs)
     }
+    /// The base of the transport backoff between step attempts.
     pub fn retry_base_delay_ms(&self) -> u64 {
         self.value(Limit::RetryBaseDelayMs)
     }
+    /// `runtime.deadlineMilliseconds`: the job deadline of a run.
     pub fn deadline_ms(&self) -> u64 {
         self.value(Limit::RuntimeDeadlineMilliseconds)
     }
+    /// The cut-answer condition budget (never above `retry.maxRetries`).
     pub fn max_cut_answer_retries(&self) -> u32 {
         small(self.value(Limit::MaxCutAnswerRetries))
     }
+    /// The attempt-deadline condition budget (never above `retry.maxRetries`).
     pub fn max_timeout_retries(&self) -> u32 {
         small(self.value(Limit::MaxTimeoutRetries))
     }
+    /// The no-progress condition budget (never above `retry.maxRetries`).
     pub fn max_no_progress_retries(&self) -> u32 {
         small(self.value(Limit::MaxNoProgressRetries))
     }
@@ -411,9 +438,13 @@ impl EffectiveLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransportRetry {
+    /// `retry.maxTransportRetries`.
     pub max_transport_retries: u32,
+    /// `retry.transportMaxDelayMs`.
     pub transport_max_delay_ms: u64,
+    /// `retry.transportMaxElapsedMs`.
     pub transport_max_elapsed_ms: u64,
+    /// The base of the transport backoff (`DOCSFAB_RETRY_BASE_DELAY_MS`).
     pub base_delay_ms: u64,
 }
 

@@ -7,14 +7,24 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProviderErrorClass {
+    /// The connection failed, or the body was cut mid-transfer: retryable.
     Network,
+    /// The provider failed on its side (5xx, 425, a server-fault error event): retryable.
     Server,
+    /// HTTP 408 or 504, or no answer within the client's timeout: retryable.
     Timeout,
+    /// The provider is throttling or the quota is spent: retryable only with HTTP 429 on the
+    /// response head, since without it nothing says the limit will lift.
     RateLimit,
+    /// A stream that closed cleanly without a finish reason or `[DONE]`: retryable.
     StreamIncomplete,
+    /// The provider refused the content: never sent again.
     ContentFilter,
+    /// HTTP 401 or 403: never sent again, the same key would be refused again.
     Authentication,
+    /// Any other 4xx: never sent again, the identical request cannot succeed.
     InvalidRequest,
+    /// Nothing known to be retryable: never sent again.
     Unknown,
 }
 
@@ -44,7 +54,9 @@ pub enum FaultKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderFailure {
+    /// What the transport saw.
     pub fault: FaultKind,
+    /// The class both retry layers decide from.
     pub class: ProviderErrorClass,
     /// The status code of the response head; `None` when no head arrived, and for errors that came
     /// inside a 200 stream (a status declared in an error event is `declared_status`).
@@ -216,6 +228,7 @@ impl ProviderFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorEventClass {
+    /// The class the event's `error.type` and `error.code` give.
     pub class: ProviderErrorClass,
     /// The integer `error.code` when the event declared one.
     pub declared_status: Option<u16>,

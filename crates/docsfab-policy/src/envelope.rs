@@ -47,12 +47,17 @@ impl EnvelopeInputs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryEnvelope {
+    /// The attempt timer the envelope was computed for.
     pub attempt_timer_ms: u64,
     /// At most this many attempts: 1 + maxRetries + maxTransportRetries.
     pub attempts: u64,
+    /// The contract portion: the first attempt and every contract retry at its full timer.
     pub contract_ms: u64,
+    /// The transport portion: the smaller of the elapsed bound and the count bound.
     pub transport_ms: u64,
+    /// `contract_ms + transport_ms`: the step's worst-case wall clock.
     pub total_ms: u64,
+    /// The job deadline the total is compared against.
     pub deadline_ms: u64,
     /// Whether `total_ms` exceeds `deadline_ms`, so a hosted job deadline could cancel the run.
     pub exceeds_deadline: bool,

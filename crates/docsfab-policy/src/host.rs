@@ -54,6 +54,7 @@ impl fmt::Display for Api {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderConfig {
+    /// The wire protocol the provider speaks.
     pub api: Api,
     /// Includes the version prefix (`.../v1`); docsfab appends the endpoint path.
     pub base_url: String,
@@ -91,6 +92,7 @@ pub enum RawKind {
 pub struct HostConfig {
     /// Where the configuration came from, used in every message about it.
     pub path: String,
+    /// The providers a composition may name, by name.
     pub providers: BTreeMap<String, ProviderConfig>,
     /// The explicit operator override of `retry.maxRetries`, as written. `None` when the key is
     /// absent or null, in which case the catalog applies.

@@ -9,11 +9,17 @@ use crate::class::ProviderFailure;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayLimits {
+    /// `providerAttempt.baseDelayMs`: the first wait, doubled on each replay.
     pub base_delay_ms: u64,
+    /// `providerAttempt.maxDelayMs`: the cap on one wait, in either window.
     pub max_delay_ms: u64,
+    /// `providerAttempt.maxTotalDelayMs`: the general window's summed wait.
     pub max_total_delay_ms: u64,
+    /// `providerAttempt.maxAttemptsPerTurn`: the general window's requests per turn.
     pub max_attempts_per_turn: u32,
+    /// `providerAttempt.maxThrottledAttemptsPerTurn`: the throttle window's requests per turn.
     pub max_throttled_attempts_per_turn: u32,
+    /// `providerAttempt.maxThrottledTotalDelayMs`: the throttle window's summed wait.
     pub max_throttled_total_delay_ms: u64,
 }
 
@@ -35,7 +41,9 @@ impl Default for ReplayLimits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Window {
+    /// Every replayable failure but an HTTP 429.
     General,
+    /// HTTP 429: the provider asked for patience, so more attempts and a longer summed wait.
     Throttle,
 }
 
@@ -43,7 +51,9 @@ pub enum Window {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PastReplay {
+    /// How the earlier request failed.
     pub failure: ProviderFailure,
+    /// The wait before the request after it.
     pub wait_ms: u64,
 }
 

@@ -62,6 +62,7 @@ pub enum Condition {
 }
 
 impl Condition {
+    /// Every condition, in declaration order; the table has one rule per condition.
     pub const ALL: [Condition; 10] = [
         Condition::ContractProse,
         Condition::ContractArray,
@@ -120,11 +121,14 @@ pub enum Feedback {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClassRule {
+    /// The rule's id, recorded as the attempt's `retryRule`.
     pub id: String,
+    /// The provider error class the rule decides.
     pub class: ProviderErrorClass,
     /// When present, the rule matches only failures with this HTTP status on the response head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// What the rule decides.
     pub action: RuleAction,
 }
 
@@ -132,9 +136,13 @@ pub struct ClassRule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConditionRule {
+    /// The rule's id, recorded as the attempt's `retryRule`.
     pub id: String,
+    /// The condition the rule decides.
     pub condition: Condition,
+    /// What the rule decides.
     pub action: RuleAction,
+    /// The correction a contract retry under this rule carries to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub feedback: Option<Feedback>,
 }
@@ -143,9 +151,11 @@ pub struct ConditionRule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TextRule {
+    /// The rule's id, recorded as the attempt's `retryRule`.
     pub id: String,
     /// Case-insensitive fragments; the rule matches when the text contains any of them.
     pub contains: Vec<String>,
+    /// What the rule decides.
     pub action: RuleAction,
 }
 
@@ -153,7 +163,9 @@ pub struct TextRule {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefaultRule {
+    /// The rule's id, recorded as the attempt's `retryRule`.
     pub id: String,
+    /// What the rule decides.
     pub action: RuleAction,
 }
 
@@ -302,7 +314,9 @@ impl RulesTable {
 /// The class rule chosen for a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassRuleRef<'a> {
+    /// The rule's id, recorded as the attempt's `retryRule`.
     pub id: &'a str,
+    /// What the rule decides.
     pub action: RuleAction,
 }
 

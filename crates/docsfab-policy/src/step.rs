@@ -65,8 +65,8 @@ impl StepBudgets {
         1 + u64::from(self.max_retries) + u64::from(self.max_transport_retries)
     }
 
-    /// The wait before transport retry `k` (1-based) without a Retry-After: exponential from the
-    /// base, capped at `transport_max_delay_ms`.
+    /// The wait before transport retry `k` (1-based): exponential from the base, lengthened to
+    /// the failure's Retry-After when it has one, capped at `transport_max_delay_ms` either way.
     pub fn transport_wait(&self, k: u32, retry_after_ms: Option<u64>) -> u64 {
         exponential_ms(self.base_delay_ms, k)
             .max(retry_after_ms.unwrap_or(0))
@@ -97,7 +97,10 @@ impl StepBudgets {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "access", content = "writeSettlement", rename_all = "kebab-case")]
 pub enum StepAccess {
+    /// The step cannot write, so any retry the rules allow is safe.
     ReadOnly,
+    /// The step may write: it retries only after a transport failure, and only when the
+    /// settlement proves its writes away or undone (STP-1, WRT-2).
     Write(WriteSettlement),
 }
 
@@ -141,9 +144,13 @@ impl WriteSettlement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ContractFailure {
+    /// Text that is not JSON.
     Prose,
+    /// A JSON array where an object is asked for.
     Array,
+    /// Nothing, or only whitespace.
     Empty,
+    /// A JSON object that fails the step's schema.
     SchemaInvalid,
 }
 
@@ -151,7 +158,9 @@ pub enum ContractFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ValidatorRefusal {
+    /// The answer contained credential material.
     CredentialMaterial,
+    /// The answer asked for authority the step does not have.
     AuthorityRefusal,
 }
 
@@ -218,7 +227,9 @@ impl AttemptFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimeoutKind {
+    /// The host's own attempt timer (`limits.timeoutMs`).
     AttemptDeadline,
+    /// The provider's side: HTTP 408 or 504, or the client's request timeout.
     ProviderTimeout,
 }
 
@@ -226,8 +237,11 @@ pub enum TimeoutKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Budget {
+    /// The step's first attempt, which no budget pays for.
     Initial,
+    /// A contract-correction retry (`retry.maxRetries`).
     Contract,
+    /// A retry after a transport failure (`retry.maxTransportRetries`).
     Transport,
 }
 
@@ -235,7 +249,9 @@ pub enum Budget {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RetryBudget {
+    /// `retry.maxRetries`, with the condition budgets inside it.
     Contract,
+    /// `retry.maxTransportRetries`, with its delay and elapsed bounds.
     Transport,
 }
 
@@ -266,7 +282,9 @@ pub struct ScheduledRetry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PastAttempt {
+    /// How long the attempt ran; transport-failed attempts count toward the elapsed bound.
     pub duration_ms: u64,
+    /// The retry decided after it.
     pub retry: ScheduledRetry,
 }
 
@@ -276,6 +294,7 @@ pub struct PastAttempt {
 pub enum RetryDecision {
     /// Nothing was decided: the attempt succeeded, or the caller cancelled it.
     None,
+    /// Another attempt follows.
     Scheduled,
     /// A retry was allowed by the rules but a budget bound refused it.
     Exhausted,
@@ -289,10 +308,17 @@ pub enum RetryDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepFailure {
+    /// What kind of failure ended the step (`contract-violation`, `provider-transient`,
+    /// `declined-write-step`, ...): what an operator filters on.
     pub category: String,
+    /// Whose side failed: `model-output`, `infrastructure`, `provider`, `host`, `policy` or
+    /// `cancelled`.
     pub failure_class: String,
+    /// The precise failure (`contract-prose`, `provider-timeout`, `write-restore-failed`, ...).
     pub code: String,
+    /// One or two sentences saying what happened; a refused bound names itself here (STP-7).
     pub message: String,
+    /// What the operator can do about it.
     pub remediation: String,
 }
 
@@ -300,8 +326,11 @@ pub struct StepFailure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ending {
+    /// The rules allowed a retry but a budget bound refused it.
     Exhausted,
+    /// The rules never retry this failure.
     Terminal,
+    /// A write step's retry, refused because its writes could not be proven away or undone.
     Declined,
     /// The caller cancelled: nothing was decided, so the record's `retryDecision` is `none`.
     Cancelled,
@@ -311,11 +340,13 @@ pub enum Ending {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "kebab-case")]
 pub enum StepDecision {
+    /// Make another attempt, as scheduled, under the rule with id `rule`.
     Retry {
         rule: String,
         retry: ScheduledRetry,
         timeout_kind: Option<TimeoutKind>,
     },
+    /// End the step with `failure`, under the rule with id `rule`.
     End {
         ending: Ending,
         rule: String,
