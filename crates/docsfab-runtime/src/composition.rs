@@ -10,7 +10,6 @@
 //! Defaults for absent limits (documented in `docs/configuration.md`):
 //! `timeoutMs` 1,800,000, `maxTurns` 16, `maxOutputTokens` 8,192, `sourceReadBytes` 524,288.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use docsfab_policy::host::yaml_error_parts;
@@ -321,164 +320,9 @@ impl Composition {
             .map(|s| s.id.value.trim().to_string())
             .collect();
         let mut steps: Vec<Step> = Vec::with_capacity(raw.steps.value.len());
-        let mut seen: BTreeMap<String, u64> = BTreeMap::new();
         for (i, s) in raw.steps.value.into_iter().enumerate() {
-            let line = s.id.defined.line();
-            let id = s.id.value.trim().to_string();
-            let at = |f: &str| format!("steps[{i}].{f}");
-            if !valid_id(&id) {
-                return Err(err(
-                    line,
-                    at("id"),
-                    format!(
-                        "step id {id:?} must start with a letter or digit and use only letters, digits, _ and -; rename it"
-                    ),
-                ));
-            }
-            if let Some(first) = seen.get(&id) {
-                return Err(err(
-                    line,
-                    at("id"),
-                    format!(
-                        "step id {id:?} is already used by the step on line {first}; give each step its own id"
-                    ),
-                ));
-            }
-            seen.insert(id.clone(), line);
-
-            if s.instructions.value.trim().is_empty() {
-                return Err(err(
-                    s.instructions.defined.line(),
-                    at("instructions"),
-                    format!("step {id:?} has empty instructions; say what the step must do"),
-                ));
-            }
-            let refs = output_references(&s.instructions.value).map_err(|m| {
-                err(
-                    s.instructions.defined.line(),
-                    at("instructions"),
-                    format!("in step {id:?} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"),
-                )
-            })?;
-            for r in refs {
-                if !steps.iter().any(|earlier| earlier.id == r.step_id) {
-                    let why = if r.step_id == id {
-                        "its own output"
-                    } else if all_ids.contains(&r.step_id) {
-                        "a step that runs later"
-                    } else {
-                        "a step that does not exist"
-                    };
-                    return Err(err(
-                        s.instructions.defined.line(),
-                        at("instructions"),
-                        format!(
-                            "step {id:?} refers to {{{{steps.{}.output}}}}, {why}; refer only to steps listed before it",
-                            r.step_id
-                        ),
-                    ));
-                }
-            }
-
-            let mut tools: Vec<Tool> = Vec::new();
-            for t in &s.tools {
-                if tools.contains(&t.value) {
-                    return Err(err(
-                        t.defined.line(),
-                        at("tools"),
-                        format!(
-                            "step {id:?} lists {} twice; list each tool once",
-                            t.value.name()
-                        ),
-                    ));
-                }
-                if t.value.writes() && s.access != Access::Write {
-                    return Err(err(
-                        t.defined.line(),
-                        at("tools"),
-                        format!(
-                            "read-only step {id:?} lists {}, which only write steps may use; remove it or make the step access: write",
-                            t.value.name()
-                        ),
-                    ));
-                }
-                tools.push(t.value);
-            }
-
-            let mut write_roots = Vec::new();
-            if let Some(roots) = s.write_roots {
-                if s.access != Access::Write {
-                    return Err(err(
-                        roots.defined.line(),
-                        at("writeRoots"),
-                        format!(
-                            "read-only step {id:?} has writeRoots, which only write steps may have; remove them or make the step access: write"
-                        ),
-                    ));
-                }
-                for r in roots.value {
-                    if let Some(problem) = write_root_problem(&r.value) {
-                        return Err(err(
-                            r.defined.line(),
-                            at("writeRoots"),
-                            format!(
-                                "write root {:?} of step {id:?} {problem}; give a path relative to the workspace, such as docs/",
-                                r.value
-                            ),
-                        ));
-                    }
-                    write_roots.push(r.value);
-                }
-            }
-            if s.access == Access::Write
-                && tools.contains(&Tool::WriteFile)
-                && write_roots.is_empty()
-            {
-                return Err(err(
-                    line,
-                    at("writeRoots"),
-                    format!(
-                        "write step {id:?} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
-                    ),
-                ));
-            }
-
-            let contract = match s.contract {
-                Some(c) => {
-                    let c_line = c.defined.line();
-                    let schema = c.value.schema;
-                    if !(schema.is_object() || schema.is_boolean()) {
-                        return Err(err(
-                            c_line,
-                            at("contract.schema"),
-                            format!(
-                                "the contract schema of step {id:?} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
-                            ),
-                        ));
-                    }
-                    if let Err(e) = jsonschema::validator_for(&schema) {
-                        return Err(err(
-                            c_line,
-                            at("contract.schema"),
-                            format!(
-                                "the contract schema of step {id:?} is not a valid JSON Schema ({e}); correct it"
-                            ),
-                        ));
-                    }
-                    Some(Contract { schema })
-                }
-                None => None,
-            };
-
-            steps.push(Step {
-                id,
-                access: s.access,
-                instructions: s.instructions.value,
-                tools,
-                contract,
-                write_roots,
-                line,
-            });
+            let step = check_step(i, s, &steps, &all_ids, &err)?;
+            steps.push(step);
         }
 
         Ok(Composition {
@@ -494,6 +338,172 @@ impl Composition {
     pub fn step(&self, id: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.id == id)
     }
+}
+
+/// Checks step `i` of the file against the steps before it (`earlier`); `all_ids` are the ids of
+/// every step, to say whether a reference to a step not yet run names a later one.
+fn check_step(
+    i: usize,
+    s: RawStep,
+    earlier: &[Step],
+    all_ids: &[String],
+    err: &impl Fn(u64, String, String) -> CompositionError,
+) -> Result<Step, CompositionError> {
+    let line = s.id.defined.line();
+    let id = s.id.value.trim().to_string();
+    let at = |f: &str| format!("steps[{i}].{f}");
+    if !valid_id(&id) {
+        return Err(err(
+            line,
+            at("id"),
+            format!(
+                "step id {id:?} must start with a letter or digit and use only letters, digits, _ and -; rename it"
+            ),
+        ));
+    }
+    if let Some(first) = earlier.iter().find(|e| e.id == id) {
+        return Err(err(
+            line,
+            at("id"),
+            format!(
+                "step id {id:?} is already used by the step on line {}; give each step its own id",
+                first.line
+            ),
+        ));
+    }
+
+    if s.instructions.value.trim().is_empty() {
+        return Err(err(
+            s.instructions.defined.line(),
+            at("instructions"),
+            format!("step {id:?} has empty instructions; say what the step must do"),
+        ));
+    }
+    let refs = output_references(&s.instructions.value).map_err(|m| {
+        err(
+            s.instructions.defined.line(),
+            at("instructions"),
+            format!(
+                "in step {id:?} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"
+            ),
+        )
+    })?;
+    for r in refs {
+        if !earlier.iter().any(|e| e.id == r.step_id) {
+            let why = if r.step_id == id {
+                "its own output"
+            } else if all_ids.contains(&r.step_id) {
+                "a step that runs later"
+            } else {
+                "a step that does not exist"
+            };
+            return Err(err(
+                s.instructions.defined.line(),
+                at("instructions"),
+                format!(
+                    "step {id:?} refers to {{{{steps.{}.output}}}}, {why}; refer only to steps listed before it",
+                    r.step_id
+                ),
+            ));
+        }
+    }
+
+    let mut tools: Vec<Tool> = Vec::new();
+    for t in &s.tools {
+        if tools.contains(&t.value) {
+            return Err(err(
+                t.defined.line(),
+                at("tools"),
+                format!(
+                    "step {id:?} lists {} twice; list each tool once",
+                    t.value.name()
+                ),
+            ));
+        }
+        if t.value.writes() && s.access != Access::Write {
+            return Err(err(
+                t.defined.line(),
+                at("tools"),
+                format!(
+                    "read-only step {id:?} lists {}, which only write steps may use; remove it or make the step access: write",
+                    t.value.name()
+                ),
+            ));
+        }
+        tools.push(t.value);
+    }
+
+    let mut write_roots = Vec::new();
+    if let Some(roots) = s.write_roots {
+        if s.access != Access::Write {
+            return Err(err(
+                roots.defined.line(),
+                at("writeRoots"),
+                format!(
+                    "read-only step {id:?} has writeRoots, which only write steps may have; remove them or make the step access: write"
+                ),
+            ));
+        }
+        for r in roots.value {
+            if let Some(problem) = write_root_problem(&r.value) {
+                return Err(err(
+                    r.defined.line(),
+                    at("writeRoots"),
+                    format!(
+                        "write root {:?} of step {id:?} {problem}; give a path relative to the workspace, such as docs/",
+                        r.value
+                    ),
+                ));
+            }
+            write_roots.push(r.value);
+        }
+    }
+    if s.access == Access::Write && tools.contains(&Tool::WriteFile) && write_roots.is_empty() {
+        return Err(err(
+            line,
+            at("writeRoots"),
+            format!(
+                "write step {id:?} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
+            ),
+        ));
+    }
+
+    let contract = match s.contract {
+        Some(c) => {
+            let c_line = c.defined.line();
+            let schema = c.value.schema;
+            if !(schema.is_object() || schema.is_boolean()) {
+                return Err(err(
+                    c_line,
+                    at("contract.schema"),
+                    format!(
+                        "the contract schema of step {id:?} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
+                    ),
+                ));
+            }
+            if let Err(e) = jsonschema::validator_for(&schema) {
+                return Err(err(
+                    c_line,
+                    at("contract.schema"),
+                    format!(
+                        "the contract schema of step {id:?} is not a valid JSON Schema ({e}); correct it"
+                    ),
+                ));
+            }
+            Some(Contract { schema })
+        }
+        None => None,
+    };
+
+    Ok(Step {
+        id,
+        access: s.access,
+        instructions: s.instructions.value,
+        tools,
+        contract,
+        write_roots,
+        line,
+    })
 }
 
 fn check_limits(
