@@ -24,7 +24,7 @@ pub mod transport;
 pub use driver::{
     PayloadSource, ReplayCause, ReplayEntry, TurnEnd, TurnRecord, TurnResult, TurnStatus, run_turn,
 };
-pub use outcome::{FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
+pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{
     Api, AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,
     endpoint_path,

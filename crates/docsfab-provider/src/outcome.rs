@@ -159,7 +159,31 @@ pub struct TransportFailure {
     pub usage: Usage,
     /// Models the stream named before it failed.
     pub models: Vec<String>,
+    /// What the failed response's body said, when it said anything docsfab keeps. Boxed, so a
+    /// failure stays small on the error path.
+    pub body: Box<FailureBody>,
 }
+
+/// What docsfab keeps of a failed response's body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailureBody {
+    /// The provider's own words for the error: `error.type` and `error.code` of an error body
+    /// or a structured error event, printable and at most 64 characters each. Never the
+    /// message, which some providers fill with request text, keys included.
+    pub error_type: Option<String>,
+    pub error_code: Option<String>,
+    /// The whole 200 body, when the transport keeps raw bodies
+    /// ([`crate::HttpConfig::keep_raw_body`]) and the body was read to its end: after a
+    /// structured error event the transport reads on, within bounds, so the composition route
+    /// can forward the provider's own event (BND-2). `None` for a body that was cut or that
+    /// outran those bounds.
+    pub raw: Option<bytes::Bytes>,
+}
+
+/// Error codes and types that say the request did not fit the model's context window. Only
+/// these words are read: Anthropic says "prompt is too long" in the message alone, which docsfab
+/// never reads, so its 400 stays `invalid-request` (terminal too).
+const CONTEXT_EXHAUSTED_CODES: &[&str] = &["context_length_exceeded"];
 
 impl TransportFailure {
     /// A failure with no stream behind it (no response head, or a non-2xx status).
@@ -169,8 +193,39 @@ impl TransportFailure {
             detail: detail.into(),
             usage: Usage::default(),
             models: Vec::new(),
+            body: Box::default(),
         }
     }
+
+    /// Whether the provider said the request exceeds the model's context window (STP-14:
+    /// `context-exhausted`, never retried). Only a failure that is terminal by its class
+    /// qualifies, so the words can never turn a retryable status into a terminal one (REP-4).
+    pub fn context_exhausted(&self) -> bool {
+        let terminal_class = matches!(
+            self.failure.class,
+            ProviderErrorClass::InvalidRequest | ProviderErrorClass::Unknown
+        );
+        let named = [&self.body.error_code, &self.body.error_type]
+            .into_iter()
+            .flatten()
+            .any(|w| CONTEXT_EXHAUSTED_CODES.contains(&w.as_str()));
+        terminal_class && named
+    }
+}
+
+/// A short, single-line rendering of a word the provider chose.
+pub(crate) fn printable(s: &str) -> String {
+    s.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// `error.type` and `error.code` of an error object, as strings (a numeric code as its digits).
+pub(crate) fn error_words(error: &Value) -> (Option<String>, Option<String>) {
+    let field = |k: &str| match &error[k] {
+        Value::String(s) => Some(printable(s)),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    (field("type"), field("code"))
 }
 
 /// Builds a [`ProviderFailure`] with the fields that are usually empty left empty.
@@ -311,10 +366,9 @@ impl StreamReader {
     fn fail(self, mut f: ProviderFailure, detail: String) -> TransportFailure {
         f.content_published = self.published;
         TransportFailure {
-            failure: f,
-            detail,
             usage: self.usage,
             models: self.models,
+            ..TransportFailure::new(f, detail)
         }
     }
 
@@ -359,10 +413,7 @@ impl StreamReader {
     /// classified like an error event; anything else is no stream at all (`unknown`).
     pub fn json_body(mut self, body: &[u8]) -> TransportFailure {
         match serde_json::from_slice::<Value>(body) {
-            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => {
-                let (f, detail) = Self::error_event(self.published, &v);
-                self.take_fail(f, detail)
-            }
+            Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => self.error_fail(&v),
             _ => {
                 let f = failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown);
                 self.take_fail(
@@ -389,8 +440,7 @@ impl StreamReader {
                 Err(_) => return Err(self.unreadable()),
             };
             if v.get("error").is_some_and(|e| !e.is_null()) {
-                let (f, detail) = Self::error_event(self.published, &v);
-                return Err(self.take_fail(f, detail));
+                return Err(self.error_fail(&v));
             }
             self.note_model(&v["model"]);
             if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
@@ -445,8 +495,7 @@ impl StreamReader {
         };
         let ty = v["type"].as_str().or(ev.event.as_deref()).unwrap_or("");
         if ty == "error" || ev.event.as_deref() == Some("error") {
-            let (f, detail) = Self::error_event(self.published, &v);
-            return Err(self.take_fail(f, detail));
+            return Err(self.error_fail(&v));
         }
         match ty {
             "message_start" => {
@@ -533,11 +582,20 @@ impl StreamReader {
     fn take_fail(&mut self, mut f: ProviderFailure, detail: String) -> TransportFailure {
         f.content_published = self.published;
         TransportFailure {
-            failure: f,
-            detail,
             usage: self.usage,
             models: std::mem::take(&mut self.models),
+            ..TransportFailure::new(f, detail)
         }
+    }
+
+    /// [`Self::take_fail`] for a structured error, keeping its type and code words.
+    fn error_fail(&mut self, v: &Value) -> TransportFailure {
+        let (f, detail) = Self::error_event(self.published, v);
+        let (error_type, error_code) = error_words(&v["error"]);
+        let mut failure = self.take_fail(f, detail);
+        failure.body.error_type = error_type;
+        failure.body.error_code = error_code;
+        failure
     }
 }
 
@@ -677,6 +735,30 @@ data: [DONE]\n\n";
         let body = "data: {\"error\":{\"code\":\"content_filter\",\"message\":\"connection timeout\"}}\n\n";
         let f = read(Api::OpenaiChat, body).unwrap_err();
         assert_eq!(f.failure.class, ProviderErrorClass::ContentFilter);
+    }
+
+    // Proves STP-14 (context-exhausted from the error words only) and REP-4 (the words never
+    // override a retryable class).
+    #[test]
+    fn context_exhausted_is_read_from_type_or_code_of_a_terminal_failure_stp_14() {
+        let body = "data: {\"error\":{\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\",\"message\":\"too long\"}}\n\n";
+        let f = read(Api::OpenaiChat, body).unwrap_err();
+        assert_eq!(
+            f.body.error_code.as_deref(),
+            Some("context_length_exceeded")
+        );
+        assert!(f.context_exhausted());
+        let mut f = TransportFailure::new(
+            failure(FaultKind::HttpStatus, ProviderErrorClass::Server),
+            "HTTP 503",
+        );
+        f.body.error_code = Some("context_length_exceeded".into());
+        assert!(!f.context_exhausted());
+        // Anthropic names it only in the message, which is never read.
+        let body = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long\"}}\n\n";
+        let f = read(Api::AnthropicMessages, body).unwrap_err();
+        assert_eq!(f.body.error_type.as_deref(), Some("invalid_request_error"));
+        assert!(!f.context_exhausted());
     }
 
     #[test]

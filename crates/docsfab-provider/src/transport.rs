@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, failure};
+use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words, failure};
 use crate::request::{Api, endpoint_path};
 use crate::secret::ApiKey;
 
@@ -186,7 +186,9 @@ impl HttpTransport {
                     }
                     decoder.feed(&chunk, |e| events.push(e));
                     for e in events.drain(..) {
-                        reader.event(&e)?;
+                        if let Err(failure) = reader.event(&e) {
+                            return Err(self.with_rest_of_body(failure, raw, body).await);
+                        }
                     }
                 }
                 Err(e) => {
@@ -204,20 +206,65 @@ impl HttpTransport {
                 }
             }
         }
+        let kept = |raw: BytesMut| self.keep_raw_body.then(|| raw.freeze());
         if is_json {
-            return Err(reader.json_body(&raw));
+            let mut failure = reader.json_body(&raw);
+            failure.body.raw = kept(raw);
+            return Err(failure);
         }
         decoder.finish(|e| events.push(e));
-        for e in events.drain(..) {
-            reader.event(&e)?;
+        let read = events
+            .drain(..)
+            .try_for_each(|e| reader.event(&e))
+            .and_then(|()| reader.finish());
+        match read {
+            Ok(mut outcome) => {
+                outcome.raw_body = kept(raw);
+                Ok(outcome)
+            }
+            Err(mut failure) => {
+                failure.body.raw = kept(raw);
+                Err(failure)
+            }
         }
-        let mut outcome = reader.finish()?;
-        if self.keep_raw_body {
-            outcome.raw_body = Some(raw.freeze());
+    }
+
+    /// A 200 stream failed on an event (usually a structured error event). When raw bodies are
+    /// kept, reads what the provider sends after it so the whole body can be judged and
+    /// forwarded (BND-2); bounded in bytes and in time, because the failure is already decided
+    /// and must not wait on a provider that keeps the connection open. Past either bound, or on
+    /// a read error, the body is not kept.
+    async fn with_rest_of_body(
+        &self,
+        mut failure: TransportFailure,
+        mut raw: BytesMut,
+        mut body: impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Unpin,
+    ) -> TransportFailure {
+        if !self.keep_raw_body {
+            return failure;
         }
-        Ok(outcome)
+        let limit = raw.len().saturating_add(TAIL_LIMIT_BYTES);
+        let rest = async {
+            while let Some(read) = body.next().await {
+                raw.extend_from_slice(&read.ok()?);
+                if raw.len() > limit {
+                    return None;
+                }
+            }
+            Some(raw.freeze())
+        };
+        failure.body.raw = tokio::time::timeout(TAIL_LIMIT_TIME, rest)
+            .await
+            .ok()
+            .flatten();
+        failure
     }
 }
+
+/// How much more of a failed 200 stream is read after the event that failed it, when raw bodies
+/// are kept: an error event is followed at most by a `[DONE]` or a few closing events.
+const TAIL_LIMIT_BYTES: usize = 64 * 1024;
+const TAIL_LIMIT_TIME: Duration = Duration::from_secs(2);
 
 impl Transport for HttpTransport {
     fn send(&self, body: Bytes) -> BoxFuture<'_, Result<StreamOutcome, TransportFailure>> {
@@ -286,17 +333,13 @@ async fn status_failure(response: reqwest::Response) -> TransportFailure {
         .ok()
         .map(|v| v["error"].clone())
         .unwrap_or_default();
-    let field = |k: &str| match &error[k] {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    };
+    let (error_type, error_code) = error_words(&error);
 
     let mut class = classify_http_status(status);
     let mut fault = FaultKind::HttpStatus;
-    let filtered = ["code", "type"].iter().any(|k| {
+    let filtered = [&error_code, &error_type].iter().any(|w| {
         matches!(
-            field(k).as_deref(),
+            w.as_deref(),
             Some("content_filter" | "content_policy_violation")
         )
     });
@@ -308,25 +351,23 @@ async fn status_failure(response: reqwest::Response) -> TransportFailure {
     }
 
     let mut detail = format!("HTTP {status}");
-    if let Some(t) = field("type") {
-        detail.push_str(&format!(", error type {}", printable(&t)));
+    if let Some(t) = &error_type {
+        detail.push_str(&format!(", error type {t}"));
     }
-    if let Some(c) = field("code") {
-        detail.push_str(&format!(", error code {}", printable(&c)));
+    if let Some(c) = &error_code {
+        detail.push_str(&format!(", error code {c}"));
     }
-    TransportFailure::new(
+    let mut failure = TransportFailure::new(
         ProviderFailure {
             http_status: Some(status),
             retry_after_ms,
             ..failure(fault, class)
         },
         detail,
-    )
-}
-
-/// A short, single-line rendering of a provider-chosen word.
-fn printable(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(64).collect()
+    );
+    failure.body.error_type = error_type;
+    failure.body.error_code = error_code;
+    failure
 }
 
 /// The error and its sources on one line, so the detail says what the OS said.

@@ -14,6 +14,13 @@
 //! lease record, its usage and, when it failed, the [`AttemptFailure`] the step retry decides
 //! from. Nothing here decides a retry.
 //!
+//! Every completed turn's raw 200 body passes the response boundary (the check the composition
+//! route applies, BND-1) before its outcome is used. Credential material ends the attempt as a
+//! terminal validator refusal (STP-14); any other refusal (another model's chunk, a missing
+//! identity, a malformed stream) is a provider fault that no transport class fits, so it is
+//! recorded as provider class `unknown`, which is never retried. A provider error that names
+//! the context window as exceeded ends the attempt as `context-exhausted` (STP-14).
+//!
 //! The tools are [`StepTools`], fresh for each attempt (so the source-read budget is restored,
 //! STP-2), and each batch goes through [`batch::run_batch`]. Tools are synchronous and short; the
 //! deadline and the cancellation are checked after each batch.
@@ -22,14 +29,15 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use docsfab_policy::class::ProviderFailure;
+use docsfab_boundary::{BoundaryConfig, Refusal, Verdict};
+use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::Feedback;
-use docsfab_policy::step::{AttemptFailure, ContractFailure};
+use docsfab_policy::step::{AttemptFailure, ContractFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
-    Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TurnEnd,
-    TurnRequest, TurnStatus as ProviderTurnStatus, driver::run_turn_observed,
+    Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
+    TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus, driver::run_turn_observed,
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -55,6 +63,11 @@ pub struct AttemptInput<'a> {
     pub step: &'a Step,
     pub limits: ModelLimits,
     pub replay_limits: ReplayLimits,
+    /// The response boundary for the run's provider, selected model and key (BND-1), or why it
+    /// could not be built (then nothing is sent). A completed turn whose transport kept no raw
+    /// body (an in-memory test transport) has nothing to check; the HTTP transport the executor
+    /// builds always keeps it.
+    pub boundary: Result<&'a BoundaryConfig, &'a str>,
     /// The step's instructions with `{{steps.ID.output}}` already substituted.
     pub instructions: &'a str,
     /// The correction the step retry carried to this attempt.
@@ -260,6 +273,20 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
     }
     let mut messages = vec![Message::User { text: opening }];
     let tools = tool_specs(&step.tools);
+    let boundary = match input.boundary {
+        Ok(b) => b,
+        Err(why) => {
+            let text = format!("the response boundary cannot be set up: {why}");
+            st.lease
+                .stop(StopReason::PreflightFailed, Some(text.clone()));
+            return fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: text.clone(),
+                },
+                text,
+            );
+        }
+    };
 
     loop {
         if input.cancel.is_cancelled() {
@@ -324,7 +351,21 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
         st.usage = st.usage + turn_usage;
 
         let outcome = match result.end {
-            TurnEnd::Completed(outcome) => outcome,
+            TurnEnd::Completed(outcome) => match boundary_check(boundary, &outcome) {
+                None => outcome,
+                Some(refusal) => {
+                    push_turn(
+                        st,
+                        turn,
+                        TurnStatus::Failed,
+                        replays,
+                        ToolBatch::default(),
+                        turn_usage,
+                    );
+                    emit_finished(input, turn, TurnStatus::Failed, &ToolBatch::default());
+                    return refused(st, &refusal);
+                }
+            },
             other => {
                 let status = match result.record.status {
                     ProviderTurnStatus::Cancelled => TurnStatus::Cancelled,
@@ -516,8 +557,68 @@ fn lease_ended(reason: StopReason, evidence: Option<String>) -> Ending {
     }
 }
 
+/// BND-1 for the runtime's own turns: the refusal of a completed turn's raw 200 body, if any.
+fn boundary_check(boundary: &BoundaryConfig, outcome: &StreamOutcome) -> Option<Refusal> {
+    let raw = outcome.raw_body.as_ref()?;
+    match boundary.check(raw) {
+        Verdict::Pass(_) => None,
+        Verdict::Refuse(r) => Some(r),
+    }
+}
+
+/// How the attempt ends when the boundary refused a completed turn. The message names the
+/// reason code and, for credentials, the kind or the key's label: `Refusal`'s Display never
+/// holds the matched bytes.
+fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
+    let text = format!(
+        "the response boundary refused the provider's answer ({refusal}); none of it was used"
+    );
+    st.lease
+        .stop(StopReason::ProviderFailed, Some(text.clone()));
+    if refusal.reason.is_credential() {
+        // STP-14: terminal, whatever the budgets; asking again could show the key again.
+        return fail(
+            AttemptFailure::ValidatorTerminal {
+                refusal: ValidatorRefusal::CredentialMaterial,
+            },
+            text,
+        );
+    }
+    // The provider answered, but not as the selected model or not as a readable stream: a
+    // provider fault that no transport class fits. Retrying the same request usually meets the
+    // same answer (a model name the provider reports differently), so it is `unknown`.
+    let failure = ProviderFailure {
+        fault: FaultKind::ErrorEvent,
+        class: ProviderErrorClass::Unknown,
+        http_status: None,
+        declared_status: None,
+        retry_after_ms: None,
+        content_published: false,
+    };
+    st.provider_failure = Some(failure);
+    fail(AttemptFailure::Provider { failure }, text)
+}
+
+/// STP-14: the provider said the request does not fit the model's context window.
+fn context_exhausted(st: &mut Attempt<'_>, failure: &TransportFailure) -> Ending {
+    st.lease
+        .stop(StopReason::ProviderFailed, Some(failure.detail.clone()));
+    // Recorded too, so the attempt still shows the provider's class and status.
+    st.provider_failure = Some(failure.failure);
+    fail(
+        AttemptFailure::ContextExhausted,
+        format!(
+            "the provider reported the model's context window exceeded: {}",
+            failure.detail
+        ),
+    )
+}
+
 fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
     match end {
+        TurnEnd::Failed { failure, .. } if failure.context_exhausted() => {
+            context_exhausted(st, &failure)
+        }
         TurnEnd::Failed { failure, .. } => {
             st.lease
                 .stop(StopReason::ProviderFailed, Some(failure.detail.clone()));

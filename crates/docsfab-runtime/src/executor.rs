@@ -8,6 +8,11 @@
 //! [`agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
 //! budget (STP-2), so a run that does not fail makes exactly one attempt per step.
 //!
+//! The run builds one response boundary from the provider's API, the selected model and the
+//! API key (as a host secret labelled with its variable), and every attempt checks each
+//! completed turn's raw 200 body against it before using it (BND-1, STP-14): the runtime's own
+//! turns meet the same check as the composition route's clients.
+//!
 //! Cancellation is one token for the run, a child of the caller's: the caller (Ctrl-C) or the
 //! job deadline (`runtime.deadlineMilliseconds`) cancels it, and everything that waits (provider
 //! requests, replay backoffs, step backoffs) races it, so the run ends at once and is recorded
@@ -19,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use docsfab_boundary::{BoundaryConfig, Secret};
 use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::{
@@ -49,8 +55,28 @@ pub struct ProviderSettings {
     pub base_url: String,
     /// The provider's default model; the composition's `model` wins when set.
     pub model: String,
-    /// `None` sends no auth header (a local simulator needs none).
+    /// `None` sends no auth header (a local simulator needs none). Give it the name of its
+    /// variable with [`ApiKey::with_label`]: a response that carries the key's value is then
+    /// refused naming that variable.
     pub api_key: Option<ApiKey>,
+}
+
+/// The label of a key found in a response when the key came without one.
+const UNLABELLED_KEY: &str = "provider-api-key";
+
+/// The run's response boundary: the provider's API, the selected model, and the key's value as
+/// a host secret (a key under 8 bytes cannot be searched for; every known key shape still is).
+fn boundary_config(provider: &ProviderSettings, model: &str) -> Result<BoundaryConfig, String> {
+    let api = match provider.api {
+        Api::OpenaiChat => docsfab_boundary::Api::OpenAiChat,
+        Api::AnthropicMessages => docsfab_boundary::Api::AnthropicMessages,
+    };
+    let secrets: Vec<Secret> = provider
+        .api_key
+        .iter()
+        .filter_map(|k| Secret::new(k.label().unwrap_or(UNLABELLED_KEY), k.expose()).ok())
+        .collect();
+    BoundaryConfig::new(api, model, &secrets).map_err(|e| e.to_string())
 }
 
 /// Something to tell the operator while the run goes.
@@ -252,11 +278,15 @@ pub enum RunError {
 /// `store` from its first moment; each finished attempt is committed before the next starts.
 pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<RunOutcome, RunError> {
     let workspace = Workspace::open(&cfg.workspace).map_err(|e| RunError::Workspace(e.evidence))?;
-    let transport = HttpTransport::new(HttpConfig::new(
-        cfg.provider.api,
-        cfg.provider.base_url.clone(),
-        cfg.provider.api_key.clone(),
-    ))?;
+    // The raw body is kept for the response boundary (BND-1).
+    let transport = HttpTransport::new(HttpConfig {
+        keep_raw_body: true,
+        ..HttpConfig::new(
+            cfg.provider.api,
+            cfg.provider.base_url.clone(),
+            cfg.provider.api_key.clone(),
+        )
+    })?;
     run_with_transport(cfg, &workspace, &transport, store).await
 }
 
@@ -283,10 +313,12 @@ pub async fn run_with_transport(
         })
     };
 
+    let boundary = boundary_config(&cfg.provider, &selected_model(&cfg));
     let ctx = Ctx {
         cfg: &cfg,
         workspace,
         transport,
+        boundary: &boundary,
         cancel: &cancel,
         deadline_fired: &deadline_fired,
         deadline_ms,
@@ -314,10 +346,19 @@ pub async fn run_with_transport(
     })
 }
 
+/// The composition's model, or the provider's.
+fn selected_model(cfg: &RunConfig) -> String {
+    cfg.composition
+        .model
+        .clone()
+        .unwrap_or_else(|| cfg.provider.model.clone())
+}
+
 struct Ctx<'a> {
     cfg: &'a RunConfig,
     workspace: &'a Workspace,
     transport: &'a dyn Transport,
+    boundary: &'a Result<BoundaryConfig, String>,
     cancel: &'a CancellationToken,
     deadline_fired: &'a AtomicBool,
     deadline_ms: u64,
@@ -447,11 +488,7 @@ async fn run_step(
     });
     let budgets = limits.step_budgets();
     let instructions = substitute_outputs(&step.instructions, outputs);
-    let model = cfg
-        .composition
-        .model
-        .clone()
-        .unwrap_or_else(|| cfg.provider.model.clone());
+    let model = selected_model(cfg);
     let mut past: Vec<PastAttempt> = Vec::new();
 
     loop {
@@ -481,6 +518,7 @@ async fn run_step(
             step,
             limits: cfg.composition.limits,
             replay_limits: limits.replay_limits(),
+            boundary: ctx.boundary.as_ref().map_err(String::as_str),
             instructions: &instructions,
             feedback,
             workspace: ctx.workspace,
