@@ -26,14 +26,7 @@ fn a_run_prints_its_id_first_and_is_recorded_listed_and_shown() {
     );
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
     let comp = s.composition(ONE_STEP);
-    let out = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).output().unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let id = stdout.lines().next().unwrap().to_owned();
@@ -120,14 +113,7 @@ fn a_failed_run_exits_1_and_is_recorded_failed() {
     let sim = Sim::start(tmp.path(), "responses:\n  - status: 400\n");
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
     let comp = s.composition(ONE_STEP);
-    let out = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let id = stdout.lines().next().unwrap();
@@ -155,14 +141,7 @@ fn a_bad_composition_exits_2_and_writes_nothing() {
     let s = Setup::new("http://127.0.0.1:9/v1", "");
     let comp =
         s.composition(&ONE_STEP.replace("  maxTurns: 6\n", "  maxTurns: 6\n  maxRetries: 2\n"));
-    let out = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -203,15 +182,7 @@ fn a_missing_composition_or_workspace_exits_2_and_writes_nothing() {
 fn a_missing_key_variable_exits_2_naming_the_variable() {
     let s = Setup::new("http://127.0.0.1:9/v1", "");
     let comp = s.composition(ONE_STEP);
-    let out = s
-        .docsfab()
-        .env_remove(KEY_VAR)
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).env_remove(KEY_VAR).output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
@@ -227,12 +198,8 @@ fn an_out_of_range_limit_variable_exits_2_before_the_store_opens() {
     let s = Setup::new("http://127.0.0.1:9/v1", "");
     let comp = s.composition(ONE_STEP);
     let out = s
-        .docsfab()
+        .run_command(&comp)
         .env("DOCSFAB_READ_ONLY_MAX_RETRIES", "4")
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
         .output()
         .unwrap();
     let stderr = text(&out.stderr);
@@ -272,14 +239,7 @@ fn a_run_against_an_anthropic_messages_provider_succeeds() {
     );
     let s = Setup::with_api("anthropic-messages", &sim.base_url, FAST_CATALOG);
     let comp = s.composition(ONE_STEP);
-    let out = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let id = text(&out.stdout).lines().next().unwrap().to_owned();
     let record = s.show_json(&id);
@@ -304,14 +264,7 @@ fn the_job_deadline_cancels_the_run_with_exit_130() {
     );
     let comp = s.composition(ONE_STEP);
     let started = std::time::Instant::now();
-    let out = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
-        .output()
-        .unwrap();
+    let out = s.run_command(&comp).output().unwrap();
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));

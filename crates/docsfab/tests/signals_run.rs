@@ -31,11 +31,7 @@ fn sigkill_mid_run_leaves_an_interrupted_run_with_finished_attempts_intact() {
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
     let comp = s.composition(&two_steps());
     let mut child = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
+        .run_command(&comp)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -88,11 +84,7 @@ fn sigint_during_a_replay_wait_cancels_at_once_with_exit_130() {
     let s = Setup::new(&sim.base_url, "");
     let comp = s.composition(ONE_STEP);
     let mut child = s
-        .docsfab()
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
+        .run_command(&comp)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -146,12 +138,8 @@ fn sigterm_during_a_step_backoff_cancels_at_once_with_exit_130() {
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
     let comp = s.composition(ONE_STEP);
     let mut child = s
-        .docsfab()
+        .run_command(&comp)
         .env("DOCSFAB_RETRY_BASE_DELAY_MS", "60000")
-        .arg("run")
-        .arg(&comp)
-        .arg("--workspace")
-        .arg(s.workspace())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

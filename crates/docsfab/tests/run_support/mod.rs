@@ -139,6 +139,16 @@ impl Setup {
         docsfab(&self.home())
     }
 
+    /// `docsfab run COMPOSITION --workspace` on this setup's workspace.
+    pub fn run_command(&self, composition: &Path) -> Command {
+        let mut cmd = self.docsfab();
+        cmd.arg("run")
+            .arg(composition)
+            .arg("--workspace")
+            .arg(self.workspace());
+        cmd
+    }
+
     /// `docsfab runs show ID --json`, checked to succeed, parsed.
     pub fn show_json(&self, id: &str) -> Value {
         let out = self
