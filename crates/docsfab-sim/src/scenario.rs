@@ -331,6 +331,11 @@ fn plain_yaml_message(e: &serde_saphyr::Error) -> String {
         Some(at) => &first[..at],
         None => first,
     };
+    // Keep the sentence single: drop the library's advice on its own options.
+    let message = match message.find(", set DuplicateKeyPolicy") {
+        Some(at) => &message[..at],
+        None => message,
+    };
     // Say what was expected in words rather than in Rust type names.
     let plain = match message {
         "invalid u16" => "expected a whole number from 0 to 65535",

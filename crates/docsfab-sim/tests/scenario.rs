@@ -32,6 +32,16 @@ fn unknown_fields_are_refused_with_file_and_line() {
     assert!(e.contains("line 2") && e.contains("falback"), "{e}");
 }
 
+/// A duplicate key reads like every other scenario error: one sentence naming the line, without
+/// the YAML library's advice about its own options.
+#[test]
+fn a_duplicate_key_is_refused_with_its_line_in_one_sentence() {
+    let e = error_of("responses: []\nresponses: []\n");
+    assert!(e.starts_with("scenario bad.yaml, line 2: duplicate"), "{e}");
+    assert!(!e.contains("DuplicateKeyPolicy"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
 #[test]
 fn broken_entries_are_refused_with_their_line_and_reason() {
     let cases = [
