@@ -15,7 +15,7 @@ use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
-use crate::home::{HostContext, read_optional};
+use crate::home::{HostContext, load_composition};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -67,13 +67,7 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
 
     let composition = match &args.composition {
         Some(path) => {
-            let text = read_optional(path, "composition")?.ok_or_else(|| {
-                CliError::bad_input(format!(
-                    "the composition {} does not exist; check the path given to --composition.",
-                    path.display()
-                ))
-            })?;
-            let c = Composition::parse(&text, &path.display().to_string())?;
+            let c = load_composition(path, "--composition")?;
             // Without a host.yaml the warning below already says no provider is configured.
             let model = if ctx.host_file_exists {
                 let selected = ctx.select_provider(&c, path)?;

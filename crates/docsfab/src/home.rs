@@ -65,6 +65,18 @@ pub fn read_optional(path: &Path, what: &str) -> Result<Option<String>, CliError
     }
 }
 
+/// Reads and parses the composition file at `path`; `given_to` names where the path was given
+/// (`` `docsfab run` ``, `--composition`), for the message when the file does not exist.
+pub fn load_composition(path: &Path, given_to: &str) -> Result<Composition, CliError> {
+    let text = read_optional(path, "composition")?.ok_or_else(|| {
+        CliError::bad_input(format!(
+            "the composition {} does not exist; check the path given to {given_to}.",
+            path.display()
+        ))
+    })?;
+    Ok(Composition::parse(&text, &path.display().to_string())?)
+}
+
 /// The host configuration, and whether a `host.yaml` exists.
 pub fn load_host(home: &Home) -> Result<(HostConfig, bool), CliError> {
     let path = home.host_file();

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use docsfab_provider::ApiKey;
-use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunError, RunOutcome, run_composition,
 };
@@ -26,7 +25,7 @@ use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CliError, emit};
-use crate::home::{HostContext, Selected, read_optional};
+use crate::home::{HostContext, Selected, load_composition};
 use crate::progress::Reporter;
 use crate::runs::{STORE_FILE_NAME, open_store, to_json};
 
@@ -62,13 +61,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
     let ctx = HostContext::load()?;
     let path = &args.composition;
-    let text = read_optional(path, "composition")?.ok_or_else(|| {
-        CliError::bad_input(format!(
-            "the composition {} does not exist; check the path given to `docsfab run`.",
-            path.display()
-        ))
-    })?;
-    let composition = Composition::parse(&text, &path.display().to_string())?;
+    let composition = load_composition(path, "`docsfab run`")?;
     let selected = ctx.select_provider(&composition, path)?;
     let api_key = read_key(&selected)?;
     let workspace = match &args.workspace {
