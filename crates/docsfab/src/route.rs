@@ -8,7 +8,9 @@
 //!    composition's `timeoutMs` as the deadline, exactly as a step's turn would (CLS-7);
 //! 3. a 200 body, buffered whole, goes through the response boundary (BND-1) and is then either
 //!    forwarded verbatim or replaced by an error in the client's API shape ([`Reply`]);
-//! 4. a failure the replay gave up on becomes a sanitized error ([`failure_reply`], pure).
+//! 4. a failure the replay gave up on becomes a sanitized error ([`failure_reply`], pure), except
+//!    a 200 stream that ended on a structured error event and was read to its end: that body
+//!    goes through the boundary and, when it passes, to the client as it came (BND-2).
 //!
 //! The layer here is thin on purpose: the decisions are in the pure functions below, the
 //! boundary crate and the replay policy. docs/route.md describes the behaviour for operators.
@@ -292,13 +294,16 @@ impl Route {
                 let raw = outcome.raw_body.unwrap_or_default();
                 self.check(client_api, raw)
             }
-            TurnEnd::Failed { failure, stop } => {
-                match failure_reply(client_api, &failure, stop, requests) {
+            TurnEnd::Failed { failure, stop } => match verbatim_error_stream(&failure) {
+                // BND-2: the provider's own error-event stream, judged like any 200 body, so the
+                // client's SDK classifies the provider's event rather than our rebuilt one.
+                Some(raw) => self.check(client_api, raw),
+                None => match failure_reply(client_api, &failure, stop, requests) {
                     // A synthesized stream is a 200 body too: it passes the boundary like any.
                     Reply::Stream(body) => self.check(client_api, body),
                     other => other,
-                }
-            }
+                },
+            },
             TurnEnd::DeadlineReached { last_failure } => Reply::error(
                 client_api,
                 StatusCode::GATEWAY_TIMEOUT,
@@ -585,9 +590,10 @@ fn stopped(stop: StopReason, requests: u32) -> String {
 /// * A provider status (non-2xx) is passed through with its status and Retry-After; the body is
 ///   rebuilt from the status, error type and code the transport kept, never the provider's
 ///   message (some providers echo part of the key there).
-/// * A structured error event in a 200 stream comes back as a 200 stream holding one such event
-///   (BND-2), with the declared status and a type of the same class, so the client's SDK and
-///   step retry classify it as the route did (CLS-5, CLS-6, CLS-7).
+/// * A structured error event in a 200 stream whose body the transport did not keep whole comes
+///   back as a 200 stream holding one such event (BND-2), with the declared status and a type
+///   of the same class, so the client's SDK and step retry classify it as the route did (CLS-5,
+///   CLS-6, CLS-7). A body kept whole is forwarded as it came ([`verbatim_error_stream`]).
 /// * Any other failure of a 200 stream or of the connection is a 502 (504 for a timeout) naming
 ///   the class, which clients treat as a retryable server fault, as the class is.
 fn failure_reply(api: Api, failure: &TransportFailure, stop: StopReason, requests: u32) -> Reply {
@@ -649,12 +655,22 @@ fn failure_reply(api: Api, failure: &TransportFailure, stop: StopReason, request
 }
 
 /// Whether an `ErrorEvent` failure was a real structured error event rather than a 200 body the
-/// transport could not read (which it also files as `ErrorEvent`, class unknown). The transport
-/// keeps no flag for this, only its detail sentence.
+/// transport could not read (which it also files as `ErrorEvent`, class unknown, with no error
+/// words).
 fn is_declared_error(failure: &TransportFailure) -> bool {
     failure.failure.declared_status.is_some()
         || failure.failure.class != ProviderErrorClass::Unknown
+        || failure.body.error_type.is_some()
+        || failure.body.error_code.is_some()
         || failure.detail.contains("carried an error event")
+}
+
+/// The body to forward byte for byte when a turn ended on a 200 stream's structured error event
+/// and the transport read that stream to its end (BND-2). Pure. `None` sends the rebuilt event
+/// instead: a body that was cut or outran the transport's bounds, or a failure of another kind.
+fn verbatim_error_stream(failure: &TransportFailure) -> Option<Bytes> {
+    let event = failure.failure.fault == FaultKind::ErrorEvent && is_declared_error(failure);
+    failure.body.raw.clone().filter(|_| event)
 }
 
 /// A 200 stream of one structured error event (BND-3: `error` and `type: "error"` only), in the
@@ -816,6 +832,36 @@ mod tests {
                 assert_eq!(got.declared_status, declared);
             }
         }
+    }
+
+    /// BND-2: only a structured error event whose whole body was kept is forwarded as it came;
+    /// an unreadable 200 body and a provider status keep their rebuilt replies.
+    #[test]
+    fn only_a_kept_error_event_stream_is_forwarded_verbatim_bnd_2() {
+        let raw = Bytes::from_static(b"data: {\"error\":{\"type\":\"server_error\"}}\n\n");
+        let mut event = stream_failure(ProviderErrorClass::Server, None);
+        assert_eq!(verbatim_error_stream(&event), None, "nothing kept");
+        event.body.raw = Some(raw.clone());
+        assert_eq!(verbatim_error_stream(&event), Some(raw.clone()));
+        let mut unreadable = TransportFailure::new(
+            ProviderFailure {
+                class: ProviderErrorClass::Unknown,
+                ..event.failure
+            },
+            "the 200 stream carried a data line that is not JSON",
+        );
+        unreadable.body.raw = Some(raw.clone());
+        assert_eq!(verbatim_error_stream(&unreadable), None);
+        let mut status = TransportFailure::new(
+            ProviderFailure {
+                fault: FaultKind::HttpStatus,
+                http_status: Some(503),
+                ..event.failure
+            },
+            "HTTP 503",
+        );
+        status.body.raw = Some(raw);
+        assert_eq!(verbatim_error_stream(&status), None);
     }
 
     #[test]
