@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use docsfab_sim::SimError;
 
 use crate::error::CliError;
+use crate::run::runtime;
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
@@ -36,16 +37,13 @@ pub struct ServeArgs {
 
 pub fn run(args: &SimArgs) -> Result<(), CliError> {
     match &args.command {
-        SimCommand::Serve(serve) => {
-            let rt = tokio::runtime::Runtime::new()
-                .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?;
-            rt.block_on(docsfab_sim::serve_command(
+        SimCommand::Serve(serve) => runtime()?
+            .block_on(docsfab_sim::serve_command(
                 serve.listen,
                 &serve.scenario,
                 serve.log.as_deref(),
             ))
-            .map_err(to_cli_error)
-        }
+            .map_err(to_cli_error),
     }
 }
 
