@@ -54,6 +54,7 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
 
 /// Opens the run store for a command; a failure is the operator's to fix (permissions, a file
 /// that is not a database), so it is bad input.
+///
 /// Says on stderr which runs this open found orphaned and marked `interrupted`.
 pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
     let store = RunStore::open(path).map_err(|e| {
