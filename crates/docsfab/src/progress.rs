@@ -192,7 +192,8 @@ impl Reporter {
     }
 }
 
-/// The status line: `outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in 1.4 s`.
+/// The status line: `step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in
+/// 1.4 s`, or `starting` before the first step.
 fn status_text(s: &State, now: Instant) -> String {
     let Some(step) = &s.step else {
         return "starting".to_owned();
