@@ -571,15 +571,14 @@ fn read_number(text: &str) -> Number {
         .unwrap_or(Number::OutOfAnyRange)
 }
 
-/// Reads `text` as a value of `limit` in `min..=max`.
+/// Reads `text` as a value of `limit` inside the limit's own range.
 fn read_in_range(
     limit: Limit,
     origin: &Origin,
     text: &str,
     is_number: bool,
-    max: u64,
 ) -> Result<u64, ConfigError> {
-    let (min, default) = (limit.min(), limit.default_value());
+    let (min, max, default) = (limit.min(), limit.max(), limit.default_value());
     let number = if is_number {
         read_number(text)
     } else {
@@ -654,7 +653,7 @@ pub fn resolve(
                 max: limit.max(),
             });
         }
-        let v = read_in_range(limit, &origin, &raw.text, is_number, limit.max())?;
+        let v = read_in_range(limit, &origin, &raw.text, is_number)?;
         values[limit.index()] = Effective {
             value: v,
             source: Source::HostCatalog,
@@ -669,7 +668,7 @@ pub fn resolve(
         let origin = Origin::Env {
             var: var.to_string(),
         };
-        let v = read_in_range(limit, &origin, text, true, limit.max())?;
+        let v = read_in_range(limit, &origin, text, true)?;
         let current = values[limit.index()];
         // An environment variable never raises what host.yaml lowered.
         if current.source == Source::HostCatalog && v > current.value {
@@ -693,13 +692,7 @@ pub fn resolve(
     if let Some(raw) = &host.read_only_max_retries {
         let limit = Limit::MaxRetries;
         let origin = host_origin(host, HOST_OVERRIDE_KEY, raw);
-        let v = read_in_range(
-            limit,
-            &origin,
-            &raw.text,
-            raw.kind == RawKind::Number,
-            limit.max(),
-        )?;
+        let v = read_in_range(limit, &origin, &raw.text, raw.kind == RawKind::Number)?;
         if v > configured_max_retries {
             return Err(ConfigError::AboveHostCatalog {
                 origin,
