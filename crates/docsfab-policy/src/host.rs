@@ -271,14 +271,24 @@ const KEY_PREFIXES: &[&str] = &[
 
 /// Whether `text` looks like a secret: a known key prefix, or a long token that mixes upper
 /// case, lower case and digits the way generated keys do and variable names do not.
+///
+/// A token is a run of letters, digits and `_`, so a model name or URL whose short parts mix
+/// case and digits (`Qwen/Qwen2.5-Coder-32B-Instruct`, `http://LLM-Box:8000/v1`) is not taken
+/// for a key, while a key pasted into a URL path still is.
 pub fn looks_like_key(text: &str) -> bool {
     if KEY_PREFIXES.iter().any(|p| text.starts_with(p)) {
         return true;
     }
-    let long = text.chars().count() >= 20;
-    let upper = text.chars().any(|c| c.is_ascii_uppercase());
-    let lower = text.chars().any(|c| c.is_ascii_lowercase());
-    let digits = text.chars().filter(char::is_ascii_digit).count();
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .any(is_random_token)
+}
+
+/// Whether one token is long and mixes upper case, lower case and digits.
+fn is_random_token(token: &str) -> bool {
+    let long = token.chars().count() >= 20;
+    let upper = token.chars().any(|c| c.is_ascii_uppercase());
+    let lower = token.chars().any(|c| c.is_ascii_lowercase());
+    let digits = token.chars().filter(char::is_ascii_digit).count();
     long && upper && lower && digits >= 2
 }
 
@@ -481,6 +491,28 @@ mod tests {
             assert!(msg.contains("baseUrl") && !msg.contains("hunter2"), "{msg}");
         }
         assert!(!url_carries_secret("https://api.example.com/v1?x=1"));
+    }
+
+    #[test]
+    fn names_with_separators_are_not_keys_but_a_long_random_token_inside_is() {
+        // Model names and URLs mix case and digits across short parts; a key is one long run.
+        for text in [
+            "Qwen/Qwen2.5-Coder-32B-Instruct",
+            "meta-llama/Meta-Llama-3.1-70B-Instruct-Turbo",
+            "http://LLM-Box:8000/v1",
+        ] {
+            assert!(!looks_like_key(text), "{text}");
+        }
+        let text = FULL.replace("https://api.example.com/v1", "http://LLM-Box:8000/v1");
+        let host = HostConfig::parse(&text, "host.yaml").expect("a plain base URL");
+        assert_eq!(host.providers["default"].base_url, "http://LLM-Box:8000/v1");
+        for text in [
+            "aB3dE5fG7hJ9kL1mN3pQ5",
+            "https://gw.example.com/v1/aB3dE5fG7hJ9kL1mN3pQ5",
+            "MyCompanyProviderKey2024",
+        ] {
+            assert!(looks_like_key(text), "{text}");
+        }
     }
 
     #[test]

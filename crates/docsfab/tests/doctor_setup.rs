@@ -402,6 +402,27 @@ fn setup_on_empty_home_writes_no_override_cfg_4() {
     assert_eq!(names, vec![std::ffi::OsString::from("host.yaml")]);
 }
 
+/// A model name that mixes case and digits across its parts is a model name, not a key.
+#[test]
+fn setup_accepts_a_model_name_with_mixed_case_and_digits() {
+    let s = Scratch::new();
+    let mut c = s.cmd();
+    c.args([
+        "setup",
+        "--base-url",
+        "http://LLM-Box:8000/v1",
+        "--model",
+        "Qwen/Qwen2.5-Coder-32B-Instruct",
+    ]);
+    let o = run(c);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let text = std::fs::read_to_string(s.host_file()).expect("host.yaml written");
+    let host = docsfab_policy::host::HostConfig::parse(&text, "host.yaml").expect("parses");
+    let d = &host.providers["default"];
+    assert_eq!(d.model, "Qwen/Qwen2.5-Coder-32B-Instruct");
+    assert_eq!(d.base_url, "http://LLM-Box:8000/v1");
+}
+
 #[test]
 fn setup_keeps_existing_numeric_override_exactly_cfg_4() {
     let s = Scratch::new();
