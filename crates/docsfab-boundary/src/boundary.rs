@@ -109,6 +109,8 @@ struct State {
     carry: Carry,
     refusal: Option<Refusal>,
     data_lines: u64,
+    /// Data lines of the event being read: a blank line ends the event.
+    event_data_lines: u64,
     error_events: u64,
     other_events: u64,
     /// Offset of the first `[DONE]`.
@@ -128,6 +130,7 @@ impl Boundary {
                 carry: Carry::default(),
                 refusal: None,
                 data_lines: 0,
+                event_data_lines: 0,
                 error_events: 0,
                 other_events: 0,
                 done_at: None,
@@ -192,8 +195,12 @@ impl State {
             return self.refuse(Reason::CredentialMaterial(kind), at + pos as u64);
         }
         let line = strip_boms(line);
-        if line.is_empty() || line[0] == b':' {
-            return; // an event boundary or a comment: nothing to judge on its own
+        if line.is_empty() {
+            self.event_data_lines = 0;
+            return; // an event boundary: nothing to judge on its own
+        }
+        if line[0] == b':' {
+            return; // a comment, which does not end the event
         }
         let (field, value) = match memchr::memchr(b':', line) {
             Some(i) => {
@@ -211,10 +218,17 @@ impl State {
 
     fn data_line(&mut self, value: &[u8], at: u64) {
         self.data_lines += 1;
+        self.event_data_lines += 1;
+        // BND-7 still parses this line alone below, but a second data line in one event makes
+        // the event unreadable to every consumer, whatever each line holds.
+        let joined = self.event_data_lines > 1;
         if self.done_at.is_some() && self.after_done_at.is_none() {
             self.after_done_at = Some(at);
         }
         if value == b"[DONE]" {
+            if joined {
+                return self.refuse(Reason::MultiLineDataEvent, at);
+            }
             self.done_at.get_or_insert(at);
             return;
         }
@@ -240,6 +254,10 @@ impl State {
         }
         if facts.model_mismatch {
             return self.refuse(Reason::ModelMismatch, at);
+        }
+        // After the model check, so a line from another model is reported as such.
+        if joined {
+            return self.refuse(Reason::MultiLineDataEvent, at);
         }
         if facts.is_pure_error() {
             self.error_events += 1;

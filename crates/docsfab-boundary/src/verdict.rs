@@ -72,6 +72,10 @@ pub enum Reason {
     UnparsableDataLine,
     /// A `data:` line holding JSON that is not an object, which neither API ever sends.
     DataNotAnObject,
+    /// A second `data:` line in one event (BND-7). Every consumer joins an event's data lines
+    /// with a newline and parses the whole, which two JSON values (or a value and `[DONE]`)
+    /// never are: the body passed would be one no consumer can read.
+    MultiLineDataEvent,
     /// An event that needs the model's identity does not carry or follow one (BND-4, BND-5).
     MissingModelIdentity,
     /// An event names a model other than the selected one (BND-4).
@@ -90,6 +94,7 @@ impl Reason {
             Reason::NoEvent => "no-event",
             Reason::UnparsableDataLine => "unparsable-data-line",
             Reason::DataNotAnObject => "data-not-an-object",
+            Reason::MultiLineDataEvent => "multi-line-data-event",
             Reason::MissingModelIdentity => "missing-model-identity",
             Reason::ModelMismatch => "model-mismatch",
             Reason::CredentialMaterial(_) => "credential-material",

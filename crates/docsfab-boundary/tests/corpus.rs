@@ -113,6 +113,7 @@ fn corpus_covers_every_outcome() {
         "refuse:no-event",
         "refuse:unparsable-data-line",
         "refuse:data-not-an-object",
+        "refuse:multi-line-data-event",
         "refuse:missing-model-identity",
         "refuse:model-mismatch",
         "refuse:credential-material",

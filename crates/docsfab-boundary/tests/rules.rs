@@ -244,6 +244,51 @@ fn each_data_line_parses_alone_bnd_7() {
     assert_eq!(c.check(tight.as_bytes()), Verdict::Pass(Pass::Stream));
 }
 
+/// BND-7: a second data line in one event is refused even when each line is a whole chunk of
+/// the selected model, because every consumer joins them and cannot parse the result. A
+/// credential in that line still outranks it; a comment does not end the event; a blank line
+/// does.
+#[test]
+fn a_second_data_line_in_one_event_is_refused_bnd_7() {
+    let c = openai();
+    let obj = |content: &str| {
+        format!("{{\"model\":\"{M}\",\"choices\":[{{\"delta\":{{\"content\":\"{content}\"}}}}]}}")
+    };
+    let a = obj("a");
+    let two = format!("data: {a}\ndata: {a}\n\ndata: [DONE]\n\n");
+    let second = (a.len() + 7) as u64;
+    assert_eq!(
+        refused(&c.check(two.as_bytes())),
+        Some(("multi-line-data-event", second))
+    );
+    let with_done = format!("data: {a}\ndata: [DONE]\n\n");
+    assert_eq!(
+        refused(&c.check(with_done.as_bytes())),
+        Some(("multi-line-data-event", second))
+    );
+    let commented = format!("data: {a}\n: keep-alive\ndata: {a}\n\n");
+    assert_eq!(
+        refused(&c.check(commented.as_bytes())).map(|r| r.0),
+        Some("multi-line-data-event")
+    );
+    // What outranks it on the line: a credential, and another model.
+    let keyed = format!(
+        "data: {a}\ndata: {}\n\n",
+        obj("sk-proj-Q3xZ8kLm0pR7sT2vW9yB4nD6fH1jK5gA")
+    );
+    assert_eq!(
+        refused(&c.check(keyed.as_bytes())).map(|r| r.0),
+        Some("credential-material")
+    );
+    let other = format!("data: {a}\ndata: {}\n\n", a.replace(M, "other-model"));
+    assert_eq!(
+        refused(&c.check(other.as_bytes())).map(|r| r.0),
+        Some("model-mismatch")
+    );
+    let separate = format!("data: {a}\n\ndata: {a}\n\ndata: [DONE]\n\n");
+    assert_eq!(c.check(separate.as_bytes()), Verdict::Pass(Pass::Stream));
+}
+
 /// BND-8: a body that is not a stream, or a stream with no event, is refused.
 #[test]
 fn not_a_stream_or_no_event_is_refused_bnd_8() {

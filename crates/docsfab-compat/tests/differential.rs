@@ -766,13 +766,10 @@ fn weakened_view(case: &Case, weakness: Weakness) -> BoundaryView {
 }
 
 /// Differences from (b) that are understood and reported, with why. Each must still occur, so
-/// the list cannot outlive the difference.
-const KNOWN: &[(&str, &str)] = &[(
-    "corpus/multi_line_data_each_object",
-    "BND-7 parses each data line alone, so an event of two data lines that are each a chunk of \
-     the selected model passes; every consumer joins the lines with a newline and fails to parse \
-     the result. Nothing unchecked is delivered, but the passed body cannot be read.",
-)];
+/// the list cannot outlive the difference. Empty: the one difference found
+/// (`corpus/multi_line_data_each_object`, an event of two data lines that are each a chunk, which
+/// the boundary passed and no consumer could parse) is now refused as `multi-line-data-event`.
+const KNOWN: &[(&str, &str)] = &[];
 
 // ---------------------------------------------------------------------------------------------
 // The test
@@ -1097,8 +1094,16 @@ mod comparison {
     #[test]
     fn raising_on_unparsable_joined_data_of_a_passed_body_is_a_difference_bnd_7() {
         let a = chunk(MODEL, "Hel");
-        let view = view_of(&format!("data: {a}\ndata: {a}\n\ndata: [DONE]\n\n"));
-        assert!(view.verdict.is_pass());
+        let mut view = view_of(&format!("data: {a}\ndata: {a}\n\ndata: [DONE]\n\n"));
+        // The boundary refuses such an event now, so a consumer raising on it is no difference.
+        assert_eq!(
+            view.verdict.refusal().map(|r| r.reason.code()),
+            Some("multi-line-data-event")
+        );
+        let o = compare(Client::PyOpenai, &view, &out(&[], Some("JSONDecodeError")));
+        assert_eq!(o.failure(false), None);
+        // The rule still catches a boundary that would pass one again.
+        view.verdict = Verdict::Pass(Pass::Stream);
         let o = compare(Client::PyOpenai, &view, &out(&[], Some("JSONDecodeError")));
         assert_eq!(o.expected_error, Some(UNPARSABLE_EVENT));
         assert!(o.failure(true).is_some());
