@@ -665,6 +665,15 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
 
 /// Judges a final answer: the contract of a read-only step, or the end of a write step.
 fn judge(step: &Step, outcome: &StreamOutcome) -> Ending {
+    // Anthropic's stop reason for an answer the context window ended (STP-14): a structured
+    // field, like an error code, so it is read; another attempt would meet the same window.
+    if matches!(&outcome.finish_reason, Some(FinishReason::Other(r)) if r == "model_context_window_exceeded")
+    {
+        return fail(
+            AttemptFailure::ContextExhausted,
+            "the answer ended at the model's context window (stop reason model_context_window_exceeded)",
+        );
+    }
     if outcome.finish_reason == Some(FinishReason::Length) {
         return fail(
             AttemptFailure::CutAnswer,

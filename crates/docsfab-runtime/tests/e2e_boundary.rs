@@ -262,6 +262,23 @@ async fn context_length_exceeded_in_a_stream_is_context_exhausted_stp_14() {
     assert_eq!(r.requests, 1);
 }
 
+/// STP-14: Anthropic's `model_context_window_exceeded` stop reason ends the step the same way.
+#[tokio::test]
+async fn an_anthropic_context_window_stop_is_context_exhausted_stp_14() {
+    let r = run(
+        Api::AnthropicMessages,
+        "responses:\n  - answer: {text: '{\"modules\": [', finish_reason: model_context_window_exceeded}\n  - answer: {json: {modules: [lib]}}\n",
+        RulesTable::embedded().unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, RunStatus::Failed, "{}", r.shown);
+    assert_eq!(r.requests, 1);
+    let a = &attempts(&r)[0];
+    assert_eq!(a["failureCategory"], "context-exhausted");
+    assert_eq!(a["retryRule"], "terminal-context-exhausted");
+    assert_eq!(a["retryScheduled"], false);
+}
+
 /// STP-14's limit, documented: Anthropic says "prompt is too long" only in the message, which
 /// docsfab never reads, so its 400 stays `invalid-request`: terminal as well, under its class rule.
 #[tokio::test]
