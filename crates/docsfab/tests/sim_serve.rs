@@ -2,13 +2,18 @@
 //! the scenario, writes the request log, stops cleanly on SIGTERM, and refuses a bad scenario
 //! with exit code 2.
 
-use std::io::{BufRead, BufReader, Read, Write};
+#[path = "run_support/mod.rs"]
+mod support;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use support::Sim;
+
 fn docsfab() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin!("docsfab"))
+    Command::new(support::bin())
 }
 
 fn post(addr: &str, path: &str, body: &str) -> String {
@@ -28,31 +33,13 @@ fn post(addr: &str, path: &str, body: &str) -> String {
 #[test]
 fn sim_serve_answers_from_the_scenario_and_logs_each_request() {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("s.yaml");
-    std::fs::write(
-        &scenario,
-        "responses:\n  - status: 408\n    repeat: 2\n  - answer: {text: hello}\n",
-    )
-    .unwrap();
     let log = dir.path().join("requests.jsonl");
-    let mut child = docsfab()
-        .args(["sim", "serve", "--listen", "127.0.0.1:0", "--scenario"])
-        .arg(&scenario)
-        .arg("--log")
-        .arg(&log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .trim()
-        .strip_prefix("listening on http://")
-        .expect(&first);
-    let addr = url.strip_suffix("/v1").unwrap();
+    let sim = Sim::start_logging(
+        dir.path(),
+        "responses:\n  - status: 408\n    repeat: 2\n  - answer: {text: hello}\n",
+        &log,
+    );
+    let addr = sim.addr();
 
     let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
     for _ in 0..2 {
@@ -67,15 +54,7 @@ fn sim_serve_answers_from_the_scenario_and_logs_each_request() {
     );
 
     // SIGTERM ends the server cleanly.
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = child.wait().unwrap();
+    let status = sim.terminate();
     assert!(status.success(), "{status:?}");
 
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)

@@ -50,11 +50,21 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(dir: &Path, scenario: &str) -> Sim {
+        Sim::start_with(dir, scenario, &[])
+    }
+
+    /// As [`Sim::start`], writing the request log to `log`.
+    pub fn start_logging(dir: &Path, scenario: &str, log: &Path) -> Sim {
+        Sim::start_with(dir, scenario, &["--log".as_ref(), log.as_os_str()])
+    }
+
+    fn start_with(dir: &Path, scenario: &str, extra: &[&std::ffi::OsStr]) -> Sim {
         let path = dir.join("scenario.yaml");
         std::fs::write(&path, scenario).unwrap();
         let mut child = Command::new(bin())
             .args(["sim", "serve", "--listen", "127.0.0.1:0", "--scenario"])
             .arg(&path)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -69,6 +79,22 @@ impl Sim {
             .unwrap_or_else(|| panic!("unexpected first line from sim serve: {first:?}"))
             .to_owned();
         Sim { child, base_url }
+    }
+}
+
+impl Sim {
+    /// `host:port` of the listening socket.
+    pub fn addr(&self) -> &str {
+        self.base_url
+            .strip_prefix("http://")
+            .and_then(|rest| rest.strip_suffix("/v1"))
+            .unwrap_or_else(|| panic!("unexpected base URL {:?}", self.base_url))
+    }
+
+    /// Sends SIGTERM and waits for the process to end.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        signal(&self.child, "TERM");
+        self.child.wait().unwrap()
     }
 }
 
