@@ -1,4 +1,4 @@
-//! Shared by the `docsfab run`, `runs`, signal and `sim serve` tests (a directory module, so
+//! Shared by the `docsfab run`, `runs`, signal, `sim serve` and demo tests (a directory module, so
 //! cargo does not build it as a test of its own): the simulator as a real `docsfab sim serve` process, a
 //! temporary DOCSFAB_HOME with a host.yaml pointing at it, a small workspace, and a reader that
 //! waits for a line on a child's stderr.
@@ -27,17 +27,23 @@ pub fn bin() -> PathBuf {
     assert_cmd::cargo::cargo_bin!("docsfab").to_path_buf()
 }
 
-/// `docsfab` with a clean environment for limits: no inherited `DOCSFAB_` variable, the given
-/// home, the provider key set and the step retry base delay lowered.
-pub fn docsfab(home: &Path) -> Command {
+/// `docsfab` with no inherited `DOCSFAB_` variable and the given home.
+pub fn docsfab_at(home: &Path) -> Command {
     let mut cmd = Command::new(bin());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("DOCSFAB_") {
             cmd.env_remove(k);
         }
     }
-    cmd.env("DOCSFAB_HOME", home)
-        .env(KEY_VAR, SECRET)
+    cmd.env("DOCSFAB_HOME", home);
+    cmd
+}
+
+/// `docsfab` with a clean environment for limits: no inherited `DOCSFAB_` variable, the given
+/// home, the provider key set and the step retry base delay lowered.
+pub fn docsfab(home: &Path) -> Command {
+    let mut cmd = docsfab_at(home);
+    cmd.env(KEY_VAR, SECRET)
         .env("DOCSFAB_RETRY_BASE_DELAY_MS", "20");
     cmd
 }
