@@ -4,9 +4,10 @@
 //! a real SQLite file.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
 
-use docsfab_policy::catalog::resolve;
+use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
@@ -49,34 +50,14 @@ async fn the_transport_retry_schedule_at_the_catalog_defaults() {
     let limits = resolve(&HostConfig::empty("host.yaml"), &BTreeMap::new()).unwrap();
     let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
     let started = Instant::now();
-    let outcome = run_with_transport(
-        RunConfig {
-            composition: Composition::parse(COMPOSITION, "c.yaml").unwrap(),
-            workspace: dir.path().to_path_buf(),
-            provider: ProviderSettings {
-                api: Api::OpenaiChat,
-                base_url: "http://127.0.0.1:9/v1".into(),
-                model: "m".into(),
-                api_key: Some(ApiKey::new("sk-never-sent")),
-            },
-            limits,
-            rules: RulesTable::embedded().unwrap(),
-            cancel: CancellationToken::new(),
-            job_deadline: None,
-            progress: None,
-        },
-        &workspace,
-        &transport,
-        &mut store,
-    )
-    .await
-    .unwrap();
+    let config = scripted_config(dir.path(), limits, Some(ApiKey::new("sk-never-sent")), None);
+    let outcome = run_with_transport(config, &workspace, &transport, &mut store)
+        .await
+        .unwrap();
     let elapsed = started.elapsed();
     assert_eq!(outcome.status, RunStatus::Failed);
 
-    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
-    let json = serde_json::to_value(&record).unwrap();
-    validate_against_schema(&json).unwrap();
+    let json = read_back(&store, &outcome);
     let step = &json["steps"][0];
     let attempts = step["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 7);
@@ -127,6 +108,39 @@ async fn the_transport_retry_schedule_at_the_catalog_defaults() {
     assert_eq!(elapsed, Duration::from_millis(7 * 51_500 + 63_000));
 }
 
+/// The run of `COMPOSITION` in the workspace `dir`, for a scripted transport (the base URL is
+/// never dialled).
+fn scripted_config(
+    dir: &Path,
+    limits: EffectiveLimits,
+    api_key: Option<ApiKey>,
+    progress: Option<ProgressSink>,
+) -> RunConfig {
+    RunConfig {
+        composition: Composition::parse(COMPOSITION, "c.yaml").unwrap(),
+        workspace: dir.to_path_buf(),
+        provider: ProviderSettings {
+            api: Api::OpenaiChat,
+            base_url: "http://127.0.0.1:9/v1".into(),
+            model: "m".into(),
+            api_key,
+        },
+        limits,
+        rules: RulesTable::embedded().unwrap(),
+        cancel: CancellationToken::new(),
+        job_deadline: None,
+        progress,
+    }
+}
+
+/// The run's record as stored, as JSON, checked against the schema.
+fn read_back(store: &RunStore, outcome: &RunOutcome) -> Value {
+    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
+    let json = serde_json::to_value(&record).unwrap();
+    validate_against_schema(&json).unwrap();
+    json
+}
+
 /// Runs `COMPOSITION` over `transport` with `host_yaml` and `env`; returns the outcome, the
 /// record as JSON and the request bodies in order.
 async fn run_scripted(
@@ -158,31 +172,11 @@ async fn run_scripted(
         })
     };
     let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
-    let outcome = run_with_transport(
-        RunConfig {
-            composition: Composition::parse(COMPOSITION, "c.yaml").unwrap(),
-            workspace: dir.path().to_path_buf(),
-            provider: ProviderSettings {
-                api: Api::OpenaiChat,
-                base_url: "http://127.0.0.1:9/v1".into(),
-                model: "m".into(),
-                api_key: None,
-            },
-            limits: resolve(&host, &env).unwrap(),
-            rules: RulesTable::embedded().unwrap(),
-            cancel: CancellationToken::new(),
-            job_deadline: None,
-            progress: Some(sink),
-        },
-        &workspace,
-        transport,
-        &mut store,
-    )
-    .await
-    .unwrap();
-    let record = store.load_run(&outcome.run_id).unwrap().unwrap();
-    let json = serde_json::to_value(&record).unwrap();
-    validate_against_schema(&json).unwrap();
+    let config = scripted_config(dir.path(), resolve(&host, &env).unwrap(), None, Some(sink));
+    let outcome = run_with_transport(config, &workspace, transport, &mut store)
+        .await
+        .unwrap();
+    let json = read_back(&store, &outcome);
     let bodies = bodies.lock().unwrap().clone();
     (outcome, json, bodies)
 }
