@@ -1,5 +1,9 @@
 //! docsfab's composition runtime: the building blocks the agent loop drives.
 //!
+//! - [`composition`]: the composition file, parsed and checked.
+//! - [`executor`]: running a composition: steps in order, each step's attempts and the step
+//!   retry decisions between them, the run record committed as it goes.
+//! - [`agent`]: one attempt of one step, the agent loop of provider turns and tool batches.
 //! - [`record`]: the run record (`docsfab runs show --json`) and its JSON Schema check.
 //! - [`ledger`]: the tool ledger, the turn governor and the execution lease (LSE-1..3).
 //! - [`tools`]: the tools and the validation of their calls.
