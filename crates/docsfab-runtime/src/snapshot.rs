@@ -43,7 +43,8 @@ pub enum RestoreError {
     Mismatch { path: PathBuf, detail: String },
 }
 
-pub fn sha256_hex(bytes: &[u8]) -> String {
+/// The SHA-256 of `bytes`, lowercase hex: what [`WriteSnapshots::verify`] compares.
+fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
