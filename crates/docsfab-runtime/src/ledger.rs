@@ -327,10 +327,6 @@ impl ExecutionLease {
         self.turns_used
     }
 
-    pub fn turns_remaining(&self) -> u32 {
-        self.max_turns.saturating_sub(self.turns_used)
-    }
-
     pub fn executed_tool_calls(&self) -> u32 {
         self.executed
     }
