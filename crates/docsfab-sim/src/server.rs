@@ -332,16 +332,18 @@ pub async fn serve_command(
         writeln!(stdout, "listening on {}", server.base_url()).map_err(SimError::Stdout)?;
         stdout.flush().map_err(SimError::Stdout)?;
     }
-    // One line per request on stderr for whoever watches; stdout stays the address alone.
+    // One line per request on stderr for whoever watches; stdout stays the address alone. Not
+    // eprintln!: a closed stderr must not panic the narrator.
     let narrator = tokio::spawn(async move {
         loop {
-            match feed.recv().await {
-                Ok(e) => eprintln!("{}", describe(&e)),
+            let line = match feed.recv().await {
+                Ok(e) => describe(&e),
                 Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    eprintln!("({missed} requests not shown)");
+                    format!("({missed} requests not shown)")
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
-            }
+            };
+            let _ = writeln!(std::io::stderr(), "{line}");
         }
     });
     signals.wait().await;
