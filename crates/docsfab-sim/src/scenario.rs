@@ -877,65 +877,11 @@ impl Resolver {
             return invalid(line, "random needs burst, throttle or both");
         }
         if let Some(burst) = &random.burst {
-            let [min, max] = burst.length;
-            if min > max {
-                return invalid(
-                    line,
-                    format!("random.burst.length [{min}, {max}]: min is above max"),
-                );
-            }
-            if max > 10_000 {
-                return invalid(line, "random.burst.length max must be at most 10000");
-            }
-            if burst.statuses.is_empty() {
-                return invalid(line, "random.burst.statuses must name at least one status");
-            }
-            if let Some(bad) = burst.statuses.iter().find(|s| !(200..=999).contains(*s)) {
-                return invalid(
-                    line,
-                    format!("random.burst.statuses: {bad} is not a final HTTP status"),
-                );
-            }
+            check_burst(burst, line)?;
         }
         let throttle = match &random.throttle {
             None => None,
-            Some(t) => {
-                let chance = match (t.chance, random.burst.is_some()) {
-                    (Some(c), _) => c,
-                    (None, false) => 1.0,
-                    (None, true) => {
-                        return invalid(
-                            line,
-                            "random.throttle.chance is required when burst is also given (the chance that an episode is a throttle run)",
-                        );
-                    }
-                };
-                for (field, p) in [("chance", chance), ("persistence", t.persistence)] {
-                    if !(0.0..=1.0).contains(&p) {
-                        return invalid(
-                            line,
-                            format!("random.throttle.{field} must be between 0 and 1, not {p}"),
-                        );
-                    }
-                }
-                let max_run = t.max_run.unwrap_or(23);
-                if max_run == 0 || max_run > 10_000 {
-                    return invalid(line, "random.throttle.max_run must be between 1 and 10000");
-                }
-                let mut retry_after: Vec<Option<Header>> = Vec::new();
-                for ScalarText(v) in &t.retry_after {
-                    if v.is_empty() {
-                        retry_after.push(None);
-                    } else {
-                        check_header("retry-after", v).or_else(|m| invalid(line, m))?;
-                        retry_after.push(Some(("retry-after".to_owned(), v.clone())));
-                    }
-                }
-                for ms in &t.retry_after_ms {
-                    retry_after.push(Some(("retry-after-ms".to_owned(), ms.to_string())));
-                }
-                Some((chance, t.persistence, max_run, retry_after))
-            }
+            Some(t) => Some(throttle_model(t, random.burst.is_some(), line)?),
         };
         let then_line = random.then.referenced.line();
         let then = random.then.value;
@@ -976,20 +922,20 @@ impl Resolver {
         };
         for episode in 0..random.episodes {
             let throttled = match (&throttle, &random.burst) {
-                (Some((chance, ..)), Some(_)) => rng.chance(*chance),
+                (Some(t), Some(_)) => rng.chance(t.chance),
                 (Some(_), None) => true,
                 (None, _) => false,
             };
             let mut faults: Vec<Arc<Step>> = Vec::new();
-            if let (true, Some((_, persistence, max_run, retry_after))) = (throttled, &throttle) {
+            if let (true, Some(t)) = (throttled, &throttle) {
                 loop {
-                    let header = if retry_after.is_empty() {
+                    let header = if t.retry_after.is_empty() {
                         None
                     } else {
-                        retry_after[rng.below(retry_after.len() as u64) as usize].clone()
+                        t.retry_after[rng.below(t.retry_after.len() as u64) as usize].clone()
                     };
                     faults.push(fault(429, header));
-                    if faults.len() as u32 >= *max_run || !rng.chance(*persistence) {
+                    if faults.len() as u32 >= t.max_run || !rng.chance(t.persistence) {
                         break;
                     }
                 }
@@ -1024,6 +970,85 @@ impl Resolver {
         }
         Ok(())
     }
+}
+
+/// Checks a random model's burst: a sane length range and final HTTP statuses.
+fn check_burst(burst: &RawBurst, line: u64) -> Checked<()> {
+    let [min, max] = burst.length;
+    if min > max {
+        return invalid(
+            line,
+            format!("random.burst.length [{min}, {max}]: min is above max"),
+        );
+    }
+    if max > 10_000 {
+        return invalid(line, "random.burst.length max must be at most 10000");
+    }
+    if burst.statuses.is_empty() {
+        return invalid(line, "random.burst.statuses must name at least one status");
+    }
+    if let Some(bad) = burst.statuses.iter().find(|s| !(200..=999).contains(*s)) {
+        return invalid(
+            line,
+            format!("random.burst.statuses: {bad} is not a final HTTP status"),
+        );
+    }
+    Ok(())
+}
+
+/// A random model's throttle runs, checked.
+struct ThrottleModel {
+    /// The chance that an episode is a throttle run (1 when there is no burst to choose from).
+    chance: f64,
+    /// The chance that a throttle run goes on after each 429.
+    persistence: f64,
+    /// The longest throttle run.
+    max_run: u32,
+    /// The Retry-After headers to draw from for each 429 (`None`: no header).
+    retry_after: Vec<Option<Header>>,
+}
+
+fn throttle_model(t: &RawThrottle, with_burst: bool, line: u64) -> Checked<ThrottleModel> {
+    let chance = match (t.chance, with_burst) {
+        (Some(c), _) => c,
+        (None, false) => 1.0,
+        (None, true) => {
+            return invalid(
+                line,
+                "random.throttle.chance is required when burst is also given (the chance that an episode is a throttle run)",
+            );
+        }
+    };
+    for (field, p) in [("chance", chance), ("persistence", t.persistence)] {
+        if !(0.0..=1.0).contains(&p) {
+            return invalid(
+                line,
+                format!("random.throttle.{field} must be between 0 and 1, not {p}"),
+            );
+        }
+    }
+    let max_run = t.max_run.unwrap_or(23);
+    if max_run == 0 || max_run > 10_000 {
+        return invalid(line, "random.throttle.max_run must be between 1 and 10000");
+    }
+    let mut retry_after: Vec<Option<Header>> = Vec::new();
+    for ScalarText(v) in &t.retry_after {
+        if v.is_empty() {
+            retry_after.push(None);
+        } else {
+            check_header("retry-after", v).or_else(|m| invalid(line, m))?;
+            retry_after.push(Some(("retry-after".to_owned(), v.clone())));
+        }
+    }
+    for ms in &t.retry_after_ms {
+        retry_after.push(Some(("retry-after-ms".to_owned(), ms.to_string())));
+    }
+    Ok(ThrottleModel {
+        chance,
+        persistence: t.persistence,
+        max_run,
+        retry_after,
+    })
 }
 
 fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
