@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use docsfab_policy::catalog::{EffectiveLimits, Limit, Source};
+use docsfab_policy::catalog::{EffectiveLimits, Limit};
 use docsfab_policy::envelope::RetryEnvelope;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use serde_json::{Value, json};
@@ -306,16 +306,6 @@ fn to_text(r: &Report) -> String {
     out
 }
 
-/// The JSON spelling of a source (kebab-case, like the rest of docsfab's JSON enums).
-fn source_str(s: Source) -> &'static str {
-    match s {
-        Source::Catalog => "catalog",
-        Source::HostCatalog => "host-catalog",
-        Source::Environment => "environment",
-        Source::HostOverride => "host-override",
-    }
-}
-
 fn to_json(r: &Report) -> Value {
     let ctx = &r.ctx;
     let l = &ctx.limits;
@@ -325,7 +315,7 @@ fn to_json(r: &Report) -> Value {
             json!({
                 "key": limit.key(),
                 "value": e.value,
-                "source": source_str(e.source),
+                "source": e.source,
                 "default": limit.default_value(),
                 "min": limit.min(),
                 "max": limit.max(),
@@ -371,17 +361,17 @@ fn to_json(r: &Report) -> Value {
         "limits": limits,
         "configuredMaxRetries": l.configured_max_retries(),
         "effectiveMaxRetries": l.effective_max_retries(),
-        "effectiveMaxRetriesSource": source_str(l.get(Limit::MaxRetries).source),
+        "effectiveMaxRetriesSource": l.get(Limit::MaxRetries).source,
         "transportRetry": {
             "maxTransportRetries": tr.max_transport_retries,
             "transportMaxDelayMs": tr.transport_max_delay_ms,
             "transportMaxElapsedMs": tr.transport_max_elapsed_ms,
             "baseDelayMs": tr.base_delay_ms,
             "sources": {
-                "maxTransportRetries": source_str(l.get(Limit::MaxTransportRetries).source),
-                "transportMaxDelayMs": source_str(l.get(Limit::TransportMaxDelayMs).source),
-                "transportMaxElapsedMs": source_str(l.get(Limit::TransportMaxElapsedMs).source),
-                "baseDelayMs": source_str(l.get(Limit::RetryBaseDelayMs).source),
+                "maxTransportRetries": l.get(Limit::MaxTransportRetries).source,
+                "transportMaxDelayMs": l.get(Limit::TransportMaxDelayMs).source,
+                "transportMaxElapsedMs": l.get(Limit::TransportMaxElapsedMs).source,
+                "baseDelayMs": l.get(Limit::RetryBaseDelayMs).source,
             },
         },
         "envelope": {
