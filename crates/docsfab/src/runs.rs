@@ -139,8 +139,8 @@ pub fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
         .map_err(|e| CliError::failed(format!("cannot format the run record as JSON ({e}).")))
 }
 
-/// The kebab-case name serde gives an enum value (stop reasons, faults).
-fn name_of<T: Serialize>(value: &T) -> String {
+/// The kebab-case name serde gives an enum value (stop reasons, faults, budgets).
+pub fn name_of<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
