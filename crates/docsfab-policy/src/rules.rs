@@ -376,9 +376,21 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
         ids.push(id);
     }
 
-    // Every class, with and without HTTP 429, must meet a rule that agrees with the class policy.
+    // Every class, without a status, with HTTP 429 and with every status a rule names for it,
+    // must meet a rule that agrees with the class policy.
     for class in ProviderErrorClass::ALL {
-        for status in [None, Some(429)] {
+        let named = raw
+            .class_rules
+            .iter()
+            .filter(|r| r.class == class)
+            .filter_map(|r| r.http_status);
+        let mut statuses = vec![None, Some(429)];
+        for status in named.map(Some) {
+            if !statuses.contains(&status) {
+                statuses.push(status);
+            }
+        }
+        for status in statuses {
             let Some(rule) = find_class_rule(&raw.class_rules, class, status) else {
                 return Err(RulesError::invalid(
                     source,

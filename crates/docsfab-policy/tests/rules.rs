@@ -137,6 +137,42 @@ fn table_may_not_stop_transient_classes_stp_3_stp_8() {
     );
 }
 
+// Proves STP-3, STP-8: a rule for one HTTP status of a transient class is held to the class
+// policy too, not only the class's catch-all rule.
+#[test]
+fn a_status_rule_may_not_stop_or_misroute_a_transient_class_stp_3_stp_8() {
+    for (action, must) in [
+        ("terminal", "must be `transport`"),
+        ("contract", "must be `transport`"),
+    ] {
+        let text = EMBEDDED_SOURCE.replacen(
+            "  - id: class-server\n",
+            &format!(
+                "  - id: class-server-503\n    class: server\n    httpStatus: 503\n    action: {action}\n  - id: class-server\n"
+            ),
+            1,
+        );
+        assert_ne!(text, EMBEDDED_SOURCE);
+        let message = refused(&text);
+        assert!(
+            message.contains("class-server-503") && message.contains(must),
+            "{message}"
+        );
+    }
+    // A status rule that agrees with the class policy is accepted and decides its status.
+    let text = EMBEDDED_SOURCE.replacen(
+        "  - id: class-server\n",
+        "  - id: class-server-503\n    class: server\n    httpStatus: 503\n    action: transport\n  - id: class-server\n",
+        1,
+    );
+    let t = RulesTable::parse(&text, "retry-policy.yaml").expect("an agreeing status rule");
+    assert_eq!(
+        t.class_rule(&ProviderFailure::from_http_status(503, None))
+            .id,
+        "class-server-503"
+    );
+}
+
 // Proves STP-8.
 #[test]
 fn a_429_rule_placed_after_the_catch_all_is_refused_stp_8() {
