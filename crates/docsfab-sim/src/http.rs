@@ -126,6 +126,9 @@ async fn read_chunked<S: AsyncRead + Unpin>(
             if let Some(at) = find(&raw[pos..], b"\r\n") {
                 break pos + at;
             }
+            if raw.len() - pos > MAX_HEAD_BYTES {
+                return Err(ReadError::Malformed("chunk size line too long"));
+            }
             if read_more(stream, &mut raw).await? == 0 {
                 return Err(ReadError::Closed);
             }
@@ -138,13 +141,18 @@ async fn read_chunked<S: AsyncRead + Unpin>(
         pos = line_end + 2;
         if size == 0 {
             // Skip trailers up to the final empty line.
+            let mut trailers = 0;
             loop {
                 if let Some(at) = find(&raw[pos..], b"\r\n") {
                     if at == 0 {
                         return Ok(body);
                     }
                     pos += at + 2;
+                    trailers += at + 2;
                     continue;
+                }
+                if trailers + (raw.len() - pos) > MAX_HEAD_BYTES {
+                    return Err(ReadError::Malformed("trailers too large"));
                 }
                 if read_more(stream, &mut raw).await? == 0 {
                     return Err(ReadError::Closed);
@@ -466,5 +474,25 @@ mod tests {
             read_request(&mut server).await,
             Err(ReadError::Malformed("request body too large"))
         ));
+    }
+
+    /// A chunk-size line or a trailer that never ends is refused, not buffered without bound.
+    #[tokio::test]
+    async fn an_endless_chunk_size_line_or_trailer_is_refused() {
+        for rest in [&b""[..], &b"0\r\n"[..]] {
+            let (mut client, mut server) = tokio::io::duplex(1 << 20);
+            let mut request = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            request.extend_from_slice(rest);
+            request.extend(std::iter::repeat_n(b'1', MAX_HEAD_BYTES + 2));
+            client.write_all(&request).await.unwrap();
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), read_request(&mut server)).await;
+            assert!(
+                matches!(read, Ok(Err(ReadError::Malformed(_)))),
+                "{:?}",
+                read.map(|r| r.map(|q| q.body.len()))
+            );
+            drop(client);
+        }
     }
 }
