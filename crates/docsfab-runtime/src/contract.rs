@@ -32,7 +32,9 @@ impl ContractFailureKind {
         }
     }
 
-    /// The correction a retry sends the model.
+    /// A one-sentence correction for this kind of failure. Not what a retry sends: the rules
+    /// table's [`Feedback`](docsfab_policy::rules::Feedback) for the condition decides that, in
+    /// the words of `agent::feedback_text`.
     pub fn feedback(self) -> &'static str {
         match self {
             ContractFailureKind::Empty => {
