@@ -4,7 +4,7 @@
 //! - the execution lease ([`ExecutionLease`]) grants each provider turn after the host preflight
 //!   (LSE-2), counts executed tool calls and decides renewal at each checkpoint from
 //!   executed-call evidence only (LSE-1, LSE-3);
-//! - read supervision ([`ReadSupervisor`]) answers re-reads with a notice and reports
+//! - read supervision ([`ReadSupervisor`](crate::supervision::ReadSupervisor)) answers re-reads with a notice and reports
 //!   no-progress (LSE-4);
 //! - the provider's replay driver ([`run_turn_observed`]) runs each turn with its in-turn
 //!   replays, bounded by the attempt deadline and the cancellation token (REP-9, REP-10).
@@ -202,6 +202,20 @@ fn system_prompt(step: &Step, instructions: &str) -> String {
     s
 }
 
+/// A fresh tool set (and so a full source-read budget, STP-2) for this attempt. The retry of an
+/// attempt stopped as no-progress asks for the answer at its first notice-only re-read (STP-12).
+fn tools_for_attempt<'w>(input: &AttemptInput<'w>) -> StepTools<'w> {
+    let tools = StepTools::for_attempt(
+        input.workspace,
+        ToolPolicy::for_step(input.step, &input.limits),
+    );
+    if input.feedback == Some(Feedback::AnswerAtFirstNotice) {
+        tools.answer_at_first_notice()
+    } else {
+        tools
+    }
+}
+
 /// Runs one attempt to its end. Never fails as a Rust error: every way an attempt can end is
 /// in the report.
 pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
@@ -210,10 +224,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
     let deadline = started + Duration::from_millis(input.limits.timeout_ms);
     let mut state = Attempt {
         lease: ExecutionLease::new(input.limits.max_turns),
-        tools: StepTools::for_attempt(
-            input.workspace,
-            ToolPolicy::for_step(input.step, &input.limits),
-        ),
+        tools: tools_for_attempt(&input),
         turns: Vec::new(),
         usage: Usage::default(),
         provider_failure: None,

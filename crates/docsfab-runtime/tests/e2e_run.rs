@@ -945,3 +945,33 @@ async fn a_cancel_between_steps_records_the_next_step_as_cancelled() {
     assert_eq!(steps[1]["failure"]["code"], "cancelled");
     assert_eq!(h.server.requests().len(), 1);
 }
+
+/// STP-12: in the retry of an attempt stopped as no-progress, the first notice-only re-read also
+/// asks the model for its final answer.
+#[tokio::test]
+async fn the_retry_after_no_progress_asks_for_the_answer_at_its_first_notice_stp_12() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls: [{id: r1, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      tool_calls:
+        - {id: r2, name: read_file, arguments: {path: src/lib.rs}}
+        - {id: r3, name: read_file, arguments: {path: src/lib.rs}}
+  - answer:
+      tool_calls: [{id: r4, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      tool_calls: [{id: s1, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      tool_calls: [{id: s2, name: read_file, arguments: {path: src/lib.rs}}]
+  - answer:
+      json: {modules: [lib]}
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded, "{:#}", r.json);
+    let reqs = requests(&r.events);
+    let last = reqs.iter().rfind(|q| q.1 == 2).unwrap();
+    assert!(last.4.contains("final answer now"), "{}", last.4);
+}
