@@ -96,7 +96,7 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
 fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
     let var = &selected.provider.api_key_env;
     match std::env::var(var) {
-        Ok(key) if !key.is_empty() => Ok(ApiKey::new(key)),
+        Ok(key) if !key.is_empty() => Ok(ApiKey::new(key).with_label(var.as_str())),
         Ok(_) | Err(std::env::VarError::NotPresent) => Err(CliError::bad_input(format!(
             "provider {:?} reads its API key from the environment variable {var}, which is not set (or empty); export {var} with the key and run again.",
             selected.provider_name
