@@ -216,11 +216,15 @@ impl Progress {
                 next_attempt,
                 remaining_ms,
                 ..
-            } => format!(
-                "  attempt {next_attempt} starts in {}.{} s",
-                remaining_ms / 1000,
-                (remaining_ms % 1000) / 100
-            ),
+            } => {
+                // Tenths of a second, rounded up: a countdown never shows less than remains.
+                let tenths = remaining_ms.div_ceil(100);
+                format!(
+                    "  attempt {next_attempt} starts in {}.{} s",
+                    tenths / 10,
+                    tenths % 10
+                )
+            }
             Progress::StepFinished { step_id, status } => {
                 format!("step {step_id} {}", status.as_str())
             }
