@@ -720,8 +720,11 @@ async fn a_cut_answer_is_retried_with_feedback_stp_10() {
     let attempts = r.json["steps"][0]["attempts"].as_array().unwrap().clone();
     assert_eq!(attempts[0]["retryRule"], "condition-cut-answer");
     assert_eq!(attempts[0]["code"], "cut-answer");
+    // The retry's first request carries the feedback, however many turns attempt 1 used.
     let reqs = requests(&r.events);
-    assert!(reqs[1].4.contains("well inside the limit of 1024 tokens"));
+    let retry = reqs.iter().find(|q| q.1 == 2).unwrap();
+    assert_eq!(retry.2, 1);
+    assert!(retry.4.contains("well inside the limit of 1024 tokens"));
 }
 
 /// OPS-4: the same loop on the Anthropic Messages API; usage is recorded per turn and
