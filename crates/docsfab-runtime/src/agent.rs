@@ -21,6 +21,14 @@
 //! recorded as provider class `unknown`, which is never retried. A provider error that names
 //! the context window as exceeded ends the attempt as `context-exhausted` (STP-14).
 //!
+//! A final text answer that the provider ended at the output limit (finish reason `length` /
+//! `max_tokens`) is continued inside the attempt before anything judges it (STP-10): the loop
+//! sends the conversation plus the partial text and [`CONTINUE_INSTRUCTION`], and joins the
+//! pieces. Whether to continue is decided by `after_final_turn` from the finish reason, the
+//! continuations already sent ([`MAX_CONTINUATIONS`] at most) and the lease's turns left; each
+//! continuation is a provider turn the lease grants like any other. A cut tool batch is not
+//! continued: its truncated arguments are rejected before authorization (LSE-1).
+//!
 //! The tools are [`StepTools`], fresh for each attempt (so the source-read budget is restored,
 //! STP-2), and each batch goes through [`batch::run_batch`]. Tools are synchronous and short; the
 //! deadline and the cancellation are checked after each batch.
@@ -53,6 +61,17 @@ use crate::record::{
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
 use crate::workspace::Workspace;
+
+/// The most continuation turns one attempt sends for a text answer cut at the output limit.
+/// Two is enough to finish an answer that overran the limit by a little; an answer that needs
+/// more was asked too broadly, and the cut-answer retry (with its feedback to answer well inside
+/// the limit) is the better remedy than more turns. The lease's `maxTurns` can lower it.
+pub const MAX_CONTINUATIONS: u32 = 2;
+
+/// The user message that asks for the rest of a cut answer. The pieces are joined as they
+/// are, so anything repeated or added in front would corrupt the joined answer (a JSON object
+/// above all).
+pub const CONTINUE_INSTRUCTION: &str = "Your answer was cut at the output limit. Continue it exactly where it stopped: do not repeat anything you already wrote and add no preamble, because your reply is appended to it as it is.";
 
 /// Everything one attempt needs. The ceilings in `limits` are the composition's sealed limits;
 /// every attempt of a step gets the same ones and a fresh source-read budget (STP-2).
@@ -299,6 +318,16 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
         }
     };
 
+    // The final answer so far: the text of a cut turn plus its continuations, joined.
+    let mut answer = String::new();
+    // Continuations joined into `answer`, and continuations sent in the whole attempt (the cap
+    // is per attempt, so an answer abandoned for tool calls does not earn a fresh allowance).
+    let mut answer_continuations = 0u32;
+    let mut continuations_sent = 0u32;
+    // The conversation before the cut answer: each continuation request is this, the joined
+    // answer so far as one assistant message, and the instruction.
+    let mut before_answer = messages.len();
+
     loop {
         if input.cancel.is_cancelled() {
             st.lease.stop(StopReason::Cancelled, None);
@@ -399,14 +428,76 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
                 turn_usage,
             );
             emit_finished(input, turn, TurnStatus::Completed, &batch);
-            // Ends the lease as answered: an empty batch needs no renewal.
-            let _ = st.lease.checkpoint(TurnEvidence {
-                batch: &batch,
-                no_progress: false,
-                assistant_text: &outcome.text,
-            });
-            return judge(step, &outcome);
+            answer.push_str(&outcome.text);
+            match after_final_turn(
+                outcome.finish_reason.as_ref(),
+                &answer,
+                continuations_sent,
+                st.lease.turns_used(),
+                input.limits.max_turns,
+            ) {
+                FinalTurn::Continue => {
+                    // The lease is not checkpointed here: with an empty batch the checkpoint
+                    // would end it as answered. The next `begin_turn` still runs the host
+                    // preflight and refuses a turn beyond maxTurns, and what triggers the
+                    // continuation is the provider's finish reason, never the model's text
+                    // (LSE-3).
+                    continuations_sent += 1;
+                    answer_continuations += 1;
+                    messages.truncate(before_answer);
+                    messages.push(Message::Assistant {
+                        text: answer.clone(),
+                        tool_calls: Vec::new(),
+                    });
+                    messages.push(Message::User {
+                        text: CONTINUE_INSTRUCTION.to_owned(),
+                    });
+                    continue;
+                }
+                FinalTurn::Cut(NoContinuation::NoTurnLeft) => {
+                    // The turn ceiling, not the answer, ended the lease: say so in the record.
+                    let text = cut_message(
+                        NoContinuation::NoTurnLeft,
+                        answer_continuations,
+                        input.limits.max_turns,
+                    );
+                    st.lease.stop(StopReason::MaxTurns, Some(text.clone()));
+                    return fail(AttemptFailure::CutAnswer, text);
+                }
+                FinalTurn::Cut(why) => {
+                    // Ends the lease as answered: the (cut) answer was delivered.
+                    let _ = st.lease.checkpoint(TurnEvidence {
+                        batch: &batch,
+                        no_progress: false,
+                        assistant_text: &outcome.text,
+                    });
+                    return fail(
+                        AttemptFailure::CutAnswer,
+                        cut_message(why, answer_continuations, input.limits.max_turns),
+                    );
+                }
+                FinalTurn::Complete => {
+                    // Ends the lease as answered: an empty batch needs no renewal.
+                    let _ = st.lease.checkpoint(TurnEvidence {
+                        batch: &batch,
+                        no_progress: false,
+                        assistant_text: &outcome.text,
+                    });
+                    return judge(
+                        step,
+                        outcome.finish_reason.as_ref(),
+                        &answer,
+                        answer_continuations,
+                    );
+                }
+            }
         }
+
+        // A continuation answered with tool calls: the model left its cut answer to work on.
+        // The conversation keeps what it wrote (and the instruction it got); its next final
+        // answer is judged on its own.
+        answer.clear();
+        answer_continuations = 0;
 
         let calls: Vec<RequestedCall> = outcome
             .tool_calls
@@ -484,10 +575,81 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
             no_progress: st.tools.supervisor().no_progress(),
             assistant_text: &outcome.text,
         }) {
-            Checkpoint::Renew => continue,
+            Checkpoint::Renew => {
+                // A later cut answer is continued from the conversation as it is now.
+                before_answer = messages.len();
+                continue;
+            }
             Checkpoint::Stop(end) => return lease_ended(end.stop_reason, end.evidence),
         }
     }
+}
+
+/// Why a cut answer gets no further continuation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoContinuation {
+    /// The attempt already sent [`MAX_CONTINUATIONS`].
+    LimitReached,
+    /// The execution lease has no provider turn left for one.
+    NoTurnLeft,
+    /// The answer so far is empty or blank: there is nothing to continue from, and an empty
+    /// assistant message is not one every API accepts.
+    NothingToContinue,
+}
+
+/// What follows a turn that ended without tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FinalTurn {
+    /// The answer is finished: judge it.
+    Complete,
+    /// The answer was cut and may be continued in another provider turn.
+    Continue,
+    /// The answer was cut with no continuation left: the cut-answer condition (STP-10).
+    Cut(NoContinuation),
+}
+
+/// Decides from the turn's finish reason, the joined answer so far, the continuations the
+/// attempt already sent and the lease's turns, whether a final answer is finished, continued or
+/// cut for good. Only the finish reason says "cut": the provider's structured field, not the
+/// text.
+fn after_final_turn(
+    finish: Option<&FinishReason>,
+    answer_so_far: &str,
+    continuations_sent: u32,
+    turns_used: u32,
+    max_turns: u32,
+) -> FinalTurn {
+    if finish != Some(&FinishReason::Length) {
+        return FinalTurn::Complete;
+    }
+    if answer_so_far.trim().is_empty() {
+        FinalTurn::Cut(NoContinuation::NothingToContinue)
+    } else if continuations_sent >= MAX_CONTINUATIONS {
+        FinalTurn::Cut(NoContinuation::LimitReached)
+    } else if turns_used >= max_turns {
+        FinalTurn::Cut(NoContinuation::NoTurnLeft)
+    } else {
+        FinalTurn::Continue
+    }
+}
+
+/// The attempt's message for an answer cut with no continuation left.
+fn cut_message(why: NoContinuation, continuations: u32, max_turns: u32) -> String {
+    let after = match continuations {
+        0 => String::new(),
+        1 => " after 1 continuation".to_owned(),
+        n => format!(" after {n} continuations"),
+    };
+    let reason = match why {
+        NoContinuation::LimitReached => {
+            format!("an attempt sends at most {MAX_CONTINUATIONS} continuations")
+        }
+        NoContinuation::NoTurnLeft => {
+            format!("the execution lease had no provider turn left (maxTurns {max_turns})")
+        }
+        NoContinuation::NothingToContinue => "the cut answer had no text to continue".to_owned(),
+    };
+    format!("the answer was cut at the output limit{after} with no continuation left: {reason}")
 }
 
 fn emit_finished(input: &AttemptInput<'_>, turn: u32, status: TurnStatus, batch: &ToolBatch) {
@@ -674,25 +836,19 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
     }
 }
 
-/// Judges a final answer: the contract of a read-only step, or the end of a write step.
-fn judge(step: &Step, outcome: &StreamOutcome) -> Ending {
+/// Judges a finished final answer (`text`, joined from `continuations` continuations of a cut
+/// answer when there were any): the contract of a read-only step, or the end of a write step.
+fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: u32) -> Ending {
     // Anthropic's stop reason for an answer the context window ended (STP-14): a structured
     // field, like an error code, so it is read; another attempt would meet the same window.
-    if matches!(&outcome.finish_reason, Some(FinishReason::Other(r)) if r == "model_context_window_exceeded")
-    {
+    if matches!(finish, Some(FinishReason::Other(r)) if r == "model_context_window_exceeded") {
         return fail(
             AttemptFailure::ContextExhausted,
             "the answer ended at the model's context window (stop reason model_context_window_exceeded)",
         );
     }
-    if outcome.finish_reason == Some(FinishReason::Length) {
-        return fail(
-            AttemptFailure::CutAnswer,
-            "the answer was cut at the output limit (finish reason length)",
-        );
-    }
     if step.access == Access::Write {
-        return (Ok(Answer::Text(outcome.text.clone())), None);
+        return (Ok(Answer::Text(text.to_owned())), None);
     }
     // A read-only step without a schema still answers one JSON object.
     let contract = match &step.contract {
@@ -709,8 +865,24 @@ fn judge(step: &Step, outcome: &StreamOutcome) -> Ending {
         },
         None => Contract::any_object(),
     };
-    match contract.judge(&outcome.text) {
+    match contract.judge(text) {
         Ok(map) => (Ok(Answer::Object(Value::Object(map))), None),
+        // The spec's "completed by a continuation and then refused" (STP-10): the fault lies in
+        // the answer's length as much as in its content, so the cut-answer retry (answer well
+        // inside the limit) decides, not the contract's.
+        Err(e) if continuations > 0 => {
+            let pieces = if continuations == 1 {
+                "1 continuation".to_owned()
+            } else {
+                format!("{continuations} continuations")
+            };
+            fail(
+                AttemptFailure::CutAnswer,
+                format!(
+                    "the answer was cut at the output limit, completed by {pieces}, and then refused by the contract: {e}"
+                ),
+            )
+        }
         Err(e) => {
             let failure = match e.kind {
                 ContractFailureKind::Empty => ContractFailure::Empty,
@@ -720,5 +892,66 @@ fn judge(step: &Step, outcome: &StreamOutcome) -> Ending {
             };
             fail(AttemptFailure::Contract { failure }, e.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CUT: Option<&FinishReason> = Some(&FinishReason::Length);
+
+    // Proves STP-10: only a length stop is cut, and a cut answer is continued while the
+    // attempt's continuations and the lease's turns last.
+    #[test]
+    fn a_cut_answer_is_continued_while_continuations_and_turns_last() {
+        assert_eq!(
+            after_final_turn(CUT, "{\"a\": ", 0, 1, 12),
+            FinalTurn::Continue
+        );
+        assert_eq!(
+            after_final_turn(CUT, "{\"a\": ", 1, 2, 12),
+            FinalTurn::Continue
+        );
+        assert_eq!(
+            after_final_turn(CUT, "{\"a\": ", MAX_CONTINUATIONS, 3, 12),
+            FinalTurn::Cut(NoContinuation::LimitReached)
+        );
+        assert_eq!(
+            after_final_turn(CUT, "{\"a\": ", 0, 4, 4),
+            FinalTurn::Cut(NoContinuation::NoTurnLeft)
+        );
+        assert_eq!(
+            after_final_turn(CUT, " \n", 0, 1, 12),
+            FinalTurn::Cut(NoContinuation::NothingToContinue)
+        );
+    }
+
+    #[test]
+    fn any_other_finish_reason_is_a_finished_answer() {
+        for finish in [
+            None,
+            Some(FinishReason::Stop),
+            Some(FinishReason::ContentFilter),
+            Some(FinishReason::Other("model_context_window_exceeded".into())),
+        ] {
+            assert_eq!(
+                after_final_turn(finish.as_ref(), "text", 0, 1, 12),
+                FinalTurn::Complete,
+                "{finish:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_cut_message_says_which_case_ended_the_answer() {
+        let m = cut_message(NoContinuation::LimitReached, 2, 12);
+        assert!(m.contains("after 2 continuations"), "{m}");
+        assert!(m.contains("no continuation left"), "{m}");
+        let m = cut_message(NoContinuation::NoTurnLeft, 1, 2);
+        assert!(m.contains("after 1 continuation with"), "{m}");
+        assert!(m.contains("maxTurns 2"), "{m}");
+        let m = cut_message(NoContinuation::NothingToContinue, 0, 12);
+        assert!(m.contains("output limit with no continuation left"), "{m}");
     }
 }
