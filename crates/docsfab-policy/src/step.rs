@@ -223,8 +223,8 @@ impl AttemptFailure {
     }
 }
 
-/// Which timer ended a timed-out attempt (STP-11).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Which timer ended a timed-out attempt (STP-11). `timeoutKind` in the run record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TimeoutKind {
     /// The host's own attempt timer (`limits.timeoutMs`).
@@ -234,7 +234,7 @@ pub enum TimeoutKind {
 }
 
 /// The budget that pays for an attempt (`budget` in the record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Budget {
     /// The step's first attempt, which no budget pays for.
@@ -289,7 +289,7 @@ pub struct PastAttempt {
 }
 
 /// `retryDecision` in the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RetryDecision {
     /// Nothing was decided: the attempt succeeded, or the caller cancelled it.
@@ -304,9 +304,17 @@ pub enum RetryDecision {
     Declined,
 }
 
-/// How a step's ending failure reads in the record and to the operator.
+impl RetryDecision {
+    /// `retryScheduled` in the record: true exactly when another attempt follows.
+    pub fn is_scheduled(self) -> bool {
+        self == RetryDecision::Scheduled
+    }
+}
+
+/// How a step's ending failure reads in the record and to the operator (`failure` in the run
+/// record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StepFailure {
     /// What kind of failure ended the step (`contract-violation`, `provider-transient`,
     /// `declined-write-step`, ...): what an operator filters on.

@@ -28,8 +28,8 @@ use docsfab_boundary::{BoundaryConfig, Secret};
 use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::{
-    self, AttemptFailure, Budget, PastAttempt, StepAccess as PolicyAccess, StepBudgets,
-    StepDecision, WriteSettlement as PolicySettlement,
+    self, AttemptFailure, PastAttempt, StepAccess as PolicyAccess, StepBudgets, StepDecision,
+    WriteSettlement as PolicySettlement,
 };
 use docsfab_provider::{Api, ApiKey, HttpConfig, HttpTransport, Transport, TransportBuildError};
 use tokio::time::Instant;
@@ -39,7 +39,7 @@ use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
 use crate::composition::{Access, Composition, Step, output_references};
 use crate::record::{
     AttemptBudget, AttemptRecord, AttemptStatus, Retry, RetryDecision, RunStatus, StepFailure,
-    TimeoutKind, TransportRetryBudget, WriteSettlement,
+    TransportRetryBudget, WriteSettlement,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -462,18 +462,12 @@ pub fn substitute_outputs(text: &str, outputs: &BTreeMap<String, String>) -> Str
 /// The step as the store starts it: its access and the retry limits it applies.
 fn step_start(ctx: &Ctx<'_>, step: &Step) -> StepStart {
     let limits = &ctx.cfg.limits;
-    let tr = limits.transport_retry();
     StepStart {
         step_id: step.id.clone(),
         access: step.access,
         configured_max_retries: limits.configured_max_retries(),
         effective_max_retries: limits.effective_max_retries(),
-        transport_retry: TransportRetryBudget {
-            max_transport_retries: tr.max_transport_retries,
-            transport_max_delay_ms: tr.transport_max_delay_ms,
-            transport_max_elapsed_ms: tr.transport_max_elapsed_ms,
-            base_delay_ms: tr.base_delay_ms,
-        },
+        transport_retry: TransportRetryBudget::from(limits.transport_retry()),
     }
 }
 
@@ -497,7 +491,7 @@ async fn run_step(
 
     loop {
         let attempt_no = u32::try_from(past.len() + 1).unwrap_or(u32::MAX);
-        let budget = record_budget(step::current_budget(&past));
+        let budget = step::current_budget(&past);
         let feedback = step::current_feedback(&past);
         ctx.emit(Progress::AttemptStarted {
             step_id: step.id.clone(),
@@ -608,7 +602,7 @@ async fn run_step(
                 let (status, failure) = if cancelled {
                     (RunStatus::Cancelled, ctx.cancelled_failure())
                 } else {
-                    (RunStatus::Failed, step_failure(&f))
+                    (RunStatus::Failed, f)
                 };
                 store.finish_step(
                     ctx.run_id,
@@ -704,34 +698,6 @@ fn decide_after_failure(
     (decision, Some(settlement), None)
 }
 
-fn record_budget(b: Budget) -> AttemptBudget {
-    match b {
-        Budget::Initial => AttemptBudget::Initial,
-        Budget::Contract => AttemptBudget::Contract,
-        Budget::Transport => AttemptBudget::Transport,
-    }
-}
-
-fn step_failure(f: &step::StepFailure) -> StepFailure {
-    StepFailure {
-        category: f.category.clone(),
-        failure_class: f.failure_class.clone(),
-        code: f.code.clone(),
-        message: f.message.clone(),
-        remediation: f.remediation.clone(),
-    }
-}
-
-fn record_decision(d: step::RetryDecision) -> RetryDecision {
-    match d {
-        step::RetryDecision::None => RetryDecision::None,
-        step::RetryDecision::Scheduled => RetryDecision::Scheduled,
-        step::RetryDecision::Exhausted => RetryDecision::Exhausted,
-        step::RetryDecision::Terminal => RetryDecision::Terminal,
-        step::RetryDecision::Declined => RetryDecision::Declined,
-    }
-}
-
 fn record_settlement(s: PolicySettlement) -> WriteSettlement {
     match s {
         PolicySettlement::NoWrite => WriteSettlement::NoWrite,
@@ -748,7 +714,7 @@ fn own_facts(
     rules: &RulesTable,
     budgets: &StepBudgets,
     failure: &AttemptFailure,
-) -> Option<step::StepFailure> {
+) -> Option<StepFailure> {
     let none = StepBudgets {
         max_retries: 0,
         max_transport_retries: 0,
@@ -764,7 +730,7 @@ struct Decided<'a> {
     decision: &'a StepDecision,
     failure: &'a AttemptFailure,
     /// The attempt's failure facts (category, class, code).
-    facts: Option<step::StepFailure>,
+    facts: Option<StepFailure>,
 }
 
 fn attempt_record(
@@ -813,14 +779,11 @@ fn attempt_record(
         AttemptStatus::Failed
     };
     record.retry = Retry {
-        decision: record_decision(decision.retry_decision()),
+        decision: decision.retry_decision(),
     };
     record.retry_rule = Some(decision.retry_rule().to_owned());
     record.wait_ms = decision.wait_ms();
-    record.timeout_kind = decision.timeout_kind().map(|k| match k {
-        step::TimeoutKind::AttemptDeadline => TimeoutKind::AttemptDeadline,
-        step::TimeoutKind::ProviderTimeout => TimeoutKind::ProviderTimeout,
-    });
+    record.timeout_kind = decision.timeout_kind();
     record.write_settlement = settlement.map(record_settlement);
     if let Some(f) = facts {
         record.failure_category = Some(f.category);

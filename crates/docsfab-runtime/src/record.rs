@@ -102,6 +102,12 @@ pub struct StepRecord {
 }
 
 /// The transport budget the step applied (STP-6).
+///
+/// The same four values, under the same names, as `docsfab_policy::catalog::TransportRetry`,
+/// which the step reads them from. It stays a type of its own because the record must also read
+/// them back (the run store, `runs show`) and refuse unknown fields, and the catalog's type only
+/// serializes; once the catalog's type derives `Deserialize` with `deny_unknown_fields`, this one
+/// can become an alias of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TransportRetryBudget {
@@ -111,28 +117,23 @@ pub struct TransportRetryBudget {
     pub base_delay_ms: u64,
 }
 
-/// Why a step failed, with what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct StepFailure {
-    pub category: String,
-    pub failure_class: String,
-    pub code: String,
-    pub message: String,
-    pub remediation: String,
+impl From<docsfab_policy::catalog::TransportRetry> for TransportRetryBudget {
+    fn from(t: docsfab_policy::catalog::TransportRetry) -> Self {
+        TransportRetryBudget {
+            max_transport_retries: t.max_transport_retries,
+            transport_max_delay_ms: t.transport_max_delay_ms,
+            transport_max_elapsed_ms: t.transport_max_elapsed_ms,
+            base_delay_ms: t.base_delay_ms,
+        }
+    }
 }
 
-/// Which budget paid for an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AttemptBudget {
-    /// The first attempt of a step.
-    Initial,
-    /// A contract-correction retry, paid from `maxRetries`.
-    Contract,
-    /// A retry after a throttle or transport fault, paid from the transport budget.
-    Transport,
-}
+/// Why a step failed, with what to do about it: the step policy's own failure, recorded as the
+/// policy wrote it.
+pub use docsfab_policy::step::StepFailure;
+
+/// Which budget paid for an attempt: `initial`, `contract` or `transport`.
+pub use docsfab_policy::step::Budget as AttemptBudget;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -142,38 +143,12 @@ pub enum AttemptStatus {
     Cancelled,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TimeoutKind {
-    /// The host's own attempt timer fired.
-    AttemptDeadline,
-    /// The provider timed out (HTTP 408/504, a read timeout, a declared 504).
-    ProviderTimeout,
-}
+/// Which timer ended a timed-out attempt: `attempt-deadline` or `provider-timeout`.
+pub use docsfab_policy::step::TimeoutKind;
 
-/// What the step retry decided after an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RetryDecision {
-    /// Nothing to decide: the attempt succeeded (or the step was cancelled).
-    None,
-    /// Another attempt follows.
-    Scheduled,
-    /// Retryable, but a budget bound refused another attempt.
-    Exhausted,
-    /// The failure is not retryable.
-    Terminal,
-    /// A write step's failure that could have been retried, declined because the host could not
-    /// prove or undo its writes (`declined-write-step`).
-    Declined,
-}
-
-impl RetryDecision {
-    /// `retryScheduled` in the record: true exactly when another attempt follows.
-    pub fn is_scheduled(self) -> bool {
-        self == RetryDecision::Scheduled
-    }
-}
+/// What the step retry decided after an attempt (`none`, `scheduled`, `exhausted`, `terminal`,
+/// `declined`), as the step policy decided it.
+pub use docsfab_policy::step::RetryDecision;
 
 /// What the host proved about writes during a failed attempt of a write step (WRT-3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -457,5 +432,48 @@ mod tests {
         assert_eq!(rfc3339_utc(t), "2000-02-29T12:34:56.789Z");
         let t = UNIX_EPOCH + Duration::from_secs(1_795_980_000);
         assert_eq!(rfc3339_utc(t), "2026-11-29T19:20:00.000Z");
+    }
+
+    /// The record re-uses the step policy's types; their JSON must stay the record's spellings.
+    #[test]
+    fn policy_types_serialize_as_the_record_spells_them() {
+        use serde_json::json;
+        assert_eq!(
+            json!([
+                AttemptBudget::Initial,
+                AttemptBudget::Contract,
+                AttemptBudget::Transport
+            ]),
+            json!(["initial", "contract", "transport"])
+        );
+        assert_eq!(
+            json!([
+                RetryDecision::None,
+                RetryDecision::Scheduled,
+                RetryDecision::Exhausted,
+                RetryDecision::Terminal,
+                RetryDecision::Declined
+            ]),
+            json!(["none", "scheduled", "exhausted", "terminal", "declined"])
+        );
+        assert_eq!(
+            json!([TimeoutKind::AttemptDeadline, TimeoutKind::ProviderTimeout]),
+            json!(["attempt-deadline", "provider-timeout"])
+        );
+        let failure = StepFailure {
+            category: "c".into(),
+            failure_class: "f".into(),
+            code: "x".into(),
+            message: "m".into(),
+            remediation: "r".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&failure).ok().as_deref(),
+            Some(
+                r#"{"category":"c","failureClass":"f","code":"x","message":"m","remediation":"r"}"#
+            )
+        );
+        let extra = r#"{"category":"c","failureClass":"f","code":"x","message":"m","remediation":"r","more":1}"#;
+        assert!(serde_json::from_str::<StepFailure>(extra).is_err());
     }
 }
