@@ -120,15 +120,21 @@ pub enum WriteSettlement {
 }
 
 impl WriteSettlement {
+    /// What the attempt's record says about its writes (WRT-3): whether a restore ran, and held,
+    /// is not part of it.
+    pub fn recorded(self) -> RecordedSettlement {
+        match self {
+            WriteSettlement::NoWrite => RecordedSettlement::NoWrite,
+            WriteSettlement::WriteExecutedAndRestored | WriteSettlement::RestoreFailed => {
+                RecordedSettlement::WriteExecuted
+            }
+            WriteSettlement::Unavailable => RecordedSettlement::Unavailable,
+        }
+    }
+
     /// The `writeSettlement` value recorded on the attempt (WRT-3).
     pub fn record_value(self) -> &'static str {
-        match self {
-            WriteSettlement::NoWrite => "no-write",
-            WriteSettlement::WriteExecutedAndRestored | WriteSettlement::RestoreFailed => {
-                "write-executed"
-            }
-            WriteSettlement::Unavailable => "unavailable",
-        }
+        self.recorded().as_str()
     }
 
     /// Whether a retry is safe: nothing was written, or it was undone.
@@ -137,6 +143,30 @@ impl WriteSettlement {
             self,
             WriteSettlement::NoWrite | WriteSettlement::WriteExecutedAndRestored
         )
+    }
+}
+
+/// The `writeSettlement` of an attempt in the run record (WRT-3): what the host proved about
+/// the writes of a failed attempt of a write step, without the restore that may have followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordedSettlement {
+    /// No filesystem write tool ran.
+    NoWrite,
+    /// At least one write ran (whatever its result).
+    WriteExecuted,
+    /// The proof could not be made.
+    Unavailable,
+}
+
+impl RecordedSettlement {
+    /// The record's spelling: `no-write`, `write-executed` or `unavailable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordedSettlement::NoWrite => "no-write",
+            RecordedSettlement::WriteExecuted => "write-executed",
+            RecordedSettlement::Unavailable => "unavailable",
+        }
     }
 }
 

@@ -698,16 +698,6 @@ fn decide_after_failure(
     (decision, Some(settlement), None)
 }
 
-fn record_settlement(s: PolicySettlement) -> WriteSettlement {
-    match s {
-        PolicySettlement::NoWrite => WriteSettlement::NoWrite,
-        PolicySettlement::WriteExecutedAndRestored | PolicySettlement::RestoreFailed => {
-            WriteSettlement::WriteExecuted
-        }
-        PolicySettlement::Unavailable => WriteSettlement::Unavailable,
-    }
-}
-
 /// The attempt's own failure facts (category, class, code), whatever the step then decided:
 /// asked of the policy with no budget left, so the answer is the failure as it stands.
 fn own_facts(
@@ -784,7 +774,7 @@ fn attempt_record(
     record.retry_rule = Some(decision.retry_rule().to_owned());
     record.wait_ms = decision.wait_ms();
     record.timeout_kind = decision.timeout_kind();
-    record.write_settlement = settlement.map(record_settlement);
+    record.write_settlement = settlement.map(PolicySettlement::recorded);
     if let Some(f) = facts {
         record.failure_category = Some(f.category);
         record.failure_class = Some(f.failure_class);

@@ -150,14 +150,11 @@ pub use docsfab_policy::step::TimeoutKind;
 /// `declined`), as the step policy decided it.
 pub use docsfab_policy::step::RetryDecision;
 
-/// What the host proved about writes during a failed attempt of a write step (WRT-3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WriteSettlement {
-    NoWrite,
-    WriteExecuted,
-    Unavailable,
-}
+/// What the host proved about writes during a failed attempt of a write step (WRT-3):
+/// `no-write`, `write-executed` or `unavailable`. The step policy's own `WriteSettlement` has a
+/// fourth value (a write that ran and whose restore failed) that the record spells
+/// `write-executed`; `docsfab_policy::step::WriteSettlement::recorded` maps one to the other.
+pub use docsfab_policy::step::RecordedSettlement as WriteSettlement;
 
 /// Tokens an attempt or a turn spent, as the provider reported them (OPS-4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -460,6 +457,18 @@ mod tests {
             json!([TimeoutKind::AttemptDeadline, TimeoutKind::ProviderTimeout]),
             json!(["attempt-deadline", "provider-timeout"])
         );
+        let settlements = [
+            WriteSettlement::NoWrite,
+            WriteSettlement::WriteExecuted,
+            WriteSettlement::Unavailable,
+        ];
+        assert_eq!(
+            json!(settlements),
+            json!(["no-write", "write-executed", "unavailable"])
+        );
+        for s in settlements {
+            assert_eq!(json!(s), json!(s.as_str()));
+        }
         let failure = StepFailure {
             category: "c".into(),
             failure_class: "f".into(),
