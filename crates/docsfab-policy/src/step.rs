@@ -275,6 +275,27 @@ pub enum Budget {
     Transport,
 }
 
+impl Budget {
+    /// The record's spelling: `initial`, `contract` or `transport`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Budget::Initial => "initial",
+            Budget::Contract => "contract",
+            Budget::Transport => "transport",
+        }
+    }
+
+    /// How progress names it beside an attempt: `initial`, `contract budget` or
+    /// `transport budget`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Budget::Initial => "initial",
+            Budget::Contract => "contract budget",
+            Budget::Transport => "transport budget",
+        }
+    }
+}
+
 /// The budget a retry is paid from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

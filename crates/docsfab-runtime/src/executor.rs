@@ -134,14 +134,7 @@ impl Progress {
             }
             Progress::AttemptStarted {
                 attempt, budget, ..
-            } => {
-                let budget = match budget {
-                    AttemptBudget::Initial => "initial",
-                    AttemptBudget::Contract => "contract budget",
-                    AttemptBudget::Transport => "transport budget",
-                };
-                format!("  attempt {attempt} ({budget})")
-            }
+            } => format!("  attempt {attempt} ({})", budget.label()),
             Progress::Turn { event, .. } => match event {
                 TurnEvent::Request { .. } => return None,
                 TurnEvent::Replay { turn, entry } => {

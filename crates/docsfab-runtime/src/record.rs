@@ -443,6 +443,13 @@ mod tests {
             ]),
             json!(["initial", "contract", "transport"])
         );
+        for b in [
+            AttemptBudget::Initial,
+            AttemptBudget::Contract,
+            AttemptBudget::Transport,
+        ] {
+            assert_eq!(json!(b), json!(b.as_str()));
+        }
         assert_eq!(
             json!([
                 RetryDecision::None,

@@ -344,10 +344,6 @@ impl RunStore {
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
-        let budget = serde_json::to_value(attempt.budget)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
         tx.execute(
             "INSERT INTO attempts (run_id, step_index, attempt, status, budget, record)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -356,7 +352,7 @@ impl RunStore {
                 step_index,
                 attempt.attempt,
                 status,
-                budget,
+                attempt.budget.as_str(),
                 to_json(attempt)?
             ],
         )?;

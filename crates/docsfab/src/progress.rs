@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::Progress;
-use docsfab_runtime::record::AttemptBudget;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Where the run currently is, for the status line.
@@ -117,11 +116,7 @@ impl Reporter {
                     attempt, budget, ..
                 } => {
                     s.attempt = *attempt;
-                    s.budget = match budget {
-                        AttemptBudget::Initial => "initial",
-                        AttemptBudget::Contract => "contract budget",
-                        AttemptBudget::Transport => "transport budget",
-                    };
+                    s.budget = budget.label();
                     s.turn = 0;
                     s.replays = 0;
                     s.waiting = None;

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{CliError, emit};
 use crate::home::{HostContext, Selected, load_composition};
 use crate::progress::Reporter;
-use crate::runs::{STORE_FILE_NAME, name_of, open_store, to_json};
+use crate::runs::{STORE_FILE_NAME, open_store, to_json};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -208,7 +208,7 @@ pub fn summary(r: &RunRecord, elapsed: Duration) -> String {
         r.composition
     );
     for s in &r.steps {
-        let budgets: Vec<String> = s.attempts.iter().map(|a| name_of(&a.budget)).collect();
+        let budgets: Vec<&str> = s.attempts.iter().map(|a| a.budget.as_str()).collect();
         let replays: u32 = s
             .attempts
             .iter()

@@ -139,7 +139,7 @@ pub fn to_json<T: Serialize>(value: &T) -> Result<String, CliError> {
         .map_err(|e| CliError::failed(format!("cannot format the run record as JSON ({e}).")))
 }
 
-/// The kebab-case name serde gives an enum value (stop reasons, faults, budgets).
+/// The kebab-case name serde gives an enum value (stop reasons, faults, statuses).
 pub fn name_of<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
@@ -211,11 +211,11 @@ fn render_step(out: &mut String, s: &StepRecord) {
 }
 
 fn render_attempt(out: &mut String, a: &AttemptRecord) {
-    let budget = name_of(&a.budget);
     let _ = writeln!(
         out,
-        "  Attempt {} ({budget} budget): {}, {} ms, tokens in {} / out {}",
+        "  Attempt {} ({} budget): {}, {} ms, tokens in {} / out {}",
         a.attempt,
+        a.budget.as_str(),
         name_of(&a.status),
         a.duration_ms,
         a.usage.input_tokens,
