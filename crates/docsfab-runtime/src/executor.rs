@@ -157,11 +157,7 @@ impl Progress {
                     rejected,
                     executed,
                 } => {
-                    let status = match status {
-                        crate::record::TurnStatus::Completed => "completed",
-                        crate::record::TurnStatus::Failed => "failed",
-                        crate::record::TurnStatus::Cancelled => "cancelled",
-                    };
+                    let status = status.as_str();
                     if *requested == 0 {
                         format!("    turn {turn}: {status}")
                     } else {

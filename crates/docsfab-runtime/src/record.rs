@@ -143,6 +143,17 @@ pub enum AttemptStatus {
     Cancelled,
 }
 
+impl AttemptStatus {
+    /// The record's spelling: `succeeded`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Succeeded => "succeeded",
+            AttemptStatus::Failed => "failed",
+            AttemptStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// Which timer ended a timed-out attempt: `attempt-deadline` or `provider-timeout`.
 pub use docsfab_policy::step::TimeoutKind;
 
@@ -270,6 +281,17 @@ pub enum TurnStatus {
     Cancelled,
 }
 
+impl TurnStatus {
+    /// The record's spelling: `completed`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// One provider turn of an attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", into = "TurnWire", try_from = "TurnWire")]
@@ -299,7 +321,7 @@ impl From<TurnRecord> for TurnWire {
         TurnWire {
             turn: t.turn,
             status: t.status,
-            provider_retries: u32::try_from(t.replays.len()).unwrap_or(u32::MAX),
+            provider_retries: t.provider_retries(),
             replays: t.replays,
             tool_batch: t.tool_batch,
             usage: t.usage,
@@ -449,6 +471,20 @@ mod tests {
             AttemptBudget::Transport,
         ] {
             assert_eq!(json!(b), json!(b.as_str()));
+        }
+        for s in [
+            AttemptStatus::Succeeded,
+            AttemptStatus::Failed,
+            AttemptStatus::Cancelled,
+        ] {
+            assert_eq!(json!(s), json!(s.as_str()));
+        }
+        for s in [
+            TurnStatus::Completed,
+            TurnStatus::Failed,
+            TurnStatus::Cancelled,
+        ] {
+            assert_eq!(json!(s), json!(s.as_str()));
         }
         assert_eq!(
             json!([

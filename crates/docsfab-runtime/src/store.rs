@@ -340,10 +340,6 @@ impl RunStore {
                 got: attempt.attempt,
             });
         }
-        let status = serde_json::to_value(attempt.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
         tx.execute(
             "INSERT INTO attempts (run_id, step_index, attempt, status, budget, record)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -351,7 +347,7 @@ impl RunStore {
                 run_id,
                 step_index,
                 attempt.attempt,
-                status,
+                attempt.status.as_str(),
                 attempt.budget.as_str(),
                 to_json(attempt)?
             ],

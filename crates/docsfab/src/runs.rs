@@ -216,7 +216,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
         "  Attempt {} ({} budget): {}, {} ms, tokens in {} / out {}",
         a.attempt,
         a.budget.as_str(),
-        name_of(&a.status),
+        a.status.as_str(),
         a.duration_ms,
         a.usage.input_tokens,
         a.usage.output_tokens
@@ -285,7 +285,7 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
         out,
         "    Turn {}: {}, {} provider retr{}{tools}",
         t.turn,
-        name_of(&t.status),
+        t.status.as_str(),
         t.provider_retries(),
         if t.provider_retries() == 1 {
             "y"
