@@ -39,7 +39,7 @@ use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
 use crate::composition::{Access, Composition, Step, output_references};
 use crate::record::{
     AttemptBudget, AttemptRecord, AttemptStatus, Retry, RetryDecision, RunStatus, StepFailure,
-    TransportRetryBudget, WriteSettlement,
+    TransportRetryBudget, WriteSettlement, replay_cause_text,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -138,16 +138,11 @@ impl Progress {
             Progress::Turn { event, .. } => match event {
                 TurnEvent::Request { .. } => return None,
                 TurnEvent::Replay { turn, entry } => {
-                    let cause = match entry.cause {
-                        docsfab_provider::ReplayCause::Status(s) => format!("HTTP {s}"),
-                        docsfab_provider::ReplayCause::Fault(f) => serde_json::to_value(f)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned))
-                            .unwrap_or_else(|| "fault".to_owned()),
-                    };
                     format!(
-                        "    turn {turn}: {cause} ({}), replaying the same request in {} ms",
-                        entry.provider_error_class, entry.wait_ms
+                        "    turn {turn}: {} ({}), replaying the same request in {} ms",
+                        replay_cause_text(entry.cause),
+                        entry.provider_error_class,
+                        entry.wait_ms
                     )
                 }
                 TurnEvent::Finished {

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
+use docsfab_policy::class::ProviderErrorClass;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The whole record of one run.
@@ -368,12 +368,20 @@ pub struct ReplayRecord {
     pub retry_after_ms: Option<u64>,
 }
 
-/// What ended the replayed request: an HTTP status, or a fault with no status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ReplayCause {
-    Status(u16),
-    Fault(FaultKind),
+/// What ended the replayed request: an HTTP status, or a fault with no status. The replay
+/// driver's own type, recorded as it reported it (`status` or `fault`, flattened into the entry).
+pub use docsfab_provider::ReplayCause;
+
+/// How the operator reads a replay's cause: `HTTP 503`, or the fault's record name
+/// (`connection-dropped`, `body-cut`, ...).
+pub fn replay_cause_text(cause: ReplayCause) -> String {
+    match cause {
+        ReplayCause::Status(s) => format!("HTTP {s}"),
+        ReplayCause::Fault(f) => serde_json::to_value(f)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_else(|| "fault".to_owned()),
+    }
 }
 
 /// Formats a time as RFC 3339 UTC with milliseconds (`2026-11-29T20:35:01.123Z`). Times before
@@ -499,6 +507,13 @@ mod tests {
         assert_eq!(
             json!([TimeoutKind::AttemptDeadline, TimeoutKind::ProviderTimeout]),
             json!(["attempt-deadline", "provider-timeout"])
+        );
+        assert_eq!(replay_cause_text(ReplayCause::Status(503)), "HTTP 503");
+        assert_eq!(
+            replay_cause_text(ReplayCause::Fault(
+                docsfab_policy::class::FaultKind::ConnectionDropped
+            )),
+            "connection-dropped"
         );
         let settlements = [
             WriteSettlement::NoWrite,

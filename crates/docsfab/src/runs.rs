@@ -9,7 +9,9 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
-use docsfab_runtime::record::{AttemptRecord, ReplayCause, RunRecord, StepRecord, TurnRecord};
+use docsfab_runtime::record::{
+    AttemptRecord, RunRecord, StepRecord, TurnRecord, replay_cause_text,
+};
 use docsfab_runtime::store::RunStore;
 use serde::Serialize;
 
@@ -294,14 +296,11 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
         }
     );
     for (i, r) in t.replays.iter().enumerate() {
-        let cause = match r.cause {
-            ReplayCause::Status(s) => format!("HTTP {s}"),
-            ReplayCause::Fault(f) => name_of(&f),
-        };
         let _ = writeln!(
             out,
-            "      replay {}: {cause} ({}), waited {} ms{}",
+            "      replay {}: {} ({}), waited {} ms{}",
             i + 1,
+            replay_cause_text(r.cause),
             r.provider_error_class.as_str(),
             r.wait_ms,
             r.retry_after_ms
