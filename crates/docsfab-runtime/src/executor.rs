@@ -200,20 +200,22 @@ impl Progress {
                 next_attempt,
                 remaining_ms,
                 ..
-            } => {
-                // Tenths of a second, rounded up: a countdown never shows less than remains.
-                let tenths = remaining_ms.div_ceil(100);
-                format!(
-                    "  attempt {next_attempt} starts in {}.{} s",
-                    tenths / 10,
-                    tenths % 10
-                )
-            }
+            } => format!(
+                "  attempt {next_attempt} starts in {}",
+                countdown_text(*remaining_ms)
+            ),
             Progress::StepFinished { step_id, status } => {
                 format!("step {step_id} {}", status.as_str())
             }
         })
     }
+}
+
+/// A wait that remains, as a countdown shows it: seconds with tenths (`1.5 s`), rounded up, so a
+/// countdown never shows less than remains and a wait still running never reads `0.0 s`.
+pub fn countdown_text(remaining_ms: u64) -> String {
+    let tenths = remaining_ms.div_ceil(100);
+    format!("{}.{} s", tenths / 10, tenths % 10)
 }
 
 /// Where progress goes. Called inline, so keep it quick.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use docsfab_runtime::agent::TurnEvent;
-use docsfab_runtime::executor::Progress;
+use docsfab_runtime::executor::{Progress, countdown_text};
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Where the run currently is, for the status line.
@@ -208,9 +208,9 @@ fn status_text(s: &State, now: Instant) -> String {
         ));
     }
     if let Some((what, end)) = &s.waiting {
-        // Rounded up, so a wait still running never reads 0.0 s.
-        let tenths = end.saturating_duration_since(now).as_millis().div_ceil(100);
-        parts.push(format!("{what} in {}.{} s", tenths / 10, tenths % 10));
+        let remaining_ms =
+            u64::try_from(end.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX);
+        parts.push(format!("{what} in {}", countdown_text(remaining_ms)));
     }
     if s.cancelling {
         parts.push("cancelling".to_owned());
