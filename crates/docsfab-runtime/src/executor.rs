@@ -372,6 +372,15 @@ impl Ctx<'_> {
         }
     }
 
+    /// The end of a cancelled step, with its failure.
+    fn cancelled_end(&self) -> StepEnd {
+        StepEnd {
+            status: RunStatus::Cancelled,
+            failure: Some(self.cancelled_failure()),
+            output: None,
+        }
+    }
+
     /// The step failure of a cancelled step, naming why it was cancelled.
     fn cancelled_failure(&self) -> StepFailure {
         match self.cancel_reason() {
@@ -402,15 +411,7 @@ async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, Run
             // Cancelled between steps: the next step is recorded with no attempt and the reason,
             // so the record says why the run stopped.
             let index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
-            store.finish_step(
-                ctx.run_id,
-                index,
-                &StepEnd {
-                    status: RunStatus::Cancelled,
-                    failure: Some(ctx.cancelled_failure()),
-                    output: None,
-                },
-            )?;
+            store.finish_step(ctx.run_id, index, &ctx.cancelled_end())?;
             return Ok(RunStatus::Cancelled);
         }
         let (status, output) = run_step(ctx, store, step, &outputs).await?;
@@ -475,7 +476,8 @@ async fn run_step(
     let model = selected_model(cfg);
     let mut past: Vec<PastAttempt> = Vec::new();
 
-    loop {
+    // Every way out of the loop ends the step: its end goes to the store once, below.
+    let (end, output_text) = loop {
         let attempt_no = u32::try_from(past.len() + 1).unwrap_or(u32::MAX);
         let budget = step::current_budget(&past);
         let feedback = step::current_feedback(&past);
@@ -516,17 +518,12 @@ async fn run_step(
                 let record = attempt_record(attempt_no, budget, &report, None, None);
                 store.record_attempt(ctx.run_id, step_index, &record)?;
                 emit_finished(ctx, step, &record);
-                let output = answer.record_output();
-                store.finish_step(
-                    ctx.run_id,
-                    step_index,
-                    &StepEnd {
-                        status: RunStatus::Succeeded,
-                        failure: None,
-                        output,
-                    },
-                )?;
-                return Ok((RunStatus::Succeeded, Some(answer.as_output_text())));
+                let end = StepEnd {
+                    status: RunStatus::Succeeded,
+                    failure: None,
+                    output: answer.record_output(),
+                };
+                break (end, Some(answer.as_output_text()));
             }
             Err(f) => f.clone(),
         };
@@ -570,39 +567,25 @@ async fn run_step(
                     retry,
                 });
                 if !backoff(ctx, step, attempt_no + 1, retry.wait_ms).await {
-                    let failure = ctx.cancelled_failure();
-                    store.finish_step(
-                        ctx.run_id,
-                        step_index,
-                        &StepEnd {
-                            status: RunStatus::Cancelled,
-                            failure: Some(failure),
-                            output: None,
-                        },
-                    )?;
-                    return Ok((RunStatus::Cancelled, None));
+                    break (ctx.cancelled_end(), None);
                 }
             }
             StepDecision::End { failure: f, .. } => {
-                let cancelled = matches!(failure, AttemptFailure::Cancelled);
-                let (status, failure) = if cancelled {
-                    (RunStatus::Cancelled, ctx.cancelled_failure())
+                let end = if matches!(failure, AttemptFailure::Cancelled) {
+                    ctx.cancelled_end()
                 } else {
-                    (RunStatus::Failed, f)
-                };
-                store.finish_step(
-                    ctx.run_id,
-                    step_index,
-                    &StepEnd {
-                        status,
-                        failure: Some(failure),
+                    StepEnd {
+                        status: RunStatus::Failed,
+                        failure: Some(f),
                         output: None,
-                    },
-                )?;
-                return Ok((status, None));
+                    }
+                };
+                break (end, None);
             }
         }
-    }
+    };
+    store.finish_step(ctx.run_id, step_index, &end)?;
+    Ok((end.status, output_text))
 }
 
 fn emit_finished(ctx: &Ctx<'_>, step: &Step, record: &AttemptRecord) {
