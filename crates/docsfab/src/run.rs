@@ -109,12 +109,16 @@ fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
 }
 
 pub fn check_workspace(dir: &Path) -> Result<(), CliError> {
-    Workspace::open(dir).map(|_| ()).map_err(|e| {
-        CliError::bad_input(format!(
-            "{}; pass --workspace with an existing directory.",
-            e.evidence
-        ))
-    })
+    Workspace::open(dir)
+        .map(|_| ())
+        .map_err(|e| workspace_refused(&e.evidence))
+}
+
+/// A workspace that cannot be used, with what to do: bad input.
+fn workspace_refused(evidence: &str) -> CliError {
+    CliError::bad_input(format!(
+        "{evidence}; pass --workspace with an existing directory."
+    ))
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -138,9 +142,7 @@ pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunO
     signals.abort();
     reporter.finish();
     result.map_err(|e| match e {
-        RunError::Workspace(text) => CliError::bad_input(format!(
-            "{text}; pass --workspace with an existing directory."
-        )),
+        RunError::Workspace(text) => workspace_refused(&text),
         RunError::Transport(e) => CliError::bad_input(format!(
             "{e}; check the provider's baseUrl in host.yaml."
         )),
