@@ -252,7 +252,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
             .unwrap_or_default()
     );
     if let Some(ws) = &a.write_settlement {
-        let _ = writeln!(out, "    write settlement: {}", name_of(ws));
+        let _ = writeln!(out, "    write settlement: {}", ws.as_str());
     }
     let l = &a.lease;
     let _ = writeln!(
