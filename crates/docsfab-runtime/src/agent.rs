@@ -55,9 +55,7 @@ use crate::batch::{self, RequestedCall};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::{Contract, ContractFailureKind};
 use crate::ledger::{Checkpoint, ExecutionLease, StopReason, ToolBatch, TurnEvidence};
-use crate::record::{
-    LeaseRecord, ReplayCause, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc,
-};
+use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
 use crate::workspace::Workspace;
@@ -681,10 +679,7 @@ fn push_turn(
 
 fn replay_record(e: &ReplayEntry) -> ReplayRecord {
     ReplayRecord {
-        cause: match e.cause {
-            docsfab_provider::ReplayCause::Status(s) => ReplayCause::Status(s),
-            docsfab_provider::ReplayCause::Fault(f) => ReplayCause::Fault(f),
-        },
+        cause: e.cause,
         provider_error_class: e.provider_error_class,
         wait_ms: e.wait_ms,
         retry_after_ms: e.retry_after_ms,
