@@ -30,4 +30,6 @@ pub use request::{
     endpoint_path,
 };
 pub use secret::ApiKey;
-pub use transport::{HttpConfig, HttpTransport, Transport, TransportBuildError};
+pub use transport::{
+    DEFAULT_MAX_BODY_BYTES, HttpConfig, HttpTransport, Transport, TransportBuildError,
+};

@@ -42,7 +42,14 @@ pub struct HttpConfig {
     pub read_timeout: Duration,
     /// Keep the exact 200 body in [`StreamOutcome::raw_body`] (the composition route forwards it).
     pub keep_raw_body: bool,
+    /// The most bytes one 200 body may have. A provider that streams past it is cut off and the
+    /// turn fails as `unknown` (never replayed): the route and the runtime hold bodies in
+    /// memory, and no real answer within `maxOutputTokens` comes near the default.
+    pub max_body_bytes: usize,
 }
+
+/// The default ceiling on one 200 body: 64 MiB, far above any answer a token ceiling allows.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 impl HttpConfig {
     /// Defaults for a hosted provider: 10 s to connect, 120 s of silence at most.
@@ -54,6 +61,7 @@ impl HttpConfig {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(120),
             keep_raw_body: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
     }
 }
@@ -78,6 +86,7 @@ pub struct HttpTransport {
     headers: HeaderMap,
     client: reqwest::Client,
     keep_raw_body: bool,
+    max_body_bytes: usize,
 }
 
 /// The most of an error body read for its type and code; the rest is not needed.
@@ -143,6 +152,7 @@ impl HttpTransport {
             headers,
             client,
             keep_raw_body: config.keep_raw_body,
+            max_body_bytes: config.max_body_bytes,
         })
     }
 
@@ -175,9 +185,22 @@ impl HttpTransport {
         let mut events = Vec::new();
         let mut raw = BytesMut::new();
         let mut body = response.bytes_stream();
+        let mut received: usize = 0;
         while let Some(read) = body.next().await {
             match read {
                 Ok(chunk) => {
+                    received = received.saturating_add(chunk.len());
+                    if received > self.max_body_bytes {
+                        let detail = format!(
+                            "the response body exceeded {} bytes and was cut off",
+                            self.max_body_bytes
+                        );
+                        return Err(reader.cut(
+                            FaultKind::BodyCut,
+                            ProviderErrorClass::Unknown,
+                            detail,
+                        ));
+                    }
                     if self.keep_raw_body || is_json {
                         raw.extend_from_slice(&chunk);
                     }
