@@ -14,9 +14,14 @@
 //!
 //! `read_file` and `search_text` spend the attempt's source-read budget (`sourceReadBytes`) by
 //! the bytes of source they return; a fresh [`StepTools`] per attempt restores it (STP-2).
+//!
+//! They return the content of regular files with a single link only, judged on the opened
+//! descriptor (see [`open_source`]): a hard link can give a workspace name to a file outside
+//! it, and a FIFO or device would block the read or never end.
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -496,15 +501,16 @@ impl<'w> StepTools<'w> {
         offset: u64,
         length: Option<u64>,
     ) -> Result<ToolReply, HostFailure> {
-        let size = match fs::metadata(&target.abs) {
-            Ok(m) if m.is_file() => m.len(),
-            Ok(_) => {
+        let (file, size) = match open_source(&target.abs) {
+            Ok((file, meta)) => (file, meta.len()),
+            Err(Unreadable::Io(e)) => return self.io_error(&target.rel, &e),
+            Err(Unreadable::Special(SpecialKind::Directory)) => {
                 return Ok(ToolReply::error(format!(
                     "{} is a directory; use list_files",
                     target.rel
                 )));
             }
-            Err(e) => return self.io_error(&target.rel, &e),
+            Err(refused) => return Ok(ToolReply::error(refused.explain(&target.rel))),
         };
         if offset > size {
             return Ok(ToolReply::error(format!(
@@ -532,7 +538,7 @@ impl<'w> StepTools<'w> {
                 self.budget.limit()
             )));
         }
-        let bytes = match read_range(&target.abs, offset, wanted) {
+        let bytes = match read_range(file, offset, wanted) {
             Ok(b) => b,
             Err(e) => {
                 // Nothing was returned, so nothing is spent.
@@ -556,9 +562,20 @@ impl<'w> StepTools<'w> {
             Ok(r) => r,
             Err(e) => return Ok(ToolReply::error(format!("the pattern is not a regex: {e}"))),
         };
-        if let Err(e) = fs::metadata(&target.abs) {
-            return self.io_error(&target.rel, &e);
-        }
+        let is_dir = match fs::symlink_metadata(&target.abs) {
+            Ok(meta) => meta.is_dir(),
+            Err(e) => return self.io_error(&target.rel, &e),
+        };
+        // A single file named by the model is refused with the reason, as read_file would.
+        let mut single = if is_dir {
+            None
+        } else {
+            match open_source(&target.abs) {
+                Ok(opened) => Some(opened),
+                Err(Unreadable::Io(e)) => return self.io_error(&target.rel, &e),
+                Err(refused) => return Ok(ToolReply::error(refused.explain(&target.rel))),
+            }
+        };
         if let ReadVerdict::NoticeOnly { notice } =
             self.supervisor.check_search(pattern, &target.rel)
         {
@@ -569,32 +586,50 @@ impl<'w> StepTools<'w> {
         }
         let root = self.workspace.root();
         let mut files = Vec::new();
-        let walked = if target.abs.is_file() {
+        if !is_dir {
             files.push((target.rel.clone(), target.abs.clone()));
-            Ok(true)
         } else {
-            walk(&target.abs, root, &mut |rel, is_dir| {
+            let walked = walk(&target.abs, root, &mut |rel, is_dir| {
                 let abs = root.join(&rel);
                 // Only regular files: a symlink found on the walk was not resolved by the jail.
                 if !is_dir && fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
                     files.push((rel, abs));
                 }
                 true
-            })
-        };
-        if let Err(e) = walked {
-            return self.io_error(&target.rel, &e);
+            });
+            if let Err(e) = walked {
+                return self.io_error(&target.rel, &e);
+            }
         }
         let mut lines = Vec::new();
         let mut source_bytes: u64 = 0;
+        let mut linked: u64 = 0;
         'files: for (rel, abs) in files {
-            let Ok(meta) = fs::metadata(&abs) else {
-                continue;
+            let opened = match single.take() {
+                Some(opened) => Ok(opened),
+                None => open_source(&abs),
+            };
+            let (file, meta) = match opened {
+                Ok(opened) => opened,
+                Err(Unreadable::Linked(_)) => {
+                    linked += 1;
+                    continue;
+                }
+                // Swapped for something else since the walk, or unreadable: not source.
+                Err(_) => continue,
             };
             if meta.len() > MAX_SEARCH_FILE_BYTES {
                 continue;
             }
-            let Ok(bytes) = fs::read(&abs) else { continue };
+            let mut bytes = Vec::new();
+            // The limit holds even if the file grows after the descriptor's size was read.
+            if file
+                .take(MAX_SEARCH_FILE_BYTES)
+                .read_to_end(&mut bytes)
+                .is_err()
+            {
+                continue;
+            }
             if bytes[..bytes.len().min(8192)].contains(&0) {
                 continue; // binary
             }
@@ -626,6 +661,13 @@ impl<'w> StepTools<'w> {
         if lines.len() >= MAX_SEARCH_MATCHES {
             text.push_str(&format!(
                 "\n[stopped after {MAX_SEARCH_MATCHES} matches; narrow the search]"
+            ));
+        }
+        if linked > 0 {
+            let files = if linked == 1 { "file" } else { "files" };
+            text.push_str(&format!(
+                "\n[skipped {linked} {files} with more than one hard link: another link to the \
+                 same content may be outside the workspace, so docsfab does not read it]"
             ));
         }
         Ok(ToolReply::ok(text))
@@ -676,12 +718,113 @@ impl<'w> StepTools<'w> {
     }
 }
 
-fn read_range(path: &Path, offset: u64, length: u64) -> io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
+fn read_range(mut file: fs::File, offset: u64, length: u64) -> io::Result<Vec<u8>> {
     file.seek(SeekFrom::Start(offset))?;
     let mut bytes = Vec::new();
     file.take(length).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A file type a read tool does not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SpecialKind {
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Other,
+}
+
+impl SpecialKind {
+    /// `None` for a regular file.
+    fn of(file_type: fs::FileType) -> Option<SpecialKind> {
+        Some(if file_type.is_file() {
+            return None;
+        } else if file_type.is_dir() {
+            SpecialKind::Directory
+        } else if file_type.is_symlink() {
+            SpecialKind::Symlink
+        } else if file_type.is_fifo() {
+            SpecialKind::Fifo
+        } else if file_type.is_socket() {
+            SpecialKind::Socket
+        } else if file_type.is_char_device() {
+            SpecialKind::CharDevice
+        } else if file_type.is_block_device() {
+            SpecialKind::BlockDevice
+        } else {
+            SpecialKind::Other
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SpecialKind::Directory => "a directory",
+            SpecialKind::Symlink => "a symbolic link",
+            SpecialKind::Fifo => "a named pipe (FIFO)",
+            SpecialKind::Socket => "a socket",
+            SpecialKind::CharDevice => "a character device",
+            SpecialKind::BlockDevice => "a block device",
+            SpecialKind::Other => "not a regular file",
+        }
+    }
+}
+
+/// Why a read tool does not return a file's content.
+#[derive(Debug)]
+enum Unreadable {
+    /// Not a regular file: reading a FIFO blocks, a device may never end.
+    Special(SpecialKind),
+    /// The content has this many links; another of them may be outside the workspace.
+    Linked(u64),
+    Io(io::Error),
+}
+
+impl Unreadable {
+    /// The tool error the model sees (not for [`Unreadable::Io`], which goes through
+    /// [`StepTools::io_error`]).
+    fn explain(&self, rel: &str) -> String {
+        match self {
+            Unreadable::Special(kind) => format!(
+                "{rel} is {}, not a regular file; the read tools read regular files only",
+                kind.name()
+            ),
+            Unreadable::Linked(links) => format!(
+                "{rel} has {links} hard links; docsfab reads only files with a single link, \
+                 because another link to the same content may be outside the workspace"
+            ),
+            Unreadable::Io(e) => format!("{rel}: {e}"),
+        }
+    }
+}
+
+/// Opens a file whose content a read tool may return: a regular file with one link.
+///
+/// The path is checked first so a special file is never opened (opening a device can have
+/// effects), then opened without following a final symlink and without blocking on a FIFO,
+/// and the descriptor's own metadata (fstat) decides: whatever replaced the path in between,
+/// the content read is that of the file checked. The metadata returned is the descriptor's.
+fn open_source(abs: &Path) -> Result<(fs::File, fs::Metadata), Unreadable> {
+    let check = |meta: &fs::Metadata| {
+        if let Some(kind) = SpecialKind::of(meta.file_type()) {
+            return Err(Unreadable::Special(kind));
+        }
+        if meta.nlink() > 1 {
+            return Err(Unreadable::Linked(meta.nlink()));
+        }
+        Ok(())
+    };
+    check(&fs::symlink_metadata(abs).map_err(Unreadable::Io)?)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(abs)
+        .map_err(Unreadable::Io)?;
+    let meta = file.metadata().map_err(Unreadable::Io)?;
+    check(&meta)?;
+    Ok((file, meta))
 }
 
 /// At most `max` bytes of `line`, cut back to a character boundary, without a trailing CR.
