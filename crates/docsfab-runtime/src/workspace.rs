@@ -65,8 +65,8 @@ pub enum PathRefusal {
     )]
     NameTooLong { path: String, bytes: usize },
     #[error(
-        "{path:?} makes a path of {bytes} bytes from the filesystem root, over the {limit} a \
-         file here can have; use a shorter path"
+        "{path:?} is {bytes} bytes long together with the workspace's own path, more than the \
+         {limit} bytes a path can have; use a shorter path"
     )]
     PathTooLong {
         path: String,
