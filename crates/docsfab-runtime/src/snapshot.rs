@@ -67,7 +67,7 @@ impl WriteSnapshots {
         let path = self.root.join(rel);
         let snapshot = match fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_file() => {
-                let bytes = fs::read(&path)?;
+                let bytes = read_regular(&path, rel)?;
                 FileSnapshot::Existed {
                     sha256: sha256_hex(&bytes),
                     bytes,
@@ -160,6 +160,27 @@ impl WriteSnapshots {
         }
         Ok(())
     }
+}
+
+/// The content of the regular file at `path`. Opened without blocking and without following a
+/// final symlink, and checked on the descriptor, so a FIFO swapped in after the caller's check
+/// cannot hang the snapshot.
+fn read_regular(path: &Path, rel: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file",
+            rel.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a

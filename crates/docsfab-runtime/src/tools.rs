@@ -5,18 +5,26 @@
 //! 1. [`StepTools::validate`]: before host authorization. An unknown tool, arguments that are not
 //!    JSON or are cut short, or arguments that do not meet the tool's parameter schema are a
 //!    [`Rejection`] (LSE-1).
-//! 2. [`StepTools::authorize`]: host authorization of the paths. A path outside the workspace or
-//!    a write outside `writeRoots` is a [`PathRefusal`]; nothing runs.
+//! 2. [`StepTools::authorize`]: host authorization of the paths. A path outside the workspace,
+//!    a write outside `writeRoots`, or a name the filesystem cannot hold (too long, too deep) is
+//!    a [`PathRefusal`]; nothing runs.
 //! 3. [`StepTools::execute`]: the tool runs. What the model did wrong (a missing file, a spent
 //!    read budget, a bad regex) is a [`ToolReply`] with [`CallResult::ToolError`]: data for the
-//!    model. Only a failure of the host itself (the workspace vanished, a write that could not
-//!    be snapshotted or completed) is a [`HostFailure`], which ends the attempt (LSE-2).
+//!    model, and so is a name the filesystem refuses in a write (the directories the write made
+//!    are removed again). Only a failure of the host itself (the workspace vanished, an existing
+//!    file a write could not snapshot, a disk that is full, read-only or failing) is a
+//!    [`HostFailure`], which ends the attempt (LSE-2).
 //!
 //! `read_file` and `search_text` spend the attempt's source-read budget (`sourceReadBytes`) by
 //! the bytes of source they return; a fresh [`StepTools`] per attempt restores it (STP-2).
+//!
+//! They return the content of regular files with a single link only, judged on the opened
+//! descriptor (see [`open_source`]): a hard link can give a workspace name to a file outside
+//! it, and a FIFO or device would block the read or never end.
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -496,15 +504,16 @@ impl<'w> StepTools<'w> {
         offset: u64,
         length: Option<u64>,
     ) -> Result<ToolReply, HostFailure> {
-        let size = match fs::metadata(&target.abs) {
-            Ok(m) if m.is_file() => m.len(),
-            Ok(_) => {
+        let (file, size) = match open_source(&target.abs) {
+            Ok((file, meta)) => (file, meta.len()),
+            Err(Unreadable::Io(e)) => return self.io_error(&target.rel, &e),
+            Err(Unreadable::Special(SpecialKind::Directory)) => {
                 return Ok(ToolReply::error(format!(
                     "{} is a directory; use list_files",
                     target.rel
                 )));
             }
-            Err(e) => return self.io_error(&target.rel, &e),
+            Err(refused) => return Ok(ToolReply::error(refused.explain(&target.rel))),
         };
         if offset > size {
             return Ok(ToolReply::error(format!(
@@ -532,7 +541,7 @@ impl<'w> StepTools<'w> {
                 self.budget.limit()
             )));
         }
-        let bytes = match read_range(&target.abs, offset, wanted) {
+        let bytes = match read_range(file, offset, wanted) {
             Ok(b) => b,
             Err(e) => {
                 // Nothing was returned, so nothing is spent.
@@ -556,9 +565,20 @@ impl<'w> StepTools<'w> {
             Ok(r) => r,
             Err(e) => return Ok(ToolReply::error(format!("the pattern is not a regex: {e}"))),
         };
-        if let Err(e) = fs::metadata(&target.abs) {
-            return self.io_error(&target.rel, &e);
-        }
+        let is_dir = match fs::symlink_metadata(&target.abs) {
+            Ok(meta) => meta.is_dir(),
+            Err(e) => return self.io_error(&target.rel, &e),
+        };
+        // A single file named by the model is refused with the reason, as read_file would.
+        let mut single = if is_dir {
+            None
+        } else {
+            match open_source(&target.abs) {
+                Ok(opened) => Some(opened),
+                Err(Unreadable::Io(e)) => return self.io_error(&target.rel, &e),
+                Err(refused) => return Ok(ToolReply::error(refused.explain(&target.rel))),
+            }
+        };
         if let ReadVerdict::NoticeOnly { notice } =
             self.supervisor.check_search(pattern, &target.rel)
         {
@@ -569,32 +589,50 @@ impl<'w> StepTools<'w> {
         }
         let root = self.workspace.root();
         let mut files = Vec::new();
-        let walked = if target.abs.is_file() {
+        if !is_dir {
             files.push((target.rel.clone(), target.abs.clone()));
-            Ok(true)
         } else {
-            walk(&target.abs, root, &mut |rel, is_dir| {
+            let walked = walk(&target.abs, root, &mut |rel, is_dir| {
                 let abs = root.join(&rel);
                 // Only regular files: a symlink found on the walk was not resolved by the jail.
                 if !is_dir && fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
                     files.push((rel, abs));
                 }
                 true
-            })
-        };
-        if let Err(e) = walked {
-            return self.io_error(&target.rel, &e);
+            });
+            if let Err(e) = walked {
+                return self.io_error(&target.rel, &e);
+            }
         }
         let mut lines = Vec::new();
         let mut source_bytes: u64 = 0;
+        let mut linked: u64 = 0;
         'files: for (rel, abs) in files {
-            let Ok(meta) = fs::metadata(&abs) else {
-                continue;
+            let opened = match single.take() {
+                Some(opened) => Ok(opened),
+                None => open_source(&abs),
+            };
+            let (file, meta) = match opened {
+                Ok(opened) => opened,
+                Err(Unreadable::Linked(_)) => {
+                    linked += 1;
+                    continue;
+                }
+                // Swapped for something else since the walk, or unreadable: not source.
+                Err(_) => continue,
             };
             if meta.len() > MAX_SEARCH_FILE_BYTES {
                 continue;
             }
-            let Ok(bytes) = fs::read(&abs) else { continue };
+            let mut bytes = Vec::new();
+            // The limit holds even if the file grows after the descriptor's size was read.
+            if file
+                .take(MAX_SEARCH_FILE_BYTES)
+                .read_to_end(&mut bytes)
+                .is_err()
+            {
+                continue;
+            }
             if bytes[..bytes.len().min(8192)].contains(&0) {
                 continue; // binary
             }
@@ -628,6 +666,13 @@ impl<'w> StepTools<'w> {
                 "\n[stopped after {MAX_SEARCH_MATCHES} matches; narrow the search]"
             ));
         }
+        if linked > 0 {
+            let files = if linked == 1 { "file" } else { "files" };
+            text.push_str(&format!(
+                "\n[skipped {linked} {files} with more than one hard link: another link to the \
+                 same content may be outside the workspace, so docsfab does not read it]"
+            ));
+        }
         Ok(ToolReply::ok(text))
     }
 
@@ -635,10 +680,62 @@ impl<'w> StepTools<'w> {
         if target.abs.is_dir() {
             return Ok(ToolReply::error(format!("{} is a directory", target.rel)));
         }
-        let host = |what: &str, e: io::Error| HostFailure {
-            evidence: format!("{what} {}: {e}", target.rel),
-        };
         let rel = PathBuf::from(&target.rel);
+        let mut created = Vec::new();
+        let failed = match self.write_creating(target, &rel, content, &mut created) {
+            Ok(reply) => return Ok(reply),
+            Err(failed) => failed,
+        };
+        // Whatever went wrong, the directories this call made go again, deepest first, so a
+        // failed write leaves nothing behind. They hold nothing: the file was not written.
+        let mut left = Vec::new();
+        for dir in created.iter().rev() {
+            if let Err(e) = fs::remove_dir(self.workspace.root().join(dir)) {
+                left.push(format!("{}: {e}", dir.display()));
+            }
+        }
+        let host = |what: &str| HostFailure {
+            evidence: format!("{what} {}: {}", target.rel, failed.error),
+        };
+        self.workspace.preflight(&[]).map_err(|f| HostFailure {
+            evidence: f.evidence,
+        })?;
+        if !left.is_empty() {
+            return Err(HostFailure {
+                evidence: format!(
+                    "could not write {}: {}, and could not remove the directories it created: {}",
+                    target.rel,
+                    failed.error,
+                    left.join("; ")
+                ),
+            });
+        }
+        // An existing file the host cannot snapshot (a FIFO, an unreadable file) means the host
+        // cannot promise to restore it (WRT-1); unless the name itself was the problem, that is
+        // the host's failure, as is a filesystem that cannot hold anything more.
+        if failed.stage == WriteStage::Snapshot && !is_name_error(&failed.error) {
+            return Err(host("could not snapshot"));
+        }
+        if is_host_error(&failed.error) {
+            return Err(host(failed.stage.what()));
+        }
+        Ok(ToolReply::error(format!(
+            "{} {}: {}; nothing was written, choose another path",
+            failed.stage.what(),
+            target.rel,
+            failed.error
+        )))
+    }
+
+    /// The steps of a write; the directories made are pushed to `created` as they are made, so
+    /// that [`StepTools::write`] can remove them when a later step fails.
+    fn write_creating(
+        &mut self,
+        target: &Resolved,
+        rel: &Path,
+        content: &str,
+        created: &mut Vec<PathBuf>,
+    ) -> Result<ToolReply, WriteFailure> {
         // The missing parents are created one by one so the restore can remove exactly them.
         let mut dir = PathBuf::new();
         if let Some(parent) = rel.parent() {
@@ -654,18 +751,18 @@ impl<'w> StepTools<'w> {
                         )));
                     }
                     Err(_) => {
-                        fs::create_dir(&abs)
-                            .map_err(|e| host("could not create a directory for", e))?;
+                        fs::create_dir(&abs).map_err(|e| WriteStage::CreateDir.failed(e))?;
+                        created.push(dir.clone());
                         self.snapshots.created_dir(&dir);
                     }
                 }
             }
         }
         self.snapshots
-            .before_write(&rel)
-            .map_err(|e| host("could not snapshot", e))?;
+            .before_write(rel)
+            .map_err(|e| WriteStage::Snapshot.failed(e))?;
         write_atomically(&target.abs, content.as_bytes())
-            .map_err(|e| host("could not write", e))?;
+            .map_err(|e| WriteStage::Write.failed(e))?;
         self.supervisor.forget(&target.rel);
         self.supervisor.record_evidence();
         Ok(ToolReply::ok(format!(
@@ -676,12 +773,159 @@ impl<'w> StepTools<'w> {
     }
 }
 
-fn read_range(path: &Path, offset: u64, length: u64) -> io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
+/// Where a write failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteStage {
+    CreateDir,
+    Snapshot,
+    Write,
+}
+
+impl WriteStage {
+    fn what(self) -> &'static str {
+        match self {
+            WriteStage::CreateDir => "could not create a directory for",
+            WriteStage::Snapshot => "could not snapshot",
+            WriteStage::Write => "could not write",
+        }
+    }
+    fn failed(self, error: io::Error) -> WriteFailure {
+        WriteFailure { stage: self, error }
+    }
+}
+
+#[derive(Debug)]
+struct WriteFailure {
+    stage: WriteStage,
+    error: io::Error,
+}
+
+/// The filesystem refused the name the model chose (too long, a file where a directory should
+/// be, a character it does not take): the model can choose another.
+fn is_name_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENAMETOOLONG | libc::ENOTDIR | libc::EISDIR | libc::EINVAL | libc::ELOOP)
+            | Some(libc::EILSEQ)
+    )
+}
+
+/// The filesystem cannot take any write (full, read-only, over quota, failing): no other name
+/// would do better, so the attempt ends on the host's evidence.
+fn is_host_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
+    )
+}
+
+fn read_range(mut file: fs::File, offset: u64, length: u64) -> io::Result<Vec<u8>> {
     file.seek(SeekFrom::Start(offset))?;
     let mut bytes = Vec::new();
     file.take(length).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A file type a read tool does not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SpecialKind {
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+    Other,
+}
+
+impl SpecialKind {
+    /// `None` for a regular file.
+    fn of(file_type: fs::FileType) -> Option<SpecialKind> {
+        Some(if file_type.is_file() {
+            return None;
+        } else if file_type.is_dir() {
+            SpecialKind::Directory
+        } else if file_type.is_symlink() {
+            SpecialKind::Symlink
+        } else if file_type.is_fifo() {
+            SpecialKind::Fifo
+        } else if file_type.is_socket() {
+            SpecialKind::Socket
+        } else if file_type.is_char_device() {
+            SpecialKind::CharDevice
+        } else if file_type.is_block_device() {
+            SpecialKind::BlockDevice
+        } else {
+            SpecialKind::Other
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            SpecialKind::Directory => "a directory",
+            SpecialKind::Symlink => "a symbolic link",
+            SpecialKind::Fifo => "a named pipe (FIFO)",
+            SpecialKind::Socket => "a socket",
+            SpecialKind::CharDevice => "a character device",
+            SpecialKind::BlockDevice => "a block device",
+            SpecialKind::Other => "not a regular file",
+        }
+    }
+}
+
+/// Why a read tool does not return a file's content.
+#[derive(Debug)]
+enum Unreadable {
+    /// Not a regular file: reading a FIFO blocks, a device may never end.
+    Special(SpecialKind),
+    /// The content has this many links; another of them may be outside the workspace.
+    Linked(u64),
+    Io(io::Error),
+}
+
+impl Unreadable {
+    /// The tool error the model sees (not for [`Unreadable::Io`], which goes through
+    /// [`StepTools::io_error`]).
+    fn explain(&self, rel: &str) -> String {
+        match self {
+            Unreadable::Special(kind) => format!(
+                "{rel} is {}, not a regular file; the read tools read regular files only",
+                kind.name()
+            ),
+            Unreadable::Linked(links) => format!(
+                "{rel} has {links} hard links; docsfab reads only files with a single link, \
+                 because another link to the same content may be outside the workspace"
+            ),
+            Unreadable::Io(e) => format!("{rel}: {e}"),
+        }
+    }
+}
+
+/// Opens a file whose content a read tool may return: a regular file with one link.
+///
+/// The path is checked first so a special file is never opened (opening a device can have
+/// effects), then opened without following a final symlink and without blocking on a FIFO,
+/// and the descriptor's own metadata (fstat) decides: whatever replaced the path in between,
+/// the content read is that of the file checked. The metadata returned is the descriptor's.
+fn open_source(abs: &Path) -> Result<(fs::File, fs::Metadata), Unreadable> {
+    let check = |meta: &fs::Metadata| {
+        if let Some(kind) = SpecialKind::of(meta.file_type()) {
+            return Err(Unreadable::Special(kind));
+        }
+        if meta.nlink() > 1 {
+            return Err(Unreadable::Linked(meta.nlink()));
+        }
+        Ok(())
+    };
+    check(&fs::symlink_metadata(abs).map_err(Unreadable::Io)?)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(abs)
+        .map_err(Unreadable::Io)?;
+    let meta = file.metadata().map_err(Unreadable::Io)?;
+    check(&meta)?;
+    Ok((file, meta))
 }
 
 /// At most `max` bytes of `line`, cut back to a character boundary, without a trailing CR.
@@ -727,4 +971,106 @@ fn walk(dir: &Path, root: &Path, visit: &mut dyn FnMut(String, bool) -> bool) ->
         }
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write step's tools on a workspace with `docs/`.
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("docs")).unwrap();
+        let ws = Workspace::open(dir.path()).unwrap();
+        (dir, ws)
+    }
+
+    fn policy() -> ToolPolicy {
+        ToolPolicy {
+            offered: vec![Tool::WriteFile],
+            write_roots: vec!["docs/".into()],
+            source_read_bytes: 0,
+        }
+    }
+
+    /// A write of `rel` as if the jail had let it through, so the filesystem's own refusal is
+    /// what the write meets: the second line of defence behind the jail's name checks.
+    fn unchecked_write(tools: &mut StepTools<'_>, root: &Path, rel: &str) -> ToolReply {
+        let target = Resolved {
+            rel: rel.to_owned(),
+            abs: root.join(rel),
+        };
+        let op = Op::Write {
+            target,
+            content: "x".into(),
+        };
+        tools.execute(Authorized { op }).unwrap()
+    }
+
+    fn entries(dir: &Path) -> usize {
+        fs::read_dir(dir).unwrap().count()
+    }
+
+    #[test]
+    fn hardening_a_name_the_filesystem_refuses_is_a_tool_error_and_the_made_dirs_go() {
+        let (_d, ws) = workspace();
+        let root = ws.root().to_owned();
+        let mut tools = StepTools::for_attempt(&ws, policy());
+        // The file name is refused by the filesystem after `docs/new` was made for it.
+        let rel = format!("docs/new/{}.md", "a".repeat(300));
+        let reply = unchecked_write(&mut tools, &root, &rel);
+        assert_eq!(reply.result, CallResult::ToolError);
+        assert!(reply.text.contains("File name too long"), "{}", reply.text);
+        assert!(reply.text.contains("nothing was written"), "{}", reply.text);
+        assert_eq!(entries(&root.join("docs")), 0, "docs/new was removed");
+        tools.snapshots.restore().unwrap();
+    }
+
+    #[test]
+    fn hardening_a_path_past_path_max_is_a_tool_error_and_leaves_no_directory() {
+        let (_d, ws) = workspace();
+        let root = ws.root().to_owned();
+        let mut tools = StepTools::for_attempt(&ws, policy());
+        // As in the finding: directories are made until the path passes PATH_MAX.
+        let rel = format!("docs/{}x.md", "dd/".repeat(2_000));
+        let reply = unchecked_write(&mut tools, &root, &rel);
+        assert_eq!(reply.result, CallResult::ToolError);
+        assert!(
+            reply
+                .text
+                .starts_with("error: could not create a directory for"),
+            "{}",
+            &reply.text[..80]
+        );
+        assert_eq!(
+            entries(&root.join("docs")),
+            0,
+            "every made directory was removed"
+        );
+        // The same tools still write a good path.
+        let ok = unchecked_write(&mut tools, &root, "docs/ok.md");
+        assert_eq!(ok.result, CallResult::Ok);
+    }
+
+    #[test]
+    fn hardening_only_a_filesystem_that_takes_nothing_is_the_hosts_failure() {
+        let os = io::Error::from_raw_os_error;
+        for code in [libc::ENOSPC, libc::EDQUOT, libc::EROFS, libc::EIO] {
+            assert!(is_host_error(&os(code)), "{code}");
+            assert!(!is_name_error(&os(code)), "{code}");
+        }
+        for code in [
+            libc::ENAMETOOLONG,
+            libc::ENOTDIR,
+            libc::EISDIR,
+            libc::EINVAL,
+        ] {
+            assert!(is_name_error(&os(code)), "{code}");
+            assert!(!is_host_error(&os(code)), "{code}");
+        }
+        // Not a name the model chose: an existing special file the snapshot cannot keep.
+        assert!(!is_name_error(&io::Error::other(
+            "docs/pipe.md is not a regular file"
+        )));
+    }
 }

@@ -6,12 +6,28 @@
 //! The check and the later use are separate system calls, so a process racing to swap a
 //! directory for a symlink between them is outside this jail's guarantee; the model cannot do
 //! that, because no tool creates symlinks.
+//!
+//! A name the filesystem cannot hold is refused here too, before anything is created: a
+//! component over [`NAME_MAX_BYTES`], an absolute path over [`PATH_MAX_BYTES`], and for writes a
+//! path deeper than [`MAX_WRITE_DEPTH`] or a name with a control character. The model gets a
+//! refusal it can act on instead of a filesystem error halfway through a write.
 
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use crate::ledger::PreflightFailure;
+
+/// The longest file or directory name Linux filesystems hold (`NAME_MAX`), in bytes.
+pub const NAME_MAX_BYTES: usize = 255;
+/// The longest path a system call takes (`PATH_MAX`, counting the closing NUL), in bytes.
+pub const PATH_MAX_BYTES: usize = 4096;
+/// How many names deep below the workspace root a written file may be. Documentation trees are
+/// a handful of levels deep; a deeper path is a runaway, not a layout.
+pub const MAX_WRITE_DEPTH: usize = 64;
+/// Room a write keeps below [`PATH_MAX_BYTES`] for the temporary file it writes beside the
+/// target (`.docsfab-write-` and a random suffix) before renaming it into place.
+const WRITE_PATH_HEADROOM: usize = 64;
 
 /// A workspace root, canonical.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +59,29 @@ pub enum PathRefusal {
     OutsideWriteRoots { path: String, roots: String },
     #[error("{0:?} names the workspace itself, not a file")]
     NotAFile(String),
+    #[error(
+        "{path:?} has a name of {bytes} bytes, but a file or directory name holds at most \
+         {NAME_MAX_BYTES}; use a shorter name"
+    )]
+    NameTooLong { path: String, bytes: usize },
+    #[error(
+        "{path:?} is {bytes} bytes long together with the workspace's own path, more than the \
+         {limit} bytes a path can have; use a shorter path"
+    )]
+    PathTooLong {
+        path: String,
+        bytes: usize,
+        limit: usize,
+    },
+    #[error(
+        "{path:?} is {depth} names deep; a written file may be at most {MAX_WRITE_DEPTH} deep, \
+         use a shallower path"
+    )]
+    TooDeep { path: String, depth: usize },
+    #[error(
+        "{0:?} contains a control character (such as a newline or tab); use a name without one"
+    )]
+    ControlCharacter(String),
 }
 
 impl Workspace {
@@ -133,6 +172,15 @@ impl Workspace {
             return Err(PathRefusal::Escapes(path.to_owned()));
         }
         let abs = parts[depth..].iter().fold(real, |p, part| p.join(part));
+        // No file can have a longer path, so nothing useful is refused; the model learns why.
+        let bytes = abs.as_os_str().len();
+        if bytes >= PATH_MAX_BYTES {
+            return Err(PathRefusal::PathTooLong {
+                path: shorten(path),
+                bytes,
+                limit: PATH_MAX_BYTES - 1,
+            });
+        }
         let rel = abs
             .strip_prefix(&self.root)
             .map_err(|_| PathRefusal::Escapes(path.to_owned()))?
@@ -151,10 +199,29 @@ impl Workspace {
         write_roots: &[String],
     ) -> Result<Resolved, PathRefusal> {
         let resolved = self.resolve(path)?;
+        if path.chars().any(char::is_control) {
+            return Err(PathRefusal::ControlCharacter(shorten(path)));
+        }
         if resolved.rel.is_empty() {
             return Err(PathRefusal::NotAFile(path.to_owned()));
         }
         let target: Vec<&str> = resolved.rel.split('/').collect();
+        // Checked on the resolved path, which is what the write creates directories along.
+        if target.len() > MAX_WRITE_DEPTH {
+            return Err(PathRefusal::TooDeep {
+                path: shorten(path),
+                depth: target.len(),
+            });
+        }
+        let bytes = resolved.abs.as_os_str().len();
+        let limit = PATH_MAX_BYTES - 1 - WRITE_PATH_HEADROOM;
+        if bytes > limit {
+            return Err(PathRefusal::PathTooLong {
+                path: shorten(path),
+                bytes,
+                limit,
+            });
+        }
         let inside = write_roots.iter().any(|root| match lexical(root) {
             Ok(prefix) => prefix.len() < target.len() && target.starts_with(&prefix),
             Err(_) => false,
@@ -170,6 +237,18 @@ impl Workspace {
     }
 }
 
+/// Characters of a refused path the refusal repeats: enough to recognise the call, while a
+/// runaway path is not echoed back whole into the conversation and the run record.
+const SHOWN_PATH_CHARS: usize = 80;
+
+/// `path`, cut to [`SHOWN_PATH_CHARS`] characters with an ellipsis when longer.
+fn shorten(path: &str) -> String {
+    match path.char_indices().nth(SHOWN_PATH_CHARS) {
+        Some((cut, _)) => format!("{}...", &path[..cut]),
+        None => path.to_owned(),
+    }
+}
+
 /// Splits a relative path into its names, refusing anything that could leave the root before
 /// the filesystem is consulted. `""` and `"."` are the root.
 fn lexical(path: &str) -> Result<Vec<&str>, PathRefusal> {
@@ -180,6 +259,12 @@ fn lexical(path: &str) -> Result<Vec<&str>, PathRefusal> {
     for component in Path::new(path).components() {
         match component {
             Component::Normal(name) => match name.to_str() {
+                Some(name) if name.len() > NAME_MAX_BYTES => {
+                    return Err(PathRefusal::NameTooLong {
+                        path: shorten(path),
+                        bytes: name.len(),
+                    });
+                }
                 Some(name) => parts.push(name),
                 None => return Err(PathRefusal::Escapes(path.to_owned())),
             },
