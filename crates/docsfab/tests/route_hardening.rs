@@ -280,3 +280,41 @@ async fn hardening_serving_limits_out_of_range_are_refused_at_startup() {
         assert!(out.stdout.is_empty(), "{flag}: nothing served");
     }
 }
+
+#[tokio::test]
+async fn hardening_other_methods_and_paths_are_refused_in_the_api_shape() {
+    let s = Setup::start_with("openai-chat", ANSWER, &fast_limits("64")).await;
+    for (head, api, status, code) in [
+        (
+            "GET /v1/messages",
+            "anthropic-messages",
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "GET /v1/chat/completions",
+            "openai-chat",
+            405,
+            "method-not-allowed",
+        ),
+        (
+            "POST /v1/messages/count",
+            "anthropic-messages",
+            404,
+            "not-found",
+        ),
+        ("POST /v2/other", "openai-chat", 404, "not-found"),
+    ] {
+        let mut sock = open_with(
+            &s.addr,
+            format!(
+                "{head} HTTP/1.1\r\nhost: route\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        let (got, v) = parse(&read_until_closed(&mut sock).await);
+        assert_eq!(got, status, "{head}: {v}");
+        assert_api_error(api, &v, code);
+    }
+}
