@@ -318,3 +318,20 @@ async fn hardening_other_methods_and_paths_are_refused_in_the_api_shape() {
         assert_api_error(api, &v, code);
     }
 }
+
+/// The header timeout runs only while the route waits for a head: a turn that takes longer than
+/// it (here a stream of 20 events 50 ms apart against a 300 ms timeout) is answered in full.
+#[tokio::test]
+async fn hardening_header_and_body_timeouts_do_not_cut_a_slow_answer() {
+    for api in APIS {
+        let s = Setup::start_with(
+            api,
+            "responses:\n  - answer: {text: \"one two three four five six seven eight nine ten\", deltas: 20, event_delay_ms: 50}\n",
+            &fast_limits("64"),
+        )
+        .await;
+        let r = s.post(path_of(api), &request(api)).await;
+        assert_eq!(r.status, 200, "{api}: {}", r.text());
+        assert!(r.text().contains("ten"), "{api}: {}", r.text());
+    }
+}
