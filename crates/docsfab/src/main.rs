@@ -6,6 +6,7 @@ mod demo;
 mod doctor;
 mod error;
 mod home;
+mod http_server;
 mod progress;
 mod route;
 mod run;

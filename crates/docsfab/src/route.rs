@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::{Args, Subcommand};
@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::CliError;
 use crate::home::{HostContext, read_optional};
+use crate::http_server::{self, BodyRefusal, ServerLimits, read_body};
 
 #[derive(Debug, Args)]
 pub struct RouteArgs {
@@ -67,10 +68,37 @@ pub struct ServeArgs {
     /// The composition whose provider and model the route forwards to.
     #[arg(long, value_name = "FILE")]
     pub composition: PathBuf,
+    /// Close a connection whose request head has not fully arrived within this many
+    /// milliseconds; also how long an idle keep-alive connection stays open.
+    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub header_timeout_ms: u64,
+    /// Answer 408 to a request whose body has not fully arrived within this many milliseconds
+    /// after its head.
+    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_BODY_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub body_timeout_ms: u64,
+    /// Connections served at once; a connection past this gets a 503 and is closed.
+    #[arg(long, value_name = "N", env = "DOCSFAB_ROUTE_MAX_CONNECTIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_connections: u64,
+    /// On Ctrl-C or SIGTERM, how many milliseconds connections get to finish before they are
+    /// dropped and the process exits.
+    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_SHUTDOWN_GRACE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub shutdown_grace_ms: u64,
+}
+
+impl ServeArgs {
+    fn server_limits(&self) -> ServerLimits {
+        ServerLimits {
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            // The parser bounds it to 1..=4096.
+            max_connections: usize::try_from(self.max_connections).unwrap_or(64),
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+        }
+    }
 }
 
 /// Largest client request body accepted (axum's default of 2 MiB is too small for long prompts).
-const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 
 pub fn run(args: &RouteArgs) -> Result<(), CliError> {
     match &args.command {
@@ -143,13 +171,18 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
         key: ApiKey::new(key),
         cancel: CancellationToken::new(),
         requests: AtomicU64::new(0),
+        body_timeout: Duration::from_millis(args.body_timeout_ms),
     });
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(serve(args.listen, route))
+    rt.block_on(serve(args.listen, route, args.server_limits()))
 }
 
-async fn serve(listen: SocketAddr, route: Arc<Route>) -> Result<(), CliError> {
+async fn serve(
+    listen: SocketAddr,
+    route: Arc<Route>,
+    limits: ServerLimits,
+) -> Result<(), CliError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         CliError::bad_input(format!(
             "cannot listen on {listen} ({e}); pick another port or 0 for a free one."
@@ -173,14 +206,37 @@ async fn serve(listen: SocketAddr, route: Arc<Route>) -> Result<(), CliError> {
     );
     let cancel = route.cancel.clone();
     let app = router(route);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Ends turns in flight (their clients get a 503) so shutdown does not wait on them.
-            cancel.cancel();
-        })
-        .await
-        .map_err(|e| CliError::failed(format!("the route stopped: {e}")))
+    let stopped = http_server::serve(listener, app, limits, busy_body(), shutdown, move || {
+        // Ends turns and body reads in flight (their clients get a 503) so shutdown does not
+        // wait on them.
+        cancel.cancel();
+    })
+    .await;
+    let _ = if !stopped.drained {
+        writeln!(
+            std::io::stderr(),
+            "route: stopped; connections still open after the {} ms shutdown grace were closed",
+            limits.shutdown_grace.as_millis()
+        )
+    } else {
+        writeln!(std::io::stderr(), "route: stopped")
+    };
+    Ok(())
+}
+
+/// The 503 past the connection cap. It is sent before the request is read, so its body has
+/// both APIs' shapes at once: OpenAI clients read `error.message/type/code`, Anthropic clients
+/// read `type: "error"` and `error.type/message`.
+fn busy_body() -> Bytes {
+    let v = json!({
+        "type": "error",
+        "error": {
+            "type": "overloaded_error",
+            "code": "route-busy",
+            "message": "the composition route is serving as many connections as it allows (--max-connections); retry shortly (route-busy)",
+        }
+    });
+    Bytes::from(v.to_string())
 }
 
 /// Resolves on Ctrl-C or SIGTERM. Installed before the `listening on` line so a supervisor that
@@ -212,27 +268,88 @@ fn router(route: Arc<Route>) -> Router {
     Router::new()
         .route(
             "/v1/chat/completions",
-            post(|State(r): State<Arc<Route>>, body: Bytes| async move {
-                r.handle(Api::OpenaiChat, body).await
+            post(|State(r): State<Arc<Route>>, req: Request| async move {
+                r.receive(Api::OpenaiChat, req.into_body()).await
             }),
         )
         .route(
             "/v1/messages",
-            post(|State(r): State<Arc<Route>>, body: Bytes| async move {
-                r.handle(Api::AnthropicMessages, body).await
+            post(|State(r): State<Arc<Route>>, req: Request| async move {
+                r.receive(Api::AnthropicMessages, req.into_body()).await
             }),
         )
-        .fallback(|| async {
+        .method_not_allowed_fallback(|uri: Uri| async move {
             Reply::error(
-                Api::OpenaiChat,
+                api_of_path(uri.path()),
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request_error",
+                "method-not-allowed",
+                "the composition route serves POST /v1/chat/completions and POST /v1/messages only",
+            )
+        })
+        .fallback(|uri: Uri| async move {
+            Reply::error(
+                api_of_path(uri.path()),
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 "not-found",
                 "the composition route serves POST /v1/chat/completions and POST /v1/messages only",
             )
         })
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .with_state(route)
+}
+
+/// Whose error shape a refusal takes when the path is not one the route serves: Anthropic's
+/// for paths under its endpoint, OpenAI's otherwise.
+fn api_of_path(path: &str) -> Api {
+    if path.starts_with("/v1/messages") {
+        Api::AnthropicMessages
+    } else {
+        Api::OpenaiChat
+    }
+}
+
+/// A request body the route did not read whole, as an error in the client's API shape. The
+/// connection closes after it: the rest of the request is not worth waiting for.
+fn body_refusal_reply(api: Api, refusal: BodyRefusal) -> Reply {
+    match refusal {
+        BodyRefusal::TooLarge { limit } => Reply::error(
+            api,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            match api {
+                Api::OpenaiChat => "invalid_request_error",
+                Api::AnthropicMessages => "request_too_large",
+            },
+            "request-too-large",
+            &format!(
+                "the request body is larger than the composition route accepts ({limit} bytes); shorten the prompt or split the work"
+            ),
+        ),
+        BodyRefusal::TooSlow { timeout } => Reply::error(
+            api,
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "request-body-timeout",
+            &format!(
+                "the request body did not arrive in full within {} ms of its head (--body-timeout-ms); send the whole body at once",
+                timeout.as_millis()
+            ),
+        ),
+        BodyRefusal::Cancelled => Reply::error(
+            api,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "api_error",
+            "route-shutting-down",
+            "the composition route is shutting down",
+        ),
+        BodyRefusal::Broken => Reply::error(
+            api,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "request-body-broken",
+            "the request body broke off before its end",
+        ),
+    }
 }
 
 /// Everything a request needs, shared by all of them.
@@ -250,9 +367,29 @@ struct Route {
     key: ApiKey,
     cancel: CancellationToken,
     requests: AtomicU64,
+    /// How long a request body may take to arrive after its head.
+    body_timeout: Duration,
 }
 
 impl Route {
+    /// Reads the body (capped and timed), then [`Route::handle`]s it.
+    async fn receive(&self, client_api: Api, body: Body) -> Response {
+        match read_body(body, MAX_REQUEST_BYTES, self.body_timeout, &self.cancel).await {
+            Ok(bytes) => self.handle(client_api, bytes).await.into_response(),
+            Err(refusal) => {
+                let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
+                let reply = body_refusal_reply(client_api, refusal);
+                let path = docsfab_provider::endpoint_path(client_api);
+                self.log(n, path, &format!("{} (nothing sent)", reply.summary()));
+                let mut response = reply.into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                response
+            }
+        }
+    }
+
     async fn handle(&self, client_api: Api, body: Bytes) -> Reply {
         let n = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let path = docsfab_provider::endpoint_path(client_api);
@@ -899,6 +1036,54 @@ mod tests {
         let response = reply.into_response();
         assert_eq!(response.headers()["retry-after"], "2");
         assert_eq!(response.headers()["retry-after-ms"], "1500");
+    }
+
+    /// Issue 9 finding 5: every refusal of a request body is an error in the client's API
+    /// shape, with the status a client expects.
+    #[test]
+    fn hardening_body_refusals_have_each_apis_shape() {
+        for (refusal, status, code) in [
+            (
+                BodyRefusal::TooLarge { limit: 10 },
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request-too-large",
+            ),
+            (
+                BodyRefusal::TooSlow {
+                    timeout: Duration::from_millis(300),
+                },
+                StatusCode::REQUEST_TIMEOUT,
+                "request-body-timeout",
+            ),
+            (
+                BodyRefusal::Cancelled,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "route-shutting-down",
+            ),
+            (
+                BodyRefusal::Broken,
+                StatusCode::BAD_REQUEST,
+                "request-body-broken",
+            ),
+        ] {
+            let r = body_refusal_reply(Api::OpenaiChat, refusal);
+            assert!(matches!(r, Reply::Error { status: s, .. } if s == status));
+            let v = body_json(&r);
+            assert_eq!(v["error"]["code"], code);
+            assert!(v["error"]["type"].is_string() && v["error"]["message"].is_string());
+            let r = body_refusal_reply(Api::AnthropicMessages, refusal);
+            assert!(matches!(r, Reply::Error { status: s, .. } if s == status));
+            let v = body_json(&r);
+            assert_eq!(v["type"], "error");
+            assert!(v["error"]["type"].is_string());
+            let m = v["error"]["message"].as_str().unwrap();
+            assert!(m.contains(&format!("({code})")), "{m}");
+        }
+        // The busy 503 is read before the path is known, so it must satisfy both shapes.
+        let v: Value = serde_json::from_slice(&busy_body()).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["code"], "route-busy");
+        assert!(v["error"]["type"].is_string() && v["error"]["message"].is_string());
     }
 
     #[test]

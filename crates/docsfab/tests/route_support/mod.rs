@@ -32,6 +32,11 @@ impl Setup {
     /// A route for a provider of `api` (`openai-chat` or `anthropic-messages`) in front of a
     /// simulator playing `scenario`, with replay waits lowered (5 ms base, 20 ms cap).
     pub async fn start(api: &str, scenario: &str) -> Setup {
+        Setup::start_with(api, scenario, &[]).await
+    }
+
+    /// [`Setup::start`] with more `route serve` arguments (the serving limits).
+    pub async fn start_with(api: &str, scenario: &str, args: &[&str]) -> Setup {
         let sim = SimServer::start(
             "127.0.0.1:0".parse().unwrap(),
             Scenario::from_yaml_str(scenario, "test").unwrap(),
@@ -52,6 +57,7 @@ impl Setup {
         let mut route = docsfab()
             .args(["route", "serve", "--listen", "127.0.0.1:0", "--composition"])
             .arg(&composition)
+            .args(args)
             .env("DOCSFAB_HOME", dir.path())
             .env(KEY_VAR, KEY)
             .stdout(Stdio::piped())
