@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use docsfab_runtime::record::{
     AttemptRecord, RunRecord, StepRecord, TurnRecord, replay_cause_text,
 };
-use docsfab_runtime::store::RunStore;
+use docsfab_runtime::store::{BusyRetry, RunStore, StoreOptions};
 use serde::Serialize;
 
 use crate::error::{CliError, emit};
@@ -58,8 +58,22 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
 /// that is not a database), so it is bad input.
 ///
 /// Says on stderr which runs this open found orphaned and marked `interrupted`.
+/// Another docsfab process holding the store past the busy timeout is said on stderr at each
+/// retry, so a slow command tells why it waits.
 pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
-    let store = RunStore::open(path).map_err(|e| {
+    let options = StoreOptions {
+        on_busy: Some(std::sync::Arc::new(|b: &BusyRetry| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: the run store is busy with another docsfab process while {}; trying again ({} of {}).",
+                b.operation,
+                b.retry,
+                b.max_retries
+            );
+        })),
+        ..StoreOptions::default()
+    };
+    let store = RunStore::open_with(path, options).map_err(|e| {
         CliError::bad_input(format!(
             "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
             path.display()
@@ -198,6 +212,17 @@ fn render_step(out: &mut String, s: &StepRecord) {
     for a in &s.attempts {
         render_attempt(out, a);
     }
+    if let Some(i) = &s.interrupted_attempt {
+        let paths: Vec<&str> = i.write_intents.iter().map(|w| w.path.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "  Attempt {}: interrupted (its process died) after it began {} write{}; not restored, check: {}",
+            i.attempt,
+            paths.len(),
+            if paths.len() == 1 { "" } else { "s" },
+            paths.join(", ")
+        );
+    }
     if let Some(f) = &s.failure {
         let _ = writeln!(
             out,
@@ -252,7 +277,14 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
             .unwrap_or_default()
     );
     if let Some(ws) = &a.write_settlement {
-        let _ = writeln!(out, "    write settlement: {}", ws.as_str());
+        let _ = writeln!(
+            out,
+            "    write settlement: {}{}",
+            ws.as_str(),
+            a.write_restore
+                .map(|r| format!(", workspace {}", r.as_str()))
+                .unwrap_or_default()
+        );
     }
     let l = &a.lease;
     let _ = writeln!(
