@@ -8,6 +8,13 @@
 //! stderr. SIGINT and SIGTERM cancel the run through its cancellation token: every wait stops at
 //! once, the run is recorded `cancelled` and the exit code is 130. A second signal exits at once
 //! (the run is then found `interrupted` by the next command that opens the store).
+//!
+//! A composition with a write step holds an exclusive advisory lock (`flock`) on the workspace
+//! directory itself for the whole run, so no lock file lands in the user's tree and a killed
+//! run's lock goes with its process. A second write run on the same workspace is refused at
+//! once, before anything is recorded (exit 2): two runs writing, and restoring, the same files
+//! would undo each other's work, and waiting silently behind a run that may take an hour helps
+//! nobody. Read-only runs take no lock and may run beside anything.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,6 +52,7 @@ pub struct RunArgs {
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let (config, store_path) = prepare(args)?;
+    let _workspace_lock = lock_workspace(&config)?;
     let mut store = open_store(&store_path)?;
     let started = Instant::now();
     let outcome = runtime()?.block_on(execute(config, &mut store))?;
@@ -104,6 +112,38 @@ fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
         Err(std::env::VarError::NotUnicode(_)) => Err(CliError::bad_input(format!(
             "provider {:?} reads its API key from the environment variable {var}, which is not valid UTF-8; set {var} to the key as plain text.",
             selected.provider_name
+        ))),
+    }
+}
+
+/// For a composition with a write step: the workspace directory, opened and exclusively locked
+/// until the returned file is dropped (the process ends). `None` for a read-only composition.
+pub fn lock_workspace(config: &RunConfig) -> Result<Option<std::fs::File>, CliError> {
+    use docsfab_runtime::composition::Access;
+    if !config
+        .composition
+        .steps
+        .iter()
+        .any(|s| s.access == Access::Write)
+    {
+        return Ok(None);
+    }
+    let dir = &config.workspace;
+    let file = std::fs::File::open(dir).map_err(|e| {
+        workspace_refused(&format!(
+            "cannot open the workspace {} ({e})",
+            dir.display()
+        ))
+    })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::bad_input(format!(
+            "the workspace {} is in use by another `docsfab run` with a write step; wait for that run to end (or cancel it), or pass another --workspace.",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(CliError::bad_input(format!(
+            "cannot lock the workspace {} for a write step ({e}); use a workspace on a local filesystem that supports file locks.",
+            dir.display()
         ))),
     }
 }
