@@ -27,7 +27,7 @@ use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunError, RunOutcome, run_composition,
 };
 use docsfab_runtime::record::{RunRecord, RunStatus};
-use docsfab_runtime::store::RunStore;
+use docsfab_runtime::store::{RunStore, StoreError};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
@@ -185,6 +185,9 @@ pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunO
         RunError::Workspace(text) => workspace_refused(&text),
         RunError::Transport(e) => CliError::bad_input(format!(
             "{e}; check the provider's baseUrl in host.yaml."
+        )),
+        RunError::Store(e @ StoreError::Busy { .. }) => CliError::failed(format!(
+            "{e}; the run could not be recorded to its end, run it again when fewer docsfab commands share this DOCSFAB_HOME."
         )),
         RunError::Store(e) => CliError::failed(format!(
             "{e}; the run could not be recorded to its end, check DOCSFAB_HOME's disk space and permissions."

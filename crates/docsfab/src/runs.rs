@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use docsfab_runtime::record::{
     AttemptRecord, RunRecord, StepRecord, TurnRecord, replay_cause_text,
 };
-use docsfab_runtime::store::{BusyRetry, RunStore, StoreOptions};
+use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
 use crate::error::{CliError, emit};
@@ -54,12 +54,13 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     }
 }
 
-/// Opens the run store for a command; a failure is the operator's to fix (permissions, a file
-/// that is not a database), so it is bad input.
+/// Opens the run store for a command. A failure is the operator's to fix (permissions, a file
+/// that is not a database), so it is bad input; except a store other docsfab processes kept
+/// locked past every retry, which is a failure to try again later.
 ///
-/// Says on stderr which runs this open found orphaned and marked `interrupted`.
-/// Another docsfab process holding the store past the busy timeout is said on stderr at each
-/// retry, so a slow command tells why it waits.
+/// Says on stderr which runs this open found orphaned and marked `interrupted`, and each retry
+/// while another docsfab process holds the store past the busy timeout, so a slow command says
+/// why it waits.
 pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
     let options = StoreOptions {
         on_busy: Some(std::sync::Arc::new(|b: &BusyRetry| {
@@ -73,8 +74,13 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
         })),
         ..StoreOptions::default()
     };
-    let store = RunStore::open_with(path, options).map_err(|e| {
-        CliError::bad_input(format!(
+    let store = RunStore::open_with(path, options).map_err(|e| match e {
+        // Not the operator's configuration: another process kept the store locked.
+        StoreError::Busy { .. } => CliError::failed(format!(
+            "cannot open the run store {} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished.",
+            path.display()
+        )),
+        e => CliError::bad_input(format!(
             "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
             path.display()
         ))
