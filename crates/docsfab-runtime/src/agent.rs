@@ -93,6 +93,9 @@ pub struct AttemptInput<'a> {
     pub cancel: &'a CancellationToken,
     /// Told about each turn as it happens (for progress display and tests).
     pub observer: &'a (dyn Fn(TurnEvent) + Send + Sync),
+    /// Called before each write runs (the executor records a write intent); `None` runs writes
+    /// unrecorded.
+    pub before_write: Option<batch::BeforeWrite<'a>>,
 }
 
 /// What happens inside an attempt, as it happens.
@@ -511,7 +514,7 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
                 arguments: c.arguments.clone(),
             })
             .collect();
-        let ran = batch::run_batch(&mut st.tools, &mut st.lease, &calls);
+        let ran = batch::run_batch_with(&mut st.tools, &mut st.lease, &calls, input.before_write);
         let batch = ran.batch;
         push_turn(
             st,

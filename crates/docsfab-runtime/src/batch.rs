@@ -2,8 +2,14 @@
 //! execution, recorded in the ledger. This is the piece of the agent loop between "the provider
 //! answered with tool calls" and the checkpoint.
 
+use crate::composition::Tool;
 use crate::ledger::{BatchBuilder, CallResult, ExecutionLease, StopReason, ToolBatch};
 use crate::tools::{HostFailure, StepTools};
+
+/// Told, before a write tool runs, which tool will write which workspace-relative path; the
+/// executor commits it to the run store as a write intent. An error means the intent could not
+/// be kept, and then the write must not run.
+pub type BeforeWrite<'a> = &'a (dyn Fn(Tool, &str) -> Result<(), String> + Send + Sync);
 
 /// A tool call as the provider returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +49,17 @@ pub fn run_batch(
     tools: &mut StepTools<'_>,
     lease: &mut ExecutionLease,
     calls: &[RequestedCall],
+) -> BatchOutcome {
+    run_batch_with(tools, lease, calls, None)
+}
+
+/// [`run_batch`], calling `before_write` before each authorized write runs. When it fails the
+/// write does not run: the batch stops as a host failure with its evidence, like a preflight.
+pub fn run_batch_with(
+    tools: &mut StepTools<'_>,
+    lease: &mut ExecutionLease,
+    calls: &[RequestedCall],
+    before_write: Option<BeforeWrite<'_>>,
 ) -> BatchOutcome {
     let mut builder = BatchBuilder::new();
     let mut replies = Vec::new();
@@ -89,6 +106,19 @@ pub fn run_batch(
             }
         };
         let tool = authorized.tool();
+        if let (Some(hook), Some(path)) = (before_write, authorized.write_path())
+            && let Err(e) = hook(tool, path)
+        {
+            let evidence = format!("the intent to write {path} could not be recorded: {e}");
+            builder.refuse(
+                &call.id,
+                &call.name,
+                "not run: the host could not record the write",
+            );
+            lease.stop(StopReason::PreflightFailed, Some(evidence.clone()));
+            host_failure = Some(HostFailure { evidence });
+            continue;
+        }
         if let Err(e) = lease.authorize(tool) {
             let detail = e.to_string();
             builder.refuse(&call.id, &call.name, &detail);

@@ -20,8 +20,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use docsfab_boundary::{BoundaryConfig, Secret};
@@ -36,10 +36,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
-use crate::composition::{Access, Composition, Step, output_references};
+use crate::batch::BeforeWrite;
+use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::record::{
     AttemptBudget, AttemptRecord, AttemptStatus, Retry, RetryDecision, RunStatus, StepFailure,
-    TransportRetryBudget, WriteSettlement, replay_cause_text,
+    TransportRetryBudget, WriteRestore, WriteSettlement, replay_cause_text,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -497,21 +498,37 @@ async fn run_step(
                 });
             }
         };
-        let report = agent::run_attempt(AttemptInput {
-            transport: ctx.transport,
-            api: cfg.provider.api,
-            model: &model,
-            step,
-            limits: cfg.composition.limits,
-            replay_limits: limits.replay_limits(),
-            boundary: ctx.boundary.as_ref().map_err(String::as_str),
-            instructions: &instructions,
-            feedback,
-            workspace: ctx.workspace,
-            cancel: ctx.cancel,
-            observer: &observer,
-        })
-        .await;
+        // A write step commits each write's intent to the store before the write runs, so a
+        // process killed mid-attempt still leaves an account of what it wrote.
+        let report = {
+            let shared = Mutex::new(&mut *store);
+            let run_id = ctx.run_id;
+            let record_intent = |tool: Tool, path: &str| {
+                shared
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .record_write_intent(run_id, step_index, attempt_no, tool.name(), path)
+                    .map_err(|e| e.to_string())
+            };
+            let before_write: Option<BeforeWrite<'_>> =
+                (step.access == Access::Write).then_some(&record_intent);
+            agent::run_attempt(AttemptInput {
+                transport: ctx.transport,
+                api: cfg.provider.api,
+                model: &model,
+                step,
+                limits: cfg.composition.limits,
+                replay_limits: limits.replay_limits(),
+                boundary: ctx.boundary.as_ref().map_err(String::as_str),
+                instructions: &instructions,
+                feedback,
+                workspace: ctx.workspace,
+                cancel: ctx.cancel,
+                observer: &observer,
+                before_write,
+            })
+            .await
+        };
 
         let failure = match &report.result {
             Ok(answer) => {
@@ -531,8 +548,12 @@ async fn run_step(
         // Decide. A write step first proves what it wrote; a retry that needs a restore only
         // goes ahead once the restore is verified (WRT-1..3).
         let provisional = attempt_record(attempt_no, budget, &report, None, None);
-        let (decision, settlement, restore_error) =
-            decide_after_failure(ctx, step, &budgets, &past, &failure, &report, &provisional);
+        let AfterFailure {
+            decision,
+            settlement,
+            restore,
+            restore_error,
+        } = decide_after_failure(ctx, step, &budgets, &past, &failure, &report, &provisional);
         let facts = decision
             .failure()
             .cloned()
@@ -548,6 +569,7 @@ async fn run_step(
             }),
             settlement,
         );
+        record.write_restore = restore;
         if let Some(e) = restore_error {
             // Say which file could not be put back, so the operator knows what to inspect.
             let why = format!("the workspace restore failed: {e}");
@@ -627,10 +649,21 @@ async fn backoff(ctx: &Ctx<'_>, step: &Step, next_attempt: u32, wait_ms: u64) ->
     }
 }
 
+/// What was decided about a failed attempt, and what became of its writes.
+struct AfterFailure {
+    decision: StepDecision,
+    settlement: Option<PolicySettlement>,
+    /// Set when a restore of the attempt's writes ran.
+    restore: Option<WriteRestore>,
+    /// Why that restore failed.
+    restore_error: Option<RestoreError>,
+}
+
 /// Decides the failed attempt. For a write step the settlement is computed from the attempt's
-/// recorded turns and lease (every batch reconciled with the lease's counters, WRT-2); a write
-/// that ran is restored, and the restore verified, only when the decision would retry (WRT-1).
-/// When that restore fails, its error comes back as the third value.
+/// recorded turns and lease (every batch reconciled with the lease's counters, WRT-2). A write
+/// that ran is restored, and the restore verified, when the decision would retry (WRT-1), and
+/// when the attempt was cancelled: a cancelled run leaves the workspace as it found it. When a
+/// retry's restore fails, the step is decided again as `restore-failed`.
 fn decide_after_failure(
     ctx: &Ctx<'_>,
     step: &Step,
@@ -639,11 +672,16 @@ fn decide_after_failure(
     failure: &AttemptFailure,
     report: &AttemptReport,
     provisional: &AttemptRecord,
-) -> (StepDecision, Option<PolicySettlement>, Option<RestoreError>) {
+) -> AfterFailure {
     let rules = &ctx.cfg.rules;
     let decide = |access| step::decide(rules, budgets, access, past, failure, report.duration_ms);
     if step.access == Access::ReadOnly {
-        return (decide(PolicyAccess::ReadOnly), None, None);
+        return AfterFailure {
+            decision: decide(PolicyAccess::ReadOnly),
+            settlement: None,
+            restore: None,
+            restore_error: None,
+        };
     }
     let proven = settle_attempt(provisional).settlement;
     let settlement = match proven {
@@ -653,18 +691,39 @@ fn decide_after_failure(
         WriteSettlement::WriteExecuted => PolicySettlement::WriteExecutedAndRestored,
     };
     let decision = decide(PolicyAccess::Write(settlement));
-    if proven == WriteSettlement::WriteExecuted
-        && decision.retry_scheduled()
-        && let Err(e) = report.snapshots.restore()
-    {
-        let settlement = PolicySettlement::RestoreFailed;
-        return (
-            decide(PolicyAccess::Write(settlement)),
-            Some(settlement),
-            Some(e),
-        );
+    let cancelled = matches!(failure, AttemptFailure::Cancelled);
+    if proven != WriteSettlement::WriteExecuted || !(decision.retry_scheduled() || cancelled) {
+        return AfterFailure {
+            decision,
+            settlement: Some(settlement),
+            restore: None,
+            restore_error: None,
+        };
     }
-    (decision, Some(settlement), None)
+    match report.snapshots.restore() {
+        Ok(()) => AfterFailure {
+            decision,
+            settlement: Some(settlement),
+            restore: Some(WriteRestore::Restored),
+            restore_error: None,
+        },
+        // A cancelled step ends either way; the record says the restore failed and where.
+        Err(e) if cancelled => AfterFailure {
+            decision,
+            settlement: Some(PolicySettlement::RestoreFailed),
+            restore: Some(WriteRestore::RestoreFailed),
+            restore_error: Some(e),
+        },
+        Err(e) => {
+            let settlement = PolicySettlement::RestoreFailed;
+            AfterFailure {
+                decision: decide(PolicyAccess::Write(settlement)),
+                settlement: Some(settlement),
+                restore: Some(WriteRestore::RestoreFailed),
+                restore_error: Some(e),
+            }
+        }
+    }
 }
 
 /// The attempt's own failure facts (category, class, code), whatever the step then decided:
@@ -719,6 +778,7 @@ fn attempt_record(
         },
         wait_ms: None,
         write_settlement: None,
+        write_restore: None,
         usage: report.usage,
         duration_ms: report.duration_ms,
         lease: report.lease.clone(),

@@ -98,7 +98,54 @@ pub struct StepRecord {
     /// The accepted answer object of a read-only step; `null` otherwise.
     #[serde(default)]
     pub output: Option<serde_json::Value>,
+    /// The attempt that was running when the run's process died, with the writes it had begun;
+    /// present only on an `interrupted` step whose unfinished attempt wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_attempt: Option<InterruptedAttempt>,
     pub attempts: Vec<AttemptRecord>,
+}
+
+/// An attempt that never finished because its process died (`kill -9`, power loss): it has no
+/// attempt record, only the write intents committed before each of its writes ran. Its files
+/// were not restored: a listed path may hold the attempt's partial work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InterruptedAttempt {
+    /// The number the attempt had (one more than the attempts recorded).
+    pub attempt: u32,
+    /// In the order the writes were about to run.
+    pub write_intents: Vec<WriteIntent>,
+}
+
+/// A write a write step's attempt was about to run, committed to the run store before it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteIntent {
+    /// The tool, e.g. `write_file`.
+    pub tool: String,
+    /// Relative to the workspace root.
+    pub path: String,
+    pub intended_at: String,
+}
+
+/// Whether the host put the workspace back after an attempt's writes: after a failed attempt
+/// that is retried, and after a cancelled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteRestore {
+    /// Every written file is back as it was, checked by SHA-256; created files are gone.
+    Restored,
+    /// The restore or its check failed; the attempt's `message` names the file.
+    RestoreFailed,
+}
+
+impl WriteRestore {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteRestore::Restored => "restored",
+            WriteRestore::RestoreFailed => "restore-failed",
+        }
+    }
 }
 
 /// The transport budget the step applied (STP-6).
@@ -213,6 +260,9 @@ pub struct AttemptRecord {
     /// The wait scheduled after this attempt, before the next one.
     pub wait_ms: Option<u64>,
     pub write_settlement: Option<WriteSettlement>,
+    /// Present when a restore of the attempt's writes ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_restore: Option<WriteRestore>,
     pub usage: Usage,
     pub duration_ms: u64,
     pub lease: LeaseRecord,

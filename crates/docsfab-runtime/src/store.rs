@@ -3,16 +3,31 @@
 //! Each write is its own transaction, so a finished attempt is durable before the caller starts
 //! the next one. Attempts are kept as their JSON record plus a few indexed columns. Opening the
 //! store marks as `interrupted` every `running` run whose owning process is gone.
+//!
+//! Many `docsfab` processes share one store (several runs, `runs list` beside them), so:
+//! - every write transaction is `BEGIN IMMEDIATE`: it takes the write lock up front, where the
+//!   busy timeout applies. A deferred transaction that reads and then writes must upgrade its
+//!   lock, and in WAL mode that upgrade fails at once with `SQLITE_BUSY` (no busy wait) whenever
+//!   another process committed since the read began;
+//! - the busy timeout is set before anything else touches the file, so opening, the WAL switch
+//!   and the schema wait too;
+//! - when SQLite is still busy after the timeout, the whole operation is tried again a bounded
+//!   number of times, and each retry is reported to the store's [`BusyObserver`].
+//!
+//! A write step's tool calls leave a *write intent* here before each write runs
+//! ([`RunStore::record_write_intent`]); when a killed run is found, the intents of the attempt
+//! that never finished are put in its step's record as `interruptedAttempt`.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    AttemptRecord, RunRecord, RunStatus, RunSummary, StepAccess, StepFailure, StepRecord,
-    TransportRetryBudget, rfc3339_utc,
+    AttemptRecord, InterruptedAttempt, RunRecord, RunStatus, RunSummary, StepAccess, StepFailure,
+    StepRecord, TransportRetryBudget, WriteIntent, rfc3339_utc,
 };
 
 /// A failure of the run store. Messages say what failed; the CLI adds what to do.
@@ -49,6 +64,77 @@ pub enum StoreError {
     },
     #[error("a run cannot be finished as running")]
     FinishAsRunning,
+    #[error(
+        "the run store stayed locked by another process while {operation} ({tries} tries, each waiting up to {timeout_ms} ms)"
+    )]
+    Busy {
+        operation: &'static str,
+        tries: u32,
+        timeout_ms: u64,
+    },
+    #[error("attempt {attempt} of step {step_id} already finished; it takes no more writes")]
+    AttemptFinished { step_id: String, attempt: u32 },
+}
+
+impl StoreError {
+    /// SQLite's "busy" or "locked": another connection holds the lock. Worth trying again.
+    fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        )
+    }
+}
+
+/// A store operation that SQLite still found busy after the busy timeout, about to be tried
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusyRetry {
+    /// What the store was doing, e.g. `recording attempt 2`.
+    pub operation: &'static str,
+    /// 1 for the first retry.
+    pub retry: u32,
+    pub max_retries: u32,
+}
+
+/// Told about every [`BusyRetry`] (the CLI prints a note on stderr).
+pub type BusyObserver = Arc<dyn Fn(&BusyRetry) + Send + Sync>;
+
+/// How the store waits for other processes.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// SQLite's busy timeout: how long one statement waits for a lock.
+    pub busy_timeout: Duration,
+    /// How many times a whole operation is tried again when it is still busy after that.
+    pub busy_retries: u32,
+    /// The pause before each retry, doubled every time.
+    pub retry_pause: Duration,
+    pub on_busy: Option<BusyObserver>,
+}
+
+impl Default for StoreOptions {
+    /// Five seconds per try and four retries: a run waits out more than 25 s of other writers
+    /// (whose transactions take milliseconds) before it gives up.
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: Duration::from_secs(5),
+            busy_retries: 4,
+            retry_pause: Duration::from_millis(50),
+            on_busy: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("busy_timeout", &self.busy_timeout)
+            .field("busy_retries", &self.busy_retries)
+            .field("retry_pause", &self.retry_pause)
+            .field("on_busy", &self.on_busy.is_some())
+            .finish()
+    }
 }
 
 /// The process that owns a running run: its id and its start time in clock ticks since boot
@@ -132,6 +218,8 @@ pub struct StepEnd {
 pub struct RunStore {
     conn: Connection,
     interrupted: Vec<String>,
+    options: StoreOptions,
+    busy_retries: std::cell::Cell<u32>,
 }
 
 const SCHEMA: &str = "
@@ -165,6 +253,17 @@ CREATE TABLE IF NOT EXISTS attempts (
     PRIMARY KEY (run_id, step_index, attempt),
     FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
 );
+CREATE TABLE IF NOT EXISTS write_intents (
+    run_id      TEXT NOT NULL,
+    step_index  INTEGER NOT NULL,
+    attempt     INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    tool        TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    intended_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, step_index, attempt, seq),
+    FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
+);
 ";
 
 impl RunStore {
@@ -172,6 +271,11 @@ impl RunStore {
     /// every running run whose owner is no longer alive.
     /// The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
     pub fn open(path: &Path) -> Result<RunStore, StoreError> {
+        RunStore::open_with(path, StoreOptions::default())
+    }
+
+    /// [`RunStore::open`] with its waits and its busy observer chosen.
+    pub fn open_with(path: &Path, options: StoreOptions) -> Result<RunStore, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
                 path: parent.to_owned(),
@@ -179,17 +283,76 @@ impl RunStore {
             })?;
         }
         let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.execute_batch(SCHEMA)?;
+        // First, so that everything below waits for other processes instead of failing.
+        conn.busy_timeout(options.busy_timeout)?;
         let mut store = RunStore {
             conn,
             interrupted: Vec::new(),
+            options,
+            busy_retries: std::cell::Cell::new(0),
         };
+        store.retrying("opening the store", |conn| {
+            // Switching to WAL needs the lock too; once the file is in WAL mode this only reads.
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            let known: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'write_intents'",
+                [],
+                |r| r.get(0),
+            )?;
+            if known == 0 {
+                let tx = immediate(conn)?;
+                tx.execute_batch(SCHEMA)?;
+                tx.commit()?;
+            }
+            Ok(())
+        })?;
         store.interrupted = store.mark_orphans_interrupted()?;
         Ok(store)
+    }
+
+    /// How many times an operation of this store was tried again because SQLite stayed busy.
+    pub fn busy_retries(&self) -> u32 {
+        self.busy_retries.get()
+    }
+
+    /// Runs `op` (one whole transaction), trying it again when SQLite is still busy after the
+    /// busy timeout, at most `busy_retries` times, with a doubling pause in between.
+    fn retrying<T>(
+        &self,
+        operation: &'static str,
+        mut op: impl FnMut(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let max = self.options.busy_retries;
+        let mut pause = self.options.retry_pause;
+        let mut retry = 0;
+        loop {
+            match op(&self.conn) {
+                Err(e) if e.is_busy() => {
+                    if retry == max {
+                        return Err(StoreError::Busy {
+                            operation,
+                            tries: max + 1,
+                            timeout_ms: u64::try_from(self.options.busy_timeout.as_millis())
+                                .unwrap_or(u64::MAX),
+                        });
+                    }
+                    retry += 1;
+                    self.busy_retries.set(self.busy_retries.get() + 1);
+                    if let Some(observer) = &self.options.on_busy {
+                        observer(&BusyRetry {
+                            operation,
+                            retry,
+                            max_retries: max,
+                        });
+                    }
+                    std::thread::sleep(pause);
+                    pause = pause.saturating_mul(2);
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The runs this open found orphaned and marked `interrupted`.
@@ -198,47 +361,37 @@ impl RunStore {
     }
 
     fn mark_orphans_interrupted(&mut self) -> Result<Vec<String>, StoreError> {
-        let tx = self.conn.transaction()?;
-        let orphans: Vec<String> = {
-            let mut stmt =
-                tx.prepare("SELECT run_id, owner_pid, owner_start FROM runs WHERE status = ?1")?;
-            let rows = stmt.query_map([RunStatus::Running.as_str()], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, Option<i64>>(2)?,
-                ))
-            })?;
-            let mut orphans = Vec::new();
-            for row in rows {
-                let (run_id, pid, start) = row?;
-                let owner = Owner {
-                    pid: u32::try_from(pid).unwrap_or(0),
-                    start_ticks: start.and_then(|s| u64::try_from(s).ok()),
-                };
-                if owner.pid == 0 || !owner.is_alive() {
-                    orphans.push(run_id);
-                }
-            }
-            orphans
-        };
-        let ended_at = rfc3339_utc(SystemTime::now());
-        for run_id in &orphans {
-            tx.execute(
-                "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
-                params![run_id, RunStatus::Interrupted.as_str(), ended_at],
-            )?;
-            tx.execute(
-                "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
-                params![
-                    run_id,
-                    RunStatus::Interrupted.as_str(),
-                    RunStatus::Running.as_str()
-                ],
-            )?;
+        // Look first without the write lock: almost always there is nothing to mark, and
+        // `runs list` beside running runs should not queue for their lock.
+        if self
+            .retrying("looking for interrupted runs", find_orphans)?
+            .is_empty()
+        {
+            return Ok(Vec::new());
         }
-        tx.commit()?;
-        Ok(orphans)
+        self.retrying("marking interrupted runs", |conn| {
+            let tx = immediate(conn)?;
+            // Again under the lock: another process may have marked them meanwhile.
+            let orphans = find_orphans(&tx)?;
+            let ended_at = rfc3339_utc(SystemTime::now());
+            for run_id in &orphans {
+                account_interrupted_writes(&tx, run_id)?;
+                tx.execute(
+                    "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
+                    params![run_id, RunStatus::Interrupted.as_str(), ended_at],
+                )?;
+                tx.execute(
+                    "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
+                    params![
+                        run_id,
+                        RunStatus::Interrupted.as_str(),
+                        RunStatus::Running.as_str()
+                    ],
+                )?;
+            }
+            tx.commit()?;
+            Ok(orphans)
+        })
     }
 
     /// Creates a run owned by this process, `running`, and returns its id.
@@ -259,32 +412,30 @@ impl RunStore {
             .unwrap_or(0);
         let started_at = rfc3339_utc(now);
         let run_id = new_run_id(&started_at, composition, owner.pid, now);
-        self.conn.execute(
-            "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
-                               owner_start)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                run_id,
-                composition,
-                RunStatus::Running.as_str(),
-                started_at,
-                started_ms,
-                i64::from(owner.pid),
-                owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
-            ],
-        )?;
+        self.retrying("creating the run", |conn| {
+            let tx = immediate(conn)?;
+            tx.execute(
+                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
+                                   owner_start)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    run_id,
+                    composition,
+                    RunStatus::Running.as_str(),
+                    started_at,
+                    started_ms,
+                    i64::from(owner.pid),
+                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
         Ok(run_id)
     }
 
     /// Adds a step to a running run; returns its index (0-based, in start order).
     pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
-        let tx = self.conn.transaction()?;
-        require_running(&tx, run_id)?;
-        let index: u32 = tx.query_row(
-            "SELECT COUNT(*) FROM steps WHERE run_id = ?1",
-            [run_id],
-            |r| r.get(0),
-        )?;
         let record = StepRecord {
             step_id: step.step_id.clone(),
             access: step.access,
@@ -294,21 +445,32 @@ impl RunStore {
             transport_retry: step.transport_retry,
             failure: None,
             output: None,
+            interrupted_attempt: None,
             attempts: Vec::new(),
         };
-        tx.execute(
-            "INSERT INTO steps (run_id, step_index, step_id, status, record)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                run_id,
-                index,
-                step.step_id,
-                RunStatus::Running.as_str(),
-                to_json(&record)?
-            ],
-        )?;
-        tx.commit()?;
-        Ok(index)
+        let json = to_json(&record)?;
+        self.retrying("starting a step", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            let index: u32 = tx.query_row(
+                "SELECT COUNT(*) FROM steps WHERE run_id = ?1",
+                [run_id],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO steps (run_id, step_index, step_id, status, record)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    run_id,
+                    index,
+                    step.step_id,
+                    RunStatus::Running.as_str(),
+                    json
+                ],
+            )?;
+            tx.commit()?;
+            Ok(index)
+        })
     }
 
     /// Records a finished attempt in its own committed transaction: when this returns `Ok`, the
@@ -319,41 +481,73 @@ impl RunStore {
         step_index: u32,
         attempt: &AttemptRecord,
     ) -> Result<(), StoreError> {
-        let tx = self.conn.transaction()?;
-        require_running(&tx, run_id)?;
-        let step = load_step_row(&tx, run_id, step_index)?;
-        if step.status != RunStatus::Running {
-            return Err(StoreError::StepFinished {
-                step_id: step.step_id,
-                status: step.status.as_str(),
-            });
-        }
-        let expected: u32 = tx.query_row(
-            "SELECT COUNT(*) + 1 FROM attempts WHERE run_id = ?1 AND step_index = ?2",
-            params![run_id, step_index],
-            |r| r.get(0),
-        )?;
-        if attempt.attempt != expected {
-            return Err(StoreError::AttemptOutOfOrder {
-                step_id: step.step_id,
-                expected,
-                got: attempt.attempt,
-            });
-        }
-        tx.execute(
-            "INSERT INTO attempts (run_id, step_index, attempt, status, budget, record)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                run_id,
-                step_index,
-                attempt.attempt,
-                attempt.status.as_str(),
-                attempt.budget.as_str(),
-                to_json(attempt)?
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
+        let json = to_json(attempt)?;
+        self.retrying("recording an attempt", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            let step = require_running_step(&tx, run_id, step_index)?;
+            let expected = next_attempt(&tx, run_id, step_index)?;
+            if attempt.attempt != expected {
+                return Err(StoreError::AttemptOutOfOrder {
+                    step_id: step.step_id,
+                    expected,
+                    got: attempt.attempt,
+                });
+            }
+            tx.execute(
+                "INSERT INTO attempts (run_id, step_index, attempt, status, budget, record)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    run_id,
+                    step_index,
+                    attempt.attempt,
+                    attempt.status.as_str(),
+                    attempt.budget.as_str(),
+                    json
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Commits the intent to write `path` (workspace-relative) with `tool` during the attempt
+    /// `attempt` that is still running, before the write runs. If the process dies before the
+    /// attempt is recorded, the next open lists these paths in the step's `interruptedAttempt`.
+    pub fn record_write_intent(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: u32,
+        tool: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        let intended_at = rfc3339_utc(SystemTime::now());
+        self.retrying("recording a write intent", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            let step = require_running_step(&tx, run_id, step_index)?;
+            if attempt < next_attempt(&tx, run_id, step_index)? {
+                return Err(StoreError::AttemptFinished {
+                    step_id: step.step_id,
+                    attempt,
+                });
+            }
+            let seq: u32 = tx.query_row(
+                "SELECT COUNT(*) + 1 FROM write_intents
+                 WHERE run_id = ?1 AND step_index = ?2 AND attempt = ?3",
+                params![run_id, step_index, attempt],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO write_intents
+                     (run_id, step_index, attempt, seq, tool, path, intended_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![run_id, step_index, attempt, seq, tool, path, intended_at],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     /// Ends a step with its status, failure and output.
@@ -366,24 +560,20 @@ impl RunStore {
         if end.status == RunStatus::Running {
             return Err(StoreError::FinishAsRunning);
         }
-        let tx = self.conn.transaction()?;
-        require_running(&tx, run_id)?;
-        let mut step = load_step_row(&tx, run_id, step_index)?;
-        if step.status != RunStatus::Running {
-            return Err(StoreError::StepFinished {
-                step_id: step.step_id,
-                status: step.status.as_str(),
-            });
-        }
-        step.status = end.status;
-        step.failure = end.failure.clone();
-        step.output = end.output.clone();
-        tx.execute(
-            "UPDATE steps SET status = ?3, record = ?4 WHERE run_id = ?1 AND step_index = ?2",
-            params![run_id, step_index, end.status.as_str(), to_json(&step)?],
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.retrying("finishing a step", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            let mut step = require_running_step(&tx, run_id, step_index)?;
+            step.status = end.status;
+            step.failure = end.failure.clone();
+            step.output = end.output.clone();
+            tx.execute(
+                "UPDATE steps SET status = ?3, record = ?4 WHERE run_id = ?1 AND step_index = ?2",
+                params![run_id, step_index, end.status.as_str(), to_json(&step)?],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     /// Ends a running run. Steps still `running` take the run's final status.
@@ -391,115 +581,231 @@ impl RunStore {
         if status == RunStatus::Running {
             return Err(StoreError::FinishAsRunning);
         }
-        let tx = self.conn.transaction()?;
-        require_running(&tx, run_id)?;
-        tx.execute(
-            "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
-            params![run_id, status.as_str(), rfc3339_utc(SystemTime::now())],
-        )?;
-        tx.execute(
-            "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
-            params![run_id, status.as_str(), RunStatus::Running.as_str()],
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.retrying("finishing the run", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            tx.execute(
+                "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
+                params![run_id, status.as_str(), rfc3339_utc(SystemTime::now())],
+            )?;
+            tx.execute(
+                "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
+                params![run_id, status.as_str(), RunStatus::Running.as_str()],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
     }
 
     /// Every run, newest first.
     pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT run_id, composition, status, started_at, ended_at FROM runs
-             ORDER BY started_ms DESC, rowid DESC",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, Option<String>>(4)?,
-            ))
-        })?;
-        let mut runs = Vec::new();
-        for row in rows {
-            let (run_id, composition, status, started_at, ended_at) = row?;
-            runs.push(RunSummary {
-                status: parse_status(&status)?,
-                run_id,
-                composition,
-                started_at,
-                ended_at,
-            });
-        }
-        Ok(runs)
+        self.retrying("listing runs", list_runs)
     }
 
     /// The full record of one run, or `None` when there is no such run.
     pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let head = self
-            .conn
-            .query_row(
-                "SELECT composition, status, started_at, ended_at FROM runs WHERE run_id = ?1",
-                [run_id],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, Option<String>>(3)?,
-                    ))
-                },
-            )
-            .optional()?;
-        let Some((composition, status, started_at, ended_at)) = head else {
-            return Ok(None);
-        };
-        let mut steps = Vec::new();
-        {
-            let mut stmt = self.conn.prepare(
-                "SELECT step_index, status, record FROM steps WHERE run_id = ?1
-                 ORDER BY step_index",
-            )?;
-            let rows = stmt.query_map([run_id], |r| {
-                Ok((
-                    r.get::<_, u32>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
-            })?;
-            for row in rows {
-                let (index, status, record) = row?;
-                let mut step: StepRecord = from_json(&record)?;
-                step.status = parse_status(&status)?;
-                step.attempts = self.load_attempts(run_id, index)?;
-                steps.push(step);
-            }
-        }
-        Ok(Some(RunRecord {
-            run_id: run_id.to_owned(),
-            composition,
+        // One read transaction, so the record is one consistent snapshot even while its run
+        // writes.
+        self.retrying("reading a run", |conn| {
+            let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Deferred)?;
+            let record = load_run(&tx, run_id)?;
+            tx.finish()?;
+            Ok(record)
+        })
+    }
+}
+
+fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT run_id, composition, status, started_at, ended_at FROM runs
+             ORDER BY started_ms DESC, rowid DESC",
+    )?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, Option<String>>(4)?,
+        ))
+    })?;
+    let mut runs = Vec::new();
+    for row in rows {
+        let (run_id, composition, status, started_at, ended_at) = row?;
+        runs.push(RunSummary {
             status: parse_status(&status)?,
+            run_id,
+            composition,
             started_at,
             ended_at,
-            steps,
-        }))
+        });
     }
+    Ok(runs)
+}
 
-    fn load_attempts(
-        &self,
-        run_id: &str,
-        step_index: u32,
-    ) -> Result<Vec<AttemptRecord>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT record FROM attempts WHERE run_id = ?1 AND step_index = ?2 ORDER BY attempt",
+fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    let head = conn
+        .query_row(
+            "SELECT composition, status, started_at, ended_at FROM runs WHERE run_id = ?1",
+            [run_id],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((composition, status, started_at, ended_at)) = head else {
+        return Ok(None);
+    };
+    let mut steps = Vec::new();
+    {
+        let mut stmt = conn.prepare(
+            "SELECT step_index, status, record FROM steps WHERE run_id = ?1
+                 ORDER BY step_index",
         )?;
-        let rows = stmt.query_map(params![run_id, step_index], |r| r.get::<_, String>(0))?;
-        let mut attempts = Vec::new();
+        let rows = stmt.query_map([run_id], |r| {
+            Ok((
+                r.get::<_, u32>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
         for row in rows {
-            attempts.push(from_json(&row?)?);
+            let (index, status, record) = row?;
+            let mut step: StepRecord = from_json(&record)?;
+            step.status = parse_status(&status)?;
+            step.attempts = load_attempts(conn, run_id, index)?;
+            steps.push(step);
         }
-        Ok(attempts)
     }
+    Ok(Some(RunRecord {
+        run_id: run_id.to_owned(),
+        composition,
+        status: parse_status(&status)?,
+        started_at,
+        ended_at,
+        steps,
+    }))
+}
+
+fn load_attempts(
+    conn: &Connection,
+    run_id: &str,
+    step_index: u32,
+) -> Result<Vec<AttemptRecord>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT record FROM attempts WHERE run_id = ?1 AND step_index = ?2 ORDER BY attempt",
+    )?;
+    let rows = stmt.query_map(params![run_id, step_index], |r| r.get::<_, String>(0))?;
+    let mut attempts = Vec::new();
+    for row in rows {
+        attempts.push(from_json(&row?)?);
+    }
+    Ok(attempts)
+}
+
+/// A write transaction that holds the write lock from its first statement (`BEGIN IMMEDIATE`),
+/// so it waits under the busy timeout instead of failing on a lock upgrade later.
+fn immediate(conn: &Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    Ok(rusqlite::Transaction::new_unchecked(
+        conn,
+        TransactionBehavior::Immediate,
+    )?)
+}
+
+/// The `running` runs whose owning process is gone.
+fn find_orphans(conn: &Connection) -> Result<Vec<String>, StoreError> {
+    let mut stmt =
+        conn.prepare("SELECT run_id, owner_pid, owner_start FROM runs WHERE status = ?1")?;
+    let rows = stmt.query_map([RunStatus::Running.as_str()], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, i64>(1)?,
+            row.get::<_, Option<i64>>(2)?,
+        ))
+    })?;
+    let mut orphans = Vec::new();
+    for row in rows {
+        let (run_id, pid, start) = row?;
+        let owner = Owner {
+            pid: u32::try_from(pid).unwrap_or(0),
+            start_ticks: start.and_then(|s| u64::try_from(s).ok()),
+        };
+        if owner.pid == 0 || !owner.is_alive() {
+            orphans.push(run_id);
+        }
+    }
+    Ok(orphans)
+}
+
+/// For each still-running step of a dead run: the write intents of the attempt that never got
+/// recorded go into the step's record as `interruptedAttempt`, so its files are accounted for.
+fn account_interrupted_writes(conn: &Connection, run_id: &str) -> Result<(), StoreError> {
+    let steps: Vec<u32> = {
+        let mut stmt =
+            conn.prepare("SELECT step_index FROM steps WHERE run_id = ?1 AND status = ?2")?;
+        let rows = stmt.query_map(params![run_id, RunStatus::Running.as_str()], |r| r.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
+    for step_index in steps {
+        let unfinished = next_attempt(conn, run_id, step_index)?;
+        let intents: Vec<WriteIntent> = {
+            let mut stmt = conn.prepare(
+                "SELECT tool, path, intended_at FROM write_intents
+                 WHERE run_id = ?1 AND step_index = ?2 AND attempt = ?3 ORDER BY seq",
+            )?;
+            let rows = stmt.query_map(params![run_id, step_index, unfinished], |r| {
+                Ok(WriteIntent {
+                    tool: r.get(0)?,
+                    path: r.get(1)?,
+                    intended_at: r.get(2)?,
+                })
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        if intents.is_empty() {
+            continue;
+        }
+        let mut step = load_step_row(conn, run_id, step_index)?;
+        step.interrupted_attempt = Some(InterruptedAttempt {
+            attempt: unfinished,
+            write_intents: intents,
+        });
+        conn.execute(
+            "UPDATE steps SET record = ?3 WHERE run_id = ?1 AND step_index = ?2",
+            params![run_id, step_index, to_json(&step)?],
+        )?;
+    }
+    Ok(())
+}
+
+/// The number the step's next attempt gets: one more than the attempts recorded.
+fn next_attempt(conn: &Connection, run_id: &str, step_index: u32) -> Result<u32, StoreError> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) + 1 FROM attempts WHERE run_id = ?1 AND step_index = ?2",
+        params![run_id, step_index],
+        |r| r.get(0),
+    )?)
+}
+
+/// The step's record, refused when the step already ended.
+fn require_running_step(
+    conn: &Connection,
+    run_id: &str,
+    step_index: u32,
+) -> Result<StepRecord, StoreError> {
+    let step = load_step_row(conn, run_id, step_index)?;
+    if step.status != RunStatus::Running {
+        return Err(StoreError::StepFinished {
+            step_id: step.step_id,
+            status: step.status.as_str(),
+        });
+    }
+    Ok(step)
 }
 
 fn require_running(conn: &Connection, run_id: &str) -> Result<(), StoreError> {

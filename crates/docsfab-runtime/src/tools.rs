@@ -180,6 +180,14 @@ impl Authorized {
             Op::Write { .. } => Tool::WriteFile,
         }
     }
+
+    /// The workspace-relative path a write call will write (`None` for the other tools).
+    pub fn write_path(&self) -> Option<&str> {
+        match &self.op {
+            Op::Write { target, .. } => Some(&target.rel),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -38,6 +38,7 @@ fn transport_attempt() -> AttemptRecord {
         },
         wait_ms: Some(2000),
         write_settlement: None,
+        write_restore: None,
         usage: Usage {
             input_tokens: 1200,
             output_tokens: 40,
@@ -121,6 +122,7 @@ fn sample_run() -> RunRecord {
             },
             failure: None,
             output: Some(json!({"modules": ["a"]})),
+            interrupted_attempt: None,
             attempts: vec![transport_attempt(), second],
         }],
     }

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use docsfab_runtime::ledger::{Disposition, StopReason};
 use docsfab_runtime::record::*;
 use docsfab_runtime::store::{
-    Owner, RunStore, StepEnd, StepStart, StoreError, process_start_ticks,
+    BusyRetry, Owner, RunStore, StepEnd, StepStart, StoreError, StoreOptions, process_start_ticks,
 };
 use serde_json::json;
 
@@ -51,6 +51,7 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         retry: Retry { decision },
         wait_ms: decision.is_scheduled().then_some(1000),
         write_settlement: None,
+        write_restore: None,
         usage: Usage {
             input_tokens: 100 * u64::from(n),
             output_tokens: 7,
@@ -313,4 +314,169 @@ fn a_finished_step_takes_no_more_attempts_and_a_fresh_home_is_created() {
     let record = store.load_run(&run).unwrap().unwrap();
     assert_eq!(record.steps[0].failure, end.failure);
     assert_eq!(record.steps[0].status, RunStatus::Failed);
+}
+
+/// Short waits so the busy tests take milliseconds; the observer sends every retry to `tx`.
+fn quick_options(retries: u32, tx: std::sync::mpsc::Sender<BusyRetry>) -> StoreOptions {
+    let tx = std::sync::Mutex::new(tx);
+    StoreOptions {
+        busy_timeout: std::time::Duration::from_millis(20),
+        busy_retries: retries,
+        retry_pause: std::time::Duration::from_millis(5),
+        on_busy: Some(std::sync::Arc::new(move |b: &BusyRetry| {
+            let _ = tx.lock().unwrap().send(b.clone());
+        })),
+    }
+}
+
+/// Another connection (as another process would) holding the write lock: `BEGIN IMMEDIATE`.
+fn hold_write_lock(path: &std::path::Path) -> rusqlite::Connection {
+    let other = rusqlite::Connection::open(path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    other
+}
+
+/// Issue 9 finding 3: a writer that finds the store locked past its busy timeout tries the
+/// whole transaction again, says so to its observer, and its attempt lands once the lock is
+/// released. The holder lets go only after the first retry was reported, so the retry is
+/// certain, whatever the machine's speed.
+#[test]
+fn hardening_store_busy_write_is_retried_and_recorded_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut store = RunStore::open_with(&path, quick_options(50, tx)).unwrap();
+    let run = store.create_run("q").unwrap();
+    let step = store.begin_step(&run, &step_start("s")).unwrap();
+
+    let holder = hold_write_lock(&path);
+    let release = std::thread::spawn(move || {
+        let first: BusyRetry = rx.recv().unwrap();
+        holder.execute_batch("COMMIT").unwrap();
+        first
+    });
+    store
+        .record_attempt(&run, step, &attempt(1, RetryDecision::None))
+        .unwrap();
+    let first = release.join().unwrap();
+    assert_eq!(first.operation, "recording an attempt");
+    assert_eq!(first.retry, 1);
+    assert!(store.busy_retries() >= 1);
+    let record = RunStore::open(&path)
+        .unwrap()
+        .load_run(&run)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.steps[0].attempts.len(), 1);
+}
+
+/// Issue 9 finding 3: the retry is bounded. A lock that is never released ends in one error
+/// that says what was being done and how long it waited, and nothing half-written remains.
+#[test]
+fn hardening_store_busy_retries_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut store = RunStore::open_with(&path, quick_options(2, tx)).unwrap();
+    let run = store.create_run("q").unwrap();
+    let holder = hold_write_lock(&path);
+    let err = store.begin_step(&run, &step_start("s")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Busy {
+                operation: "starting a step",
+                tries: 3,
+                timeout_ms: 20
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "the run store stayed locked by another process while starting a step (3 tries, each waiting up to 20 ms)"
+    );
+    assert_eq!(rx.try_iter().count(), 2);
+    drop(holder);
+    let record = store.load_run(&run).unwrap().unwrap();
+    assert!(record.steps.is_empty());
+}
+
+/// Issue 9 finding 3: opening the store and listing runs only read once the file exists, so
+/// they do not wait on a writer (WAL readers never block), and `runs list` keeps working while
+/// runs write.
+#[test]
+fn hardening_store_opens_and_reads_while_another_process_holds_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let run = RunStore::open(&path).unwrap().create_run("q").unwrap();
+    let holder = hold_write_lock(&path);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let store = RunStore::open_with(&path, quick_options(0, tx)).unwrap();
+    assert_eq!(store.list_runs().unwrap()[0].run_id, run);
+    assert!(store.load_run(&run).unwrap().is_some());
+    assert_eq!(rx.try_iter().count(), 0);
+    drop(holder);
+}
+
+/// Issue 9 finding 11: a write intent committed during an attempt that never finished (its
+/// process was killed) is listed, with its path, in the step's `interruptedAttempt` on the
+/// next open; the intents of recorded attempts are not.
+#[test]
+fn hardening_write_intents_of_a_killed_attempt_are_listed_on_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let mut child = Command::new("sleep")
+        .arg("30")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let owner = Owner {
+        pid: child.id(),
+        start_ticks: process_start_ticks(child.id()),
+    };
+    let run = {
+        let mut store = RunStore::open(&path).unwrap();
+        let run = store.create_run_owned_by("q", owner).unwrap();
+        let mut start = step_start("pages");
+        start.access = StepAccess::Write;
+        let step = store.begin_step(&run, &start).unwrap();
+        store
+            .record_write_intent(&run, step, 1, "write_file", "docs/old.md")
+            .unwrap();
+        store
+            .record_attempt(&run, step, &attempt(1, RetryDecision::Scheduled))
+            .unwrap();
+        // Attempt 1 is recorded: it takes no more intents.
+        assert!(matches!(
+            store.record_write_intent(&run, step, 1, "write_file", "docs/late.md"),
+            Err(StoreError::AttemptFinished { attempt: 1, .. })
+        ));
+        store
+            .record_write_intent(&run, step, 2, "write_file", "docs/a.md")
+            .unwrap();
+        store
+            .record_write_intent(&run, step, 2, "write_file", "docs/b.md")
+            .unwrap();
+        run
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let store = RunStore::open(&path).unwrap();
+    assert_eq!(store.interrupted_on_open(), std::slice::from_ref(&run));
+    let record = store.load_run(&run).unwrap().unwrap();
+    let step = &record.steps[0];
+    assert_eq!(step.status, RunStatus::Interrupted);
+    assert_eq!(step.attempts.len(), 1);
+    let unfinished = step.interrupted_attempt.as_ref().unwrap();
+    assert_eq!(unfinished.attempt, 2);
+    let paths: Vec<&str> = unfinished
+        .write_intents
+        .iter()
+        .map(|w| w.path.as_str())
+        .collect();
+    assert_eq!(paths, ["docs/a.md", "docs/b.md"]);
+    assert_eq!(unfinished.write_intents[0].tool, "write_file");
+    validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
 }

@@ -8,6 +8,13 @@
 //! stderr. SIGINT and SIGTERM cancel the run through its cancellation token: every wait stops at
 //! once, the run is recorded `cancelled` and the exit code is 130. A second signal exits at once
 //! (the run is then found `interrupted` by the next command that opens the store).
+//!
+//! A composition with a write step holds an exclusive advisory lock (`flock`) on the workspace
+//! directory itself for the whole run, so no lock file lands in the user's tree and a killed
+//! run's lock goes with its process. A second write run on the same workspace is refused at
+//! once, before anything is recorded (exit 2): two runs writing, and restoring, the same files
+//! would undo each other's work, and waiting silently behind a run that may take an hour helps
+//! nobody. Read-only runs take no lock and may run beside anything.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -20,7 +27,7 @@ use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunError, RunOutcome, run_composition,
 };
 use docsfab_runtime::record::{RunRecord, RunStatus};
-use docsfab_runtime::store::RunStore;
+use docsfab_runtime::store::{RunStore, StoreError};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
@@ -45,6 +52,7 @@ pub struct RunArgs {
 
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let (config, store_path) = prepare(args)?;
+    let _workspace_lock = lock_workspace(&config)?;
     let mut store = open_store(&store_path)?;
     let started = Instant::now();
     let outcome = runtime()?.block_on(execute(config, &mut store))?;
@@ -108,6 +116,38 @@ fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
     }
 }
 
+/// For a composition with a write step: the workspace directory, opened and exclusively locked
+/// until the returned file is dropped (the process ends). `None` for a read-only composition.
+pub fn lock_workspace(config: &RunConfig) -> Result<Option<std::fs::File>, CliError> {
+    use docsfab_runtime::composition::Access;
+    if !config
+        .composition
+        .steps
+        .iter()
+        .any(|s| s.access == Access::Write)
+    {
+        return Ok(None);
+    }
+    let dir = &config.workspace;
+    let file = std::fs::File::open(dir).map_err(|e| {
+        workspace_refused(&format!(
+            "cannot open the workspace {} ({e})",
+            dir.display()
+        ))
+    })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::bad_input(format!(
+            "the workspace {} is in use by another `docsfab run` with a write step; wait for that run to end (or cancel it), or pass another --workspace.",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(CliError::bad_input(format!(
+            "cannot lock the workspace {} for a write step ({e}); use a workspace on a local filesystem that supports file locks.",
+            dir.display()
+        ))),
+    }
+}
+
 pub fn check_workspace(dir: &Path) -> Result<(), CliError> {
     Workspace::open(dir)
         .map(|_| ())
@@ -145,6 +185,9 @@ pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunO
         RunError::Workspace(text) => workspace_refused(&text),
         RunError::Transport(e) => CliError::bad_input(format!(
             "{e}; check the provider's baseUrl in host.yaml."
+        )),
+        RunError::Store(e @ StoreError::Busy { .. }) => CliError::failed(format!(
+            "{e}; the run could not be recorded to its end, run it again when fewer docsfab commands share this DOCSFAB_HOME."
         )),
         RunError::Store(e) => CliError::failed(format!(
             "{e}; the run could not be recorded to its end, check DOCSFAB_HOME's disk space and permissions."

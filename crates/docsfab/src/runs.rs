@@ -12,7 +12,7 @@ use clap::{Args, Subcommand};
 use docsfab_runtime::record::{
     AttemptRecord, RunRecord, StepRecord, TurnRecord, replay_cause_text,
 };
-use docsfab_runtime::store::RunStore;
+use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
 use crate::error::{CliError, emit};
@@ -54,13 +54,33 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     }
 }
 
-/// Opens the run store for a command; a failure is the operator's to fix (permissions, a file
-/// that is not a database), so it is bad input.
+/// Opens the run store for a command. A failure is the operator's to fix (permissions, a file
+/// that is not a database), so it is bad input; except a store other docsfab processes kept
+/// locked past every retry, which is a failure to try again later.
 ///
-/// Says on stderr which runs this open found orphaned and marked `interrupted`.
+/// Says on stderr which runs this open found orphaned and marked `interrupted`, and each retry
+/// while another docsfab process holds the store past the busy timeout, so a slow command says
+/// why it waits.
 pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
-    let store = RunStore::open(path).map_err(|e| {
-        CliError::bad_input(format!(
+    let options = StoreOptions {
+        on_busy: Some(std::sync::Arc::new(|b: &BusyRetry| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "note: the run store is busy with another docsfab process while {}; trying again ({} of {}).",
+                b.operation,
+                b.retry,
+                b.max_retries
+            );
+        })),
+        ..StoreOptions::default()
+    };
+    let store = RunStore::open_with(path, options).map_err(|e| match e {
+        // Not the operator's configuration: another process kept the store locked.
+        StoreError::Busy { .. } => CliError::failed(format!(
+            "cannot open the run store {} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished.",
+            path.display()
+        )),
+        e => CliError::bad_input(format!(
             "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
             path.display()
         ))
@@ -198,6 +218,17 @@ fn render_step(out: &mut String, s: &StepRecord) {
     for a in &s.attempts {
         render_attempt(out, a);
     }
+    if let Some(i) = &s.interrupted_attempt {
+        let paths: Vec<&str> = i.write_intents.iter().map(|w| w.path.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "  Attempt {}: interrupted (its process died) after it began {} write{}; not restored, check: {}",
+            i.attempt,
+            paths.len(),
+            if paths.len() == 1 { "" } else { "s" },
+            paths.join(", ")
+        );
+    }
     if let Some(f) = &s.failure {
         let _ = writeln!(
             out,
@@ -252,7 +283,14 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
             .unwrap_or_default()
     );
     if let Some(ws) = &a.write_settlement {
-        let _ = writeln!(out, "    write settlement: {}", ws.as_str());
+        let _ = writeln!(
+            out,
+            "    write settlement: {}{}",
+            ws.as_str(),
+            a.write_restore
+                .map(|r| format!(", workspace {}", r.as_str()))
+                .unwrap_or_default()
+        );
     }
     let l = &a.lease;
     let _ = writeln!(
