@@ -60,6 +60,10 @@ impl Secret {
     pub fn label(&self) -> &str {
         &self.label
     }
+
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.value
+    }
 }
 
 impl std::fmt::Debug for Secret {
@@ -271,4 +275,29 @@ fn pem_block(tail: &[u8]) -> bool {
     body[..body.len().min(256)]
         .split(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
         .any(|run| run.len() >= 40)
+}
+
+/// Where a credential that [`Scanner::find`] reported at `start` ends, for redaction: the end
+/// of its token run, or for a PEM block the end of its `-----END ...-----` line (the whole rest
+/// of `hay` when that is missing, since the key material runs on).
+pub(crate) fn credential_end(hay: &[u8], start: usize, kind: &CredentialKind) -> usize {
+    match kind {
+        CredentialKind::PemPrivateKey => {
+            let Some(end) = memmem::find(&hay[start..], b"-----END ") else {
+                return hay.len();
+            };
+            let after = start + end + b"-----END ".len();
+            match memmem::find(&hay[after..], b"-----") {
+                Some(dashes) => after + dashes + b"-----".len(),
+                None => hay.len(),
+            }
+        }
+        _ => {
+            start
+                + hay[start..]
+                    .iter()
+                    .take_while(|b| is_token_byte(**b))
+                    .count()
+        }
+    }
 }
