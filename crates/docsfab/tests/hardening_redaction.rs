@@ -130,6 +130,8 @@ fn scenarios(api: &str, key: &str) -> Vec<(&'static str, String)> {
         "A".repeat(20_000)
     );
     let hostile = serde_json::to_string(&hostile).unwrap();
+    let esc_path = serde_json::to_string("\u{1b}[2J../x\r\nstep outline succeeded").unwrap();
+    let esc_name = serde_json::to_string("\u{1b}]0;title\u{7}read\u{202e}").unwrap();
     vec![
         (
             "http-400-json-body",
@@ -181,11 +183,25 @@ fn scenarios(api: &str, key: &str) -> Vec<(&'static str, String)> {
         ),
         (
             "tool-arguments",
-            // A 40-character piece of a long key: the whole key in a 200 body is refused by the
-            // response boundary before any tool runs (the short key is, and that is checked too).
+            // The key (or a 40-character piece of the long one) in tool call ids, names and
+            // paths: the response boundary refuses the turn before any tool runs.
             format!(
                 "responses:\n  - answer:\n      tool_calls:\n        - {{id: {part}, name: read_file, arguments: {{path: {part}}}}}\n        - {{name: read_file, arguments: {{path: '../{part}/x'}}}}\n        - {{name: {part}, arguments: {{path: src}}}}\n        - {{name: list_files, arguments: {{path: '/{part}'}}}}\n  - answer: {{json: {{modules: [lib]}}}}\n"
             ),
+        ),
+        (
+            // Terminal escapes and line breaks in a tool name and paths, echoed into the refusal
+            // details the record keeps; the run goes on and answers.
+            "tool-arguments-escapes",
+            format!(
+                "responses:\n  - answer:\n      tool_calls:\n        - {{name: read_file, arguments: {{path: {esc_path}}}}}\n        - {{name: {esc_name}, arguments: {{path: src}}}}\n  - answer: {{json: {{modules: [lib]}}}}\n"
+            ),
+        ),
+        (
+            // A piece of the key in the answer itself: the boundary refuses it, so it is never
+            // used as the step's output or stored.
+            "answer-content",
+            format!("responses:\n  - answer: {{json: {{modules: [lib, '{part}']}}}}\n"),
         ),
         (
             "escape-injection",
@@ -269,9 +285,9 @@ fn canary(api: &'static str, key: &str) {
         let out = h.run_against(&sim);
         let (stdout, stderr) = (&out.stdout, &out.stderr);
         let what = format!("{api} {name}");
-        // Every case is a failure docsfab reports, except the tool round trip with a piece of
-        // the long key, which answers.
-        let expected = if name == "tool-arguments" && key.len() >= 16 {
+        // Every case is a failure docsfab reports, except the tool round trip with escapes,
+        // which answers.
+        let expected = if name == "tool-arguments-escapes" {
             0
         } else {
             1
@@ -305,6 +321,27 @@ fn canary(api: &'static str, key: &str) {
                 });
                 p.check(!t.contains(['\u{1b}', '\r', '\n']), || {
                     format!("{what}: a recorded line with a control character")
+                });
+            }
+        }
+        for call in record["steps"][0]["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|a| a["turns"].as_array().unwrap())
+            .flat_map(|t| {
+                t["toolBatch"]["calls"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+        {
+            for field in ["id", "tool", "detail"] {
+                let Some(t) = call[field].as_str() else {
+                    continue;
+                };
+                p.check(!t.chars().any(char::is_control), || {
+                    format!("{what}: tool call {field} {t:?} keeps a control character")
                 });
             }
         }
