@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::inspect::{self, Carry, Ctx};
 use crate::lines::{LineSplitter, strip_boms};
+use crate::redact::Redactor;
 use crate::scan::{Scanner, Secret};
 use crate::verdict::{Pass, Reason, Refusal, Verdict};
 
@@ -49,6 +50,8 @@ pub struct BoundaryConfig {
     api: Api,
     model: Arc<str>,
     scanner: Arc<Scanner>,
+    /// The same secrets, for text that is printed or recorded rather than judged.
+    redactor: Arc<Redactor>,
     max_line_bytes: usize,
 }
 
@@ -62,6 +65,7 @@ impl BoundaryConfig {
             api,
             model: model.into(),
             scanner: Arc::new(Scanner::new(secrets).map_err(ConfigError::Scanner)?),
+            redactor: Arc::new(Redactor::from_secrets(secrets)),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         })
     }
@@ -78,6 +82,12 @@ impl BoundaryConfig {
 
     pub fn model(&self) -> &str {
         &self.model
+    }
+
+    /// The redactor for these secrets: what a caller prints or records of a provider's text
+    /// goes through it.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// Starts checking one body.

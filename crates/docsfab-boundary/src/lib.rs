@@ -17,12 +17,14 @@
 mod boundary;
 mod inspect;
 pub mod lines;
+pub mod redact;
 mod scan;
 pub mod sse;
 mod verdict;
 
 pub use boundary::{Api, Boundary, BoundaryConfig, ConfigError, DEFAULT_MAX_LINE_BYTES};
 pub use lines::{BOM, LineSplitter, strip_boms};
+pub use redact::{REDACTED, Redactor, redact};
 pub use scan::{MIN_SECRET_LEN, Secret, SecretTooShort};
 pub use sse::{SseDecoder, SseEvent};
 pub use verdict::{CredentialKind, Pass, Reason, Refusal, Verdict};

@@ -3,12 +3,14 @@
 //! A fixed set of prefixes is found with one Aho-Corasick pass (SIMD prefilter, so ordinary
 //! text costs little); each hit is then checked against the shape of a real key, with a
 //! realistic minimum length and a random-looking run, so that prose such as `task-oriented` or
-//! `sk-learn` does not match. Host secrets are exact byte matches.
+//! `sk-learn` does not match. A host secret shorter than 16 bytes is an exact byte match; a
+//! longer one matches on any 16-byte piece of it, so a cut or split key is still found.
 
 use aho_corasick::{AhoCorasick, Input, MatchKind};
 use memchr::memmem;
 use std::sync::Arc;
 
+use crate::redact::KEY_PIECE_LEN;
 use crate::verdict::CredentialKind;
 
 /// A secret value of the host (an API key read from the environment by the caller), with a
@@ -60,6 +62,10 @@ impl Secret {
     pub fn label(&self) -> &str {
         &self.label
     }
+
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.value
+    }
 }
 
 impl std::fmt::Debug for Secret {
@@ -97,10 +103,27 @@ enum Shape {
 }
 
 /// The compiled scan: built once per configuration, shared by every body checked with it.
-#[derive(Debug)]
 pub(crate) struct Scanner {
     prefixes: AhoCorasick,
+    /// Host secrets shorter than [`KEY_PIECE_LEN`], matched whole.
     secrets: Vec<(Arc<str>, memmem::Finder<'static>)>,
+    /// Every [`KEY_PIECE_LEN`]-byte piece of the longer host secrets, and the label of the
+    /// secret each pattern came from: a body that carries part of a long key (cut, or split
+    /// across fields) carries key material all the same.
+    pieces: Option<(AhoCorasick, Vec<Arc<str>>)>,
+}
+
+impl std::fmt::Debug for Scanner {
+    /// Never the patterns: they are the host's secrets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scanner")
+            .field("host_secrets", &self.secrets.len())
+            .field(
+                "host_secret_pieces",
+                &self.pieces.as_ref().map_or(0, |(_, l)| l.len()),
+            )
+            .finish()
+    }
 }
 
 impl Scanner {
@@ -108,12 +131,30 @@ impl Scanner {
         let prefixes = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostFirst)
             .build(PREFIXES.iter().map(|(p, _)| p))?;
+        let (short, long): (Vec<&Secret>, Vec<&Secret>) =
+            secrets.iter().partition(|s| s.value.len() < KEY_PIECE_LEN);
+        let mut windows: Vec<(&[u8], Arc<str>)> = long
+            .iter()
+            .flat_map(|s| s.value.windows(KEY_PIECE_LEN).map(|w| (w, s.label.clone())))
+            .collect();
+        // One pattern per distinct piece; the first secret that has it names it.
+        windows.sort_by(|a, b| a.0.cmp(b.0));
+        windows.dedup_by(|a, b| a.0 == b.0);
+        let pieces = if windows.is_empty() {
+            None
+        } else {
+            let automaton = AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(windows.iter().map(|(w, _)| w))?;
+            Some((automaton, windows.into_iter().map(|(_, l)| l).collect()))
+        };
         Ok(Self {
             prefixes,
-            secrets: secrets
+            secrets: short
                 .iter()
                 .map(|s| (s.label.clone(), memmem::Finder::new(&s.value).into_owned()))
                 .collect(),
+            pieces,
         })
     }
 
@@ -141,6 +182,10 @@ impl Scanner {
             .find(|k| buf.ends_with(&PEM_HEADER[..*k]))
         {
             live = live.min(len - k);
+        }
+        // A piece of a long host secret that more bytes could complete.
+        if self.pieces.is_some() {
+            live = live.min(len.saturating_sub(KEY_PIECE_LEN - 1));
         }
         // A host secret whose first bytes end the buffer.
         for (_, finder) in &self.secrets {
@@ -183,6 +228,13 @@ impl Scanner {
             {
                 best = Some((at, CredentialKind::HostSecret(label.clone())));
             }
+        }
+        if let Some((automaton, labels)) = &self.pieces
+            && let Some(m) = automaton.find(hay)
+            && best.as_ref().is_none_or(|(b, _)| m.start() < *b)
+        {
+            let label = labels[m.pattern().as_usize()].clone();
+            best = Some((m.start(), CredentialKind::HostSecret(label)));
         }
         best
     }
@@ -271,4 +323,29 @@ fn pem_block(tail: &[u8]) -> bool {
     body[..body.len().min(256)]
         .split(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')))
         .any(|run| run.len() >= 40)
+}
+
+/// Where a credential that [`Scanner::find`] reported at `start` ends, for redaction: the end
+/// of its token run, or for a PEM block the end of its `-----END ...-----` line (the whole rest
+/// of `hay` when that is missing, since the key material runs on).
+pub(crate) fn credential_end(hay: &[u8], start: usize, kind: &CredentialKind) -> usize {
+    match kind {
+        CredentialKind::PemPrivateKey => {
+            let Some(end) = memmem::find(&hay[start..], b"-----END ") else {
+                return hay.len();
+            };
+            let after = start + end + b"-----END ".len();
+            match memmem::find(&hay[after..], b"-----") {
+                Some(dashes) => after + dashes + b"-----".len(),
+                None => hay.len(),
+            }
+        }
+        _ => {
+            start
+                + hay[start..]
+                    .iter()
+                    .take_while(|b| is_token_byte(**b))
+                    .count()
+        }
+    }
 }

@@ -424,3 +424,39 @@ fn the_checker_can_move_between_threads() {
     send_sync::<docsfab_boundary::Boundary>();
     send_sync::<Verdict>();
 }
+
+/// Issue 9, finding 1: a provider that cuts a long key (at 64 characters, say) or splits it
+/// across deltas still sends key material. Any 16-byte piece of a host secret of 16 bytes or
+/// more is refused, fed whole or a byte at a time; 15 bytes are not a piece.
+#[test]
+fn hardening_key_leak_a_16_byte_piece_of_a_long_host_secret_is_refused() {
+    let key: String = (0..160)
+        .map(|i| char::from(b"Qw7Er2Ty9Ui4Op1As6Df3Gh8Jk5Lz0Xc"[(i * 7 + i / 3) % 32]))
+        .collect();
+    let secret = Secret::new("LONG_KEY", &key).unwrap();
+    let c = BoundaryConfig::new(Api::OpenAiChat, M, &[secret]).unwrap();
+    let refused = Some(Reason::CredentialMaterial(CredentialKind::HostSecret(
+        "LONG_KEY".into(),
+    )));
+    // 20 bytes of the key, split across two content deltas.
+    let split = format!(
+        "{}{}data: [DONE]\n\n",
+        chunk(M, &key[40..52]),
+        chunk(M, &key[52..60])
+    );
+    let cut = format!("{}data: [DONE]\n\n", chunk(M, &key[..64]));
+    for body in [&split, &cut] {
+        assert_eq!(
+            c.check(body.as_bytes()).refusal().map(|r| r.reason.clone()),
+            refused,
+            "{body}"
+        );
+        let mut b = c.start();
+        for byte in body.as_bytes() {
+            b.feed(std::slice::from_ref(byte));
+        }
+        assert_eq!(b.finish().refusal().map(|r| r.reason.clone()), refused);
+    }
+    let short = format!("{}data: [DONE]\n\n", chunk(M, &key[40..55]));
+    assert_eq!(c.check(short.as_bytes()), Verdict::Pass(Pass::Stream));
+}

@@ -15,7 +15,7 @@
 //! * A body that fails while transferring keeps its transport classification (`network`, or
 //!   `timeout` for a read timeout) whatever was read before (CLS-3).
 
-use docsfab_boundary::SseEvent;
+use docsfab_boundary::{Redactor, SseEvent};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_error_event};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -148,8 +148,10 @@ impl StreamOutcome {
 
 /// A provider request that failed, with a one-line description for people.
 ///
-/// `detail` never holds the API key: it is built from statuses, error kinds and at most a short
-/// prefix of an error body, none of which carry the request's headers.
+/// `detail` is one line for people, built from statuses, error kinds and the provider's error
+/// words. The provider chooses those words, so they pass the boundary's redactor (key shapes,
+/// escapes, caps) as they are read, and [`HttpTransport`](crate::HttpTransport) passes the whole
+/// failure through [`TransportFailure::redacted`] with its own key before returning it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{detail}")]
 pub struct TransportFailure {
@@ -168,7 +170,7 @@ pub struct TransportFailure {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FailureBody {
     /// The provider's own words for the error: `error.type` and `error.code` of an error body
-    /// or a structured error event, printable and at most 64 characters each. Never the
+    /// or a structured error event, redacted, escaped and at most 64 characters each. Never the
     /// message, which some providers fill with request text, keys included.
     pub error_type: Option<String>,
     pub error_code: Option<String>,
@@ -197,6 +199,24 @@ impl TransportFailure {
         }
     }
 
+    /// The failure with every text a provider could have chosen (the detail, the error words,
+    /// the model names) passed through `redactor`: what leaves the transport is safe to print
+    /// and to record. The raw body stays as it is, for the boundary to judge.
+    pub fn redacted(mut self, redactor: &Redactor) -> Self {
+        self.detail = redactor.line(&self.detail);
+        let word = |w: &mut Option<String>| {
+            if let Some(text) = w {
+                *text = redactor.word(text);
+            }
+        };
+        word(&mut self.body.error_type);
+        word(&mut self.body.error_code);
+        for m in &mut self.models {
+            *m = redactor.word(m);
+        }
+        self
+    }
+
     /// Whether the provider said the request exceeds the model's context window (STP-14:
     /// `context-exhausted`, never retried). Only a failure that is terminal by its class
     /// qualifies, so the words can never turn a retryable status into a terminal one (REP-4).
@@ -213,9 +233,13 @@ impl TransportFailure {
     }
 }
 
-/// A short, single-line rendering of a word the provider chose.
+/// The redactor for text parsed before the transport's own key is at hand: key shapes, escapes
+/// and caps. [`TransportFailure::redacted`] adds the host key on the way out of the transport.
+static SHAPES_ONLY: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::default);
+
+/// A short, single-line, redacted rendering of a word the provider chose.
 pub(crate) fn printable(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control()).take(64).collect()
+    SHAPES_ONLY.word(s)
 }
 
 /// `error.type` and `error.code` of an error object, as strings (a numeric code as its digits).
@@ -401,7 +425,9 @@ impl StreamReader {
         };
         f.content_published = self_published;
         // The message is never read (CLS-5): the detail names only the type and declared code.
-        let ty = err["type"].as_str().unwrap_or("unknown");
+        let ty = err["type"]
+            .as_str()
+            .map_or_else(|| "unknown".to_owned(), printable);
         let detail = match f.declared_status {
             Some(code) => format!("the 200 stream carried an error event: type {ty}, code {code}"),
             None => format!("the 200 stream carried an error event: type {ty}"),

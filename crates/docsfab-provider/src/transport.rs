@@ -6,10 +6,11 @@
 //! `retry::never()`, no redirects, no proxy, and no connection pool (one request, one fresh
 //! connection: a stale pooled connection would otherwise surface as a fault nobody caused).
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use docsfab_boundary::SseDecoder;
+use docsfab_boundary::{Redactor, SseDecoder};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_http_status};
 use docsfab_policy::retry_after::parse_retry_after;
 use futures_util::StreamExt;
@@ -87,6 +88,8 @@ pub struct HttpTransport {
     client: reqwest::Client,
     keep_raw_body: bool,
     max_body_bytes: usize,
+    /// Removes this transport's own key (whole or in pieces) from every failure it returns.
+    redactor: Arc<Redactor>,
 }
 
 /// The most of an error body read for its type and code; the rest is not needed.
@@ -153,6 +156,13 @@ impl HttpTransport {
             client,
             keep_raw_body: config.keep_raw_body,
             max_body_bytes: config.max_body_bytes,
+            redactor: Arc::new(Redactor::new(
+                &config
+                    .api_key
+                    .iter()
+                    .map(ApiKey::expose)
+                    .collect::<Vec<_>>(),
+            )),
         })
     }
 
@@ -291,7 +301,11 @@ const TAIL_LIMIT_TIME: Duration = Duration::from_secs(2);
 
 impl Transport for HttpTransport {
     fn send(&self, body: Bytes) -> BoxFuture<'_, Result<StreamOutcome, TransportFailure>> {
-        Box::pin(self.send_once(body))
+        Box::pin(async move {
+            self.send_once(body)
+                .await
+                .map_err(|f| f.redacted(&self.redactor))
+        })
     }
 }
 

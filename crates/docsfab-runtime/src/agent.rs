@@ -29,6 +29,11 @@
 //! continuation is a provider turn the lease grants like any other. A cut tool batch is not
 //! continued: its truncated arguments are rejected before authorization (LSE-1).
 //!
+//! Everything the account says in words passes the boundary's redactor before it leaves
+//! [`run_attempt`]: the message, the lease evidence, a refusal's text and each tool call's id,
+//! name and detail. The provider and the model choose parts of those words (an error type, a
+//! tool path), and the account is printed, stored and shown again by `runs show`.
+//!
 //! The tools are [`StepTools`], fresh for each attempt (so the source-read budget is restored,
 //! STP-2), and each batch goes through [`batch::run_batch`]. Tools are synchronous and short; the
 //! deadline and the cancellation are checked after each batch.
@@ -37,7 +42,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use docsfab_boundary::{BoundaryConfig, Refusal, Verdict};
+use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::Feedback;
@@ -54,7 +59,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{self, RequestedCall};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::{Contract, ContractFailureKind};
-use crate::ledger::{Checkpoint, ExecutionLease, StopReason, ToolBatch, TurnEvidence};
+use crate::ledger::{CallOutcome, Checkpoint, ExecutionLease, StopReason, ToolBatch, TurnEvidence};
 use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
@@ -250,10 +255,27 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         provider_failure: None,
     };
     let (result, message) = drive(&input, &mut state, deadline).await;
-    let lease = state
+    let mut lease = state
         .lease
         .record()
         .unwrap_or_else(|| fallback_lease_record(&state.lease, input.limits.max_turns));
+    let redactor = match input.boundary {
+        Ok(b) => b.redactor(),
+        Err(_) => &*SHAPES_ONLY,
+    };
+    let result = match result {
+        Err(AttemptFailure::RefusedBeforeSend { error_text }) => {
+            Err(AttemptFailure::RefusedBeforeSend {
+                error_text: redactor.line(&error_text),
+            })
+        }
+        other => other,
+    };
+    let message = message.map(|m| redactor.line(&m));
+    lease.evidence = lease.evidence.map(|e| redactor.line(&e));
+    for turn in &mut state.turns {
+        redact_batch(&mut turn.tool_batch, redactor);
+    }
     AttemptReport {
         result,
         message,
@@ -264,6 +286,27 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         usage: state.usage,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         snapshots: state.tools.into_snapshots(),
+    }
+}
+
+/// The redactor when the boundary could not be set up (no provider text is read then): key
+/// shapes, escapes and the cap.
+static SHAPES_ONLY: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::default);
+
+/// The model chooses a call's name and arguments (a path, echoed in a refusal's detail) and the
+/// provider its id: all three are redacted before the batch is recorded. Tool names the host
+/// knows are plain words and come through unchanged, so the batch still reconciles with the
+/// lease's per-tool counters.
+fn redact_batch(batch: &mut ToolBatch, redactor: &Redactor) {
+    for call in &mut batch.calls {
+        call.id = redactor.word(&call.id);
+        call.tool = redactor.word(&call.tool);
+        match &mut call.outcome {
+            CallOutcome::Rejected { detail, .. } | CallOutcome::Refused { detail } => {
+                *detail = redactor.line(detail);
+            }
+            CallOutcome::Executed { .. } => {}
+        }
     }
 }
 

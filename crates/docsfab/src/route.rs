@@ -29,7 +29,7 @@ use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::{Args, Subcommand};
-use docsfab_boundary::{BoundaryConfig, Refusal, Secret, Verdict};
+use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Secret, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
 use docsfab_provider::driver::run_turn_observed;
@@ -531,8 +531,9 @@ impl Reply {
         }
     }
 
-    /// Belt and braces: every text we build is from statuses, types and codes, but a provider
-    /// that echoes the key in an error type must not get it past us.
+    /// Belt and braces: every text we build is from statuses, types and codes, already redacted
+    /// by the transport, but a provider that echoes the key (or a piece of it) in an error type
+    /// must not get it past us. Each string of the JSON body goes through the shared redactor.
     fn scrubbed(self, key: &str) -> Reply {
         match self {
             Reply::Error {
@@ -540,9 +541,9 @@ impl Reply {
                 body,
                 retry_after_ms,
                 code,
-            } if !key.is_empty() && memchr_find(&body, key.as_bytes()) => Reply::Error {
+            } => Reply::Error {
                 status,
-                body: scrub(&String::from_utf8_lossy(&body), key).into_bytes(),
+                body: scrub_json(&body, key),
                 retry_after_ms,
                 code,
             },
@@ -551,16 +552,40 @@ impl Reply {
     }
 }
 
-fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+/// The error body with every string redacted, still the same JSON shape; the same bytes when
+/// nothing needed it.
+fn scrub_json(body: &[u8], key: &str) -> Vec<u8> {
+    fn walk(v: &mut Value, r: &Redactor) -> bool {
+        match v {
+            Value::String(s) if !r.is_clean(s) => {
+                *s = r.line_capped(s, BODY_STRING_MAX_CHARS);
+                true
+            }
+            Value::Array(items) => items.iter_mut().fold(false, |c, i| walk(i, r) | c),
+            Value::Object(map) => map.values_mut().fold(false, |c, i| walk(i, r) | c),
+            _ => false,
+        }
+    }
+    let r = Redactor::new(&[key]);
+    match serde_json::from_slice::<Value>(body) {
+        Ok(mut v) => {
+            if walk(&mut v, &r) {
+                serde_json::to_vec(&v).unwrap_or_default()
+            } else {
+                body.to_vec()
+            }
+        }
+        Err(_) => r.line(&String::from_utf8_lossy(body)).into_bytes(),
+    }
 }
 
+/// Room for a message that quotes a provider's (already capped) detail.
+const BODY_STRING_MAX_CHARS: usize = 4096;
+
+/// The shared redaction path (docsfab-boundary's `redact`): key and key pieces, key shapes,
+/// control characters, one line, capped.
 fn scrub(text: &str, key: &str) -> String {
-    if key.is_empty() {
-        text.to_owned()
-    } else {
-        text.replace(key, "<redacted>")
-    }
+    Redactor::new(&[key]).line(text)
 }
 
 impl IntoResponse for Reply {

@@ -169,6 +169,15 @@ pub fn name_of<T: Serialize>(value: &T) -> String {
         .unwrap_or_else(|| "?".to_owned())
 }
 
+/// Free text of a record as one terminal-safe line. docsfab redacts provider text before it is
+/// recorded; this also covers a record written by an older docsfab (which stored escapes and
+/// line breaks as the provider sent them). Key shapes only: `runs show` does not read keys.
+fn shown(text: &str) -> String {
+    static SHAPES_ONLY: std::sync::LazyLock<docsfab_boundary::Redactor> =
+        std::sync::LazyLock::new(docsfab_boundary::Redactor::default);
+    SHAPES_ONLY.line_capped(text.trim(), 4096)
+}
+
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
@@ -235,7 +244,7 @@ fn render_step(out: &mut String, s: &StepRecord) {
             "  step failure: {} / {} / {}",
             f.category, f.failure_class, f.code
         );
-        let _ = writeln!(out, "    {}", f.message.trim());
+        let _ = writeln!(out, "    {}", shown(&f.message));
         let _ = writeln!(out, "    what to do: {}", f.remediation.trim());
     }
     if let Some(output) = &s.output {
@@ -271,7 +280,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
         );
     }
     if let Some(m) = &a.message {
-        let _ = writeln!(out, "    message: {}", m.trim());
+        let _ = writeln!(out, "    message: {}", shown(m));
     }
     let decision = name_of(&a.retry.decision);
     let _ = writeln!(
@@ -303,7 +312,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
         name_of(&l.disposition),
         l.evidence
             .as_deref()
-            .map(|e| format!(": {e}"))
+            .map(|e| format!(": {}", shown(e)))
             .unwrap_or_default()
     );
     for t in &a.turns {
@@ -345,5 +354,21 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
                 .map(|ms| format!(", Retry-After {ms} ms"))
                 .unwrap_or_default()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 9, finding 2: a record stored before provider text was redacted still prints as
+    /// one line without terminal escapes.
+    #[test]
+    fn hardening_terminal_an_old_record_message_is_shown_escaped() {
+        assert_eq!(
+            shown("  type \u{1b}[2J\r\nstep outline succeeded  "),
+            "type \\u{1b}[2J\\r\\nstep outline succeeded"
+        );
+        assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
     }
 }
