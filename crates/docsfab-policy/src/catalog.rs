@@ -519,7 +519,7 @@ pub enum ConfigError {
         path: String,
     },
     /// A `catalog:` key docsfab does not know.
-    #[error("{path} line {line}: unknown catalog key {} (value {}); use one of {} or remove it.", shown_value(key), shown_value(value), host_catalog_keys().join(", "))]
+    #[error("{path} line {line}: unknown catalog key {} (value {}); the nearest are {} (all: docs/configuration.md), so correct or remove it.", shown_value(key), shown_value(value), nearest_catalog_keys(key).join(", "))]
     UnknownCatalogKey {
         path: String,
         key: String,
@@ -546,6 +546,22 @@ fn shown_number(value: &str) -> String {
     } else {
         shown_value(value)
     }
+}
+
+/// The three catalog keys that share the longest start with `key`, for a refusal that must stay
+/// one short line (the full list is eleven keys long).
+fn nearest_catalog_keys(key: &str) -> Vec<&'static str> {
+    let common = |k: &str| {
+        k.bytes()
+            .zip(key.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    let mut keys = host_catalog_keys();
+    // Stable sort: equal prefixes keep the catalog's order.
+    keys.sort_by_key(|k| std::cmp::Reverse(common(k)));
+    keys.truncate(3);
+    keys
 }
 
 /// The keys a `host.yaml` `catalog:` map may name.

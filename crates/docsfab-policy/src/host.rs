@@ -480,7 +480,7 @@ pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_
 /// of a user's value reaches a message, so a shared redactor can replace the test later.
 pub fn shown_value(value: &str) -> String {
     if looks_like_key(value) || url_carries_secret(value) {
-        return "(a value that looks like a key, not shown)".to_string();
+        return "(withheld: looks like a key)".to_string();
     }
     let mut cut: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
     if cut.len() < value.len() {
