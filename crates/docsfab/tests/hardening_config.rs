@@ -227,6 +227,26 @@ fn hardening_special_files_fifo_rules_table_is_refused() {
 }
 
 #[test]
+fn hardening_special_files_fifo_and_dev_zero_scenarios_are_refused_by_sim_serve() {
+    let s = Scratch::new();
+    let fifo = s.files.path().join("scenario.yaml");
+    mkfifo(&fifo);
+    for path in [fifo.as_os_str(), "/dev/zero".as_ref()] {
+        let out = s.docsfab(
+            &[
+                "sim".as_ref(),
+                "serve".as_ref(),
+                "--scenario".as_ref(),
+                path,
+            ],
+            &[],
+        );
+        let line = assert_clear_refusal(&out, &[], "scenario");
+        assert!(line.contains("not a regular file"), "{line}");
+    }
+}
+
+#[test]
 fn hardening_special_files_dev_zero_and_directories_are_refused_unread() {
     let s = Scratch::new();
     s.write_host(HOST);
