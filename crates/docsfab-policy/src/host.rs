@@ -671,7 +671,11 @@ fn problem_in_words(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
             let text = other.to_string();
             let first = text.lines().next().unwrap_or("").trim();
             let first = first.split(" at line ").next().unwrap_or(first);
-            if plain_words(first) {
+            if first == "expected mapping start" {
+                format!("{}expected a mapping of keys to values{}", at_key(), got())
+            } else if first == "expected sequence start" {
+                format!("{}expected a list{}", at_key(), got())
+            } else if plain_words(first) {
                 format!("{}the YAML is not well formed ({first})", at_key())
             } else {
                 format!("{}the YAML is not well formed here", at_key())
@@ -842,5 +846,76 @@ mod tests {
             .to_string();
         assert!(msg.contains("line 2") && msg.contains("duplicate"), "{msg}");
         assert!(!msg.contains("DuplicateKeyPolicy"), "{msg}");
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_values_are_cut_and_keys_withheld() {
+        assert_eq!(shown_value("abc"), "\"abc\"");
+        let long = shown_value(&"x".repeat(5000));
+        assert!(long.len() < 50 && long.ends_with("...\""), "{long}");
+        assert_eq!(shown_value("a\nb"), "\"a\\nb\"");
+        let key = "sk-proj-aB3dE5fG7hJ9kL1mN3pQ5";
+        assert!(!shown_value(key).contains("aB3d"));
+        let names: Vec<String> = (0..1000).map(|i| format!("p{i}")).collect();
+        let list = shown_list(names.iter().map(String::as_str));
+        assert!(list.ends_with("and 995 more") && list.len() < 60, "{list}");
+        assert_eq!(shown_list([]), "none");
+    }
+
+    #[test]
+    fn hardening_doctor_equals_run_base_urls_are_read_like_the_transport_reads_them() {
+        for bad in [
+            "http://",
+            "http://[::1",
+            "http://127.0.0.1:99999/v1",
+            "http://h:0/v1",
+            "ftp://h/v1",
+            "http://a b/v1",
+        ] {
+            assert!(
+                matches!(check_base_url(bad), Err(UrlProblem::NotHttpUrl(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "http://127.0.0.1:8080/v1",
+            "https://api.openai.com/v1",
+            "http://[::1]:9/v1",
+            "http://LLM-Box:8000/v1",
+        ] {
+            assert_eq!(check_base_url(good), Ok(()), "{good}");
+        }
+        assert_eq!(
+            check_base_url("https://u:p@h/v1"),
+            Err(UrlProblem::CarriesSecret)
+        );
+        assert_eq!(
+            check_model("aB3dE5fG7hJ9kL1mN3pQ5xY"),
+            Err(ModelProblem::LooksLikeAKey)
+        );
+        assert_eq!(check_model("Qwen/Qwen2.5-Coder-32B-Instruct"), Ok(()));
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_yaml_budget_is_named_in_our_words() {
+        let deep = format!("catalog: {}1{}\n", "{a: ".repeat(60), "}".repeat(60));
+        let msg = HostConfig::parse(&deep, "h.yaml").unwrap_err().to_string();
+        assert!(msg.contains("40 levels"), "{msg}");
+        let two = "catalog: {}\n---\ncatalog: {}\n";
+        let msg = HostConfig::parse(two, "h.yaml").unwrap_err().to_string();
+        assert!(msg.contains("more than one YAML document"), "{msg}");
+        let mut bomb = String::from("a0: &a0 [x, x]\n");
+        for i in 1..30 {
+            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}]\n", p = i - 1));
+        }
+        let msg = HostConfig::parse(&bomb, "h.yaml").unwrap_err().to_string();
+        assert!(
+            !msg.contains("Aliases {") && msg.lines().count() == 1,
+            "{msg}"
+        );
+        let msg = HostConfig::parse("readOnlyMaxRetries: [1\n", "h.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains("serde") && msg.lines().count() == 1, "{msg}");
     }
 }
