@@ -253,9 +253,8 @@ impl Composition {
             let field = unknown_key(&e);
             let remedy = match &field {
                 Some(f) if f.to_ascii_lowercase().contains("retr") => {
-                    "; a composition has no retry field because retries are set by the host \
-                     (DOCSFAB_READ_ONLY_MAX_RETRIES, DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES or \
-                     host.yaml), so remove it"
+                    "; a composition has no retry field (the host sets retries: \
+                     DOCSFAB_READ_ONLY_MAX_RETRIES or host.yaml), so remove it"
                 }
                 Some(_) => "; remove the field or correct its spelling",
                 None => "; fix the file",
