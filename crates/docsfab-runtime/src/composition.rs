@@ -843,4 +843,33 @@ steps:
             "{msg}"
         );
     }
+
+    #[test]
+    fn hardening_unclear_refusals_fuzz_found_long_unknown_key_with_retry_remedy() {
+        // Found by the `config` fuzz target: a long garbage key containing "retr" took the
+        // retry remedy and the line grew past 300 characters.
+        let text = "n mae:quickstart      Surv# Every step retry decision nam!ools: [read_file, wr=te_file]\n    writeRoots: [docs/]\n";
+        let msg = refused(text).to_string();
+        assert!(
+            msg.chars().count() <= 300,
+            "{} chars: {msg}",
+            msg.chars().count()
+        );
+        assert!(
+            msg.contains("no retry field") && !msg.contains('\n'),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_limits_name_the_range() {
+        for bad in ["-1", "1.5", "18446744073709551616", "true", "\"x\""] {
+            let text = QUICKSTART.replace("maxTurns: 12", &format!("maxTurns: {bad}"));
+            let msg = refused(&text).to_string();
+            assert!(
+                msg.contains("limits.maxTurns") && msg.contains("from 1 to 4294967295"),
+                "{msg}"
+            );
+        }
+    }
 }
