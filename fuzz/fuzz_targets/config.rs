@@ -18,11 +18,12 @@ const INTERNALS: &[&str] = &[
 ];
 
 /// The refusal standard: one line, at most 300 characters (the path here is short), no
-/// internals, and never the planted secret.
-fn check_message(message: &str) {
+/// internals, and never the planted secret. A word the input itself contains may come back
+/// as part of an echoed key or value, so only words absent from `input` count as internals.
+fn check_message(message: &str, input: &str) {
     assert!(!message.contains('\n'), "not one line: {message}");
     assert!(message.chars().count() <= 300, "too long: {message}");
-    for w in INTERNALS {
+    for w in INTERNALS.iter().filter(|w| !input.contains(*w)) {
         assert!(!message.contains(w), "{w:?} in: {message}");
     }
     assert!(!message.contains("Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk"), "secret echoed: {message}");
@@ -48,19 +49,19 @@ fuzz_target!(|input: &[u8]| {
                     );
                 }
                 if let Err(e) = resolve(&host, &env) {
-                    check_message(&e.to_string());
+                    check_message(&e.to_string(), text);
                 }
             }
-            Err(e) => check_message(&e.to_string()),
+            Err(e) => check_message(&e.to_string(), text),
         },
         1 => {
             if let Err(e) = Composition::parse(text, "c.yaml") {
-                check_message(&e.to_string());
+                check_message(&e.to_string(), text);
             }
         }
         _ => {
             if let Err(e) = RulesTable::parse(text, "r.yaml") {
-                check_message(&e.to_string());
+                check_message(&e.to_string(), text);
             }
         }
     }
