@@ -13,8 +13,18 @@ use libfuzzer_sys::fuzz_target;
 
 /// Words of the YAML library or of Rust that an operator must never see.
 const INTERNALS: &[&str] = &[
-    "serde", "u64", "u32", "usize", "Option<", "from_str", "Depth {", "budget breached",
-    "DuplicateKeyPolicy", "externally tagged", "deserialize", "invalid type",
+    "serde",
+    "u64",
+    "u32",
+    "usize",
+    "Option<",
+    "from_str",
+    "Depth {",
+    "budget breached",
+    "DuplicateKeyPolicy",
+    "externally tagged",
+    "deserialize",
+    "invalid type",
 ];
 
 /// The refusal standard: one line, at most 300 characters (the path here is short), no
@@ -26,7 +36,10 @@ fn check_message(message: &str, input: &str) {
     for w in INTERNALS.iter().filter(|w| !input.contains(*w)) {
         assert!(!message.contains(w), "{w:?} in: {message}");
     }
-    assert!(!message.contains("Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk"), "secret echoed: {message}");
+    assert!(
+        !message.contains("Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk"),
+        "secret echoed: {message}"
+    );
 }
 
 fuzz_target!(|input: &[u8]| {
