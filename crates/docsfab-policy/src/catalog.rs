@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::host::{HostConfig, RawKind, RawValue};
+use crate::host::{HostConfig, RawKind, RawValue, shown_value};
 use crate::replay::ReplayLimits;
 use crate::step::StepBudgets;
 
@@ -482,7 +482,7 @@ impl Origin {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// Not a plain decimal whole number (e.g. `2.5`, `abc`, an empty value, ` 3`).
-    #[error("{} is not a whole number (allowed range {min}..{max}); set it to a whole number from {min} through {max} or {} to use the default of {default}.", origin.subject(&format!("{value:?}")), origin.remedy_unset())]
+    #[error("{} is not a whole number (allowed range {min}..{max}); set it to a whole number from {min} through {max} or {} to use the default of {default}.", origin.subject(&shown_value(value)), origin.remedy_unset())]
     NotAnInteger {
         origin: Origin,
         value: String,
@@ -491,7 +491,7 @@ pub enum ConfigError {
         default: u64,
     },
     /// A whole number outside the limit's own range.
-    #[error("{} is outside the allowed range {min}..{max}; set it to a whole number from {min} through {max} or {} to use the default of {default}.", origin.subject(value), origin.remedy_unset())]
+    #[error("{} is outside the allowed range {min}..{max}; set it to a whole number from {min} through {max} or {} to use the default of {default}.", origin.subject(&shown_number(value)), origin.remedy_unset())]
     OutOfRange {
         origin: Origin,
         value: String,
@@ -519,7 +519,7 @@ pub enum ConfigError {
         path: String,
     },
     /// A `catalog:` key docsfab does not know.
-    #[error("{path} line {line}: unknown catalog key {key:?} (value {value}); use one of {} or remove it.", host_catalog_keys().join(", "))]
+    #[error("{path} line {line}: unknown catalog key {} (value {}); the nearest are {} (all: docs/configuration.md), so correct or remove it.", shown_value(key), shown_value(value), nearest_catalog_keys(key).join(", "))]
     UnknownCatalogKey {
         path: String,
         key: String,
@@ -536,6 +536,32 @@ pub enum ConfigError {
         max_retries: u64,
         max_retries_source: Source,
     },
+}
+
+/// A number as written, for a message: as is when short, otherwise cut like any other value.
+fn shown_number(value: &str) -> String {
+    let plain = value.len() <= 24 && value.bytes().all(|b| b.is_ascii_digit() || b == b'-');
+    if plain {
+        value.to_string()
+    } else {
+        shown_value(value)
+    }
+}
+
+/// The three catalog keys that share the longest start with `key`, for a refusal that must stay
+/// one short line (the full list is eleven keys long).
+fn nearest_catalog_keys(key: &str) -> Vec<&'static str> {
+    let common = |k: &str| {
+        k.bytes()
+            .zip(key.bytes())
+            .take_while(|(a, b)| a == b)
+            .count()
+    };
+    let mut keys = host_catalog_keys();
+    // Stable sort: equal prefixes keep the catalog's order.
+    keys.sort_by_key(|k| std::cmp::Reverse(common(k)));
+    keys.truncate(3);
+    keys
 }
 
 /// The keys a `host.yaml` `catalog:` map may name.

@@ -114,8 +114,7 @@ impl HostConfig {
 
     /// Parses the text of a `host.yaml`; `path` is only used in messages.
     pub fn parse(text: &str, path: &str) -> Result<HostConfig, HostError> {
-        let raw: RawHost =
-            serde_saphyr::from_str(text).map_err(|e| HostError::from_yaml(&e, path))?;
+        let raw: RawHost = from_yaml(text).map_err(|e| HostError::from_yaml(&e, path, text))?;
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers.unwrap_or_default() {
             let provider = check_provider(&name, p, path)?;
@@ -157,7 +156,8 @@ struct RawProvider {
     model: Spanned<String>,
 }
 
-fn raw_value(text: &str, v: &Spanned<serde_json::Value>) -> RawValue {
+/// A value as written in `text`, with its line.
+pub fn raw_value(text: &str, v: &Spanned<serde_json::Value>) -> RawValue {
     let span = v.defined.span();
     let source = match (span.byte_offset(), span.byte_len()) {
         (Some(start), Some(len)) => usize::try_from(start)
@@ -188,19 +188,11 @@ fn check_provider(name: &str, p: RawProvider, path: &str) -> Result<ProviderConf
         key: format!("providers.{name}.{key}"),
         reason,
     };
-    let url = p.base_url.value.trim();
-    if url_carries_secret(url) || looks_like_key(url) {
+    if let Err(problem) = check_base_url(&p.base_url.value) {
         return Err(invalid(
             "baseUrl",
             p.base_url.defined.line(),
-            "the URL appears to carry credentials (user information or a key parameter), and keys are never stored; give the plain base URL and put the key in the variable named by apiKeyEnv".to_string(),
-        ));
-    }
-    if !(url.starts_with("https://") || url.starts_with("http://")) {
-        return Err(invalid(
-            "baseUrl",
-            p.base_url.defined.line(),
-            format!("{url:?} is not an http:// or https:// URL"),
+            problem.to_string(),
         ));
     }
     if let Err(problem) = check_key_env_name(&p.api_key_env.value) {
@@ -210,19 +202,96 @@ fn check_provider(name: &str, p: RawProvider, path: &str) -> Result<ProviderConf
             problem.to_string(),
         ));
     }
-    if p.model.value.trim().is_empty() {
+    if let Err(problem) = check_model(&p.model.value) {
         return Err(invalid(
             "model",
             p.model.defined.line(),
-            "the model name is empty".to_string(),
+            problem.to_string(),
         ));
     }
     Ok(ProviderConfig {
         api: p.api,
-        base_url: url.to_string(),
+        base_url: p.base_url.value.trim().to_string(),
         api_key_env: p.api_key_env.value,
         model: p.model.value,
     })
+}
+
+/// Why a provider base URL is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UrlProblem {
+    /// User information or a key-like query parameter or path part.
+    CarriesSecret,
+    /// Not an absolute http:// or https:// URL with a host (and a valid port, if any).
+    NotHttpUrl(String),
+}
+
+impl fmt::Display for UrlProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlProblem::CarriesSecret => f.write_str(
+                "the URL appears to carry credentials, and keys are never stored; give the plain base URL and put the key in the variable named by apiKeyEnv",
+            ),
+            UrlProblem::NotHttpUrl(shown) => write!(
+                f,
+                "{shown} is not an http(s) URL with a host and a port from 1 to 65535, such as https://api.openai.com/v1"
+            ),
+        }
+    }
+}
+
+/// Checks a provider base URL the way the HTTP transport will read it, so that `doctor`,
+/// `setup` and `run` accept and refuse the same URLs.
+pub fn check_base_url(url: &str) -> Result<(), UrlProblem> {
+    let url = url.trim();
+    if url_carries_secret(url) || looks_like_key(url) {
+        return Err(UrlProblem::CarriesSecret);
+    }
+    let not_http = || UrlProblem::NotHttpUrl(shown_value(url));
+    if !(url.starts_with("https://") || url.starts_with("http://"))
+        || url.contains(char::is_whitespace)
+    {
+        return Err(not_http());
+    }
+    let parsed = url::Url::parse(url).map_err(|_| not_http())?;
+    let has_host = parsed.host_str().is_some_and(|h| !h.is_empty());
+    if parsed.cannot_be_a_base() || !has_host || parsed.port() == Some(0) {
+        return Err(not_http());
+    }
+    Ok(())
+}
+
+/// Why a model name is not acceptable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelProblem {
+    Empty,
+    ControlCharacters,
+    LooksLikeAKey,
+}
+
+impl fmt::Display for ModelProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ModelProblem::Empty => "the model name is empty",
+            ModelProblem::ControlCharacters => "the model name contains control characters",
+            ModelProblem::LooksLikeAKey => {
+                "this looks like a key, not a model name, and keys are never stored here"
+            }
+        })
+    }
+}
+
+/// Checks a model name given in host.yaml, a composition or `setup --model`.
+pub fn check_model(model: &str) -> Result<(), ModelProblem> {
+    if looks_like_key(model) {
+        Err(ModelProblem::LooksLikeAKey)
+    } else if model.trim().is_empty() {
+        Err(ModelProblem::Empty)
+    } else if model.contains(char::is_control) {
+        Err(ModelProblem::ControlCharacters)
+    } else {
+        Ok(())
+    }
 }
 
 /// Why a value given as the name of a key variable is not acceptable.
@@ -340,7 +409,7 @@ pub fn check_key_env_name(name: &str) -> Result<(), KeyNameProblem> {
 pub enum HostError {
     /// The YAML does not parse, or does not have the expected shape (including unknown keys).
     #[error(
-        "{path} line {line}, column {column}: {message}; fix the file or run `docsfab setup` to regenerate it."
+        "{path} line {line}, column {column}: {message}; fix the file or rerun `docsfab setup`."
     )]
     Syntax {
         path: String,
@@ -349,7 +418,7 @@ pub enum HostError {
         message: String,
     },
     /// The YAML has the expected shape but a value is not acceptable.
-    #[error("{path}{}: {key}: {reason}; fix the value or run `docsfab setup` to regenerate the file.", line_suffix(*.line))]
+    #[error("{path}{}: {key}: {reason}; fix the value or rerun `docsfab setup`.", line_suffix(*.line))]
     Invalid {
         path: String,
         line: Option<u64>,
@@ -363,8 +432,8 @@ fn line_suffix(line: Option<u64>) -> String {
 }
 
 impl HostError {
-    fn from_yaml(e: &serde_saphyr::Error, path: &str) -> HostError {
-        let (line, column, message) = yaml_error_parts(e);
+    fn from_yaml(e: &serde_saphyr::Error, path: &str, text: &str) -> HostError {
+        let (line, column, message) = yaml_error_parts(e, text);
         HostError::Syntax {
             path: path.to_string(),
             line,
@@ -374,24 +443,279 @@ impl HostError {
     }
 }
 
-/// Splits a serde-saphyr error into line, column and a message without its own location suffix.
-/// Shared with the rules table and the composition parser so every file error reads the same.
-pub fn yaml_error_parts(e: &serde_saphyr::Error) -> (u64, u64, String) {
+// ---------------------------------------------------------------------------------------------
+// Reading configuration YAML within bounds, and saying what is wrong in our own words.
+
+/// The largest configuration or composition file docsfab reads, in bytes (1 MiB). A real file
+/// is a few kilobytes; the cap keeps a wrong path such as `/dev/zero` from exhausting memory.
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// The deepest nesting of lists and mappings a configuration file may have.
+pub const MAX_YAML_DEPTH: usize = 40;
+/// The most YAML nodes (scalars, lists, mappings) one configuration file may hold.
+pub const MAX_YAML_NODES: usize = 50_000;
+/// The most aliases (`*name`) one configuration file may use; each can copy a whole subtree,
+/// which is how a small file expands into a huge one.
+pub const MAX_YAML_ALIASES: usize = 64;
+/// The longest value a message repeats; the rest is cut, so a refusal stays one short line.
+const SHOWN_VALUE_CHARS: usize = 40;
+
+/// Parses one configuration document under the budget above. Every config file docsfab reads
+/// (host.yaml, compositions, the rules table) goes through here, so they share the limits.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, serde_saphyr::Error> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_YAML_DEPTH,
+            max_nodes: MAX_YAML_NODES,
+            max_aliases: MAX_YAML_ALIASES,
+            max_documents: 1,
+            max_total_scalar_bytes: MAX_CONFIG_BYTES as usize,
+        },
+        with_snippet: false,
+    };
+    serde_saphyr::from_str_with_options(text, options)
+}
+
+/// A value as a message may repeat it: quoted, escaped onto one line, cut to a few dozen
+/// characters, and withheld entirely when it looks like a key. The one place that decides what
+/// of a user's value reaches a message, so a shared redactor can replace the test later.
+pub fn shown_value(value: &str) -> String {
+    if looks_like_key(value) || url_carries_secret(value) {
+        return "(withheld: looks like a key)".to_string();
+    }
+    let mut cut: String = value.chars().take(SHOWN_VALUE_CHARS).collect();
+    if cut.len() < value.len() {
+        cut.push_str("...");
+    }
+    format!("{cut:?}")
+}
+
+/// A list of names for a message: the first few, then how many more, so a file with a thousand
+/// providers cannot turn one refusal into a page.
+pub fn shown_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    const SHOWN: usize = 5;
+    let names: Vec<&str> = names.into_iter().collect();
+    if names.is_empty() {
+        return "none".to_string();
+    }
+    let mut out: Vec<String> = names.iter().take(SHOWN).map(|n| shown_value(n)).collect();
+    if names.len() > SHOWN {
+        out.push(format!("and {} more", names.len() - SHOWN));
+    }
+    out.join(", ")
+}
+
+/// The key written on `line` of `text` (`  timeoutMs: -1` gives `timeoutMs`), for messages
+/// about a value the YAML library refused without naming its key.
+fn key_on_line(text: &str, line: u64) -> Option<&str> {
+    let l = text
+        .lines()
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let l = l.trim_start().trim_start_matches("- ").trim_start();
+    let (key, _) = l.split_once(':')?;
+    let key = key.trim().trim_matches(|c| c == '"' || c == '\'');
+    let plain = !key.is_empty()
+        && key.len() <= 64
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    plain.then_some(key)
+}
+
+/// The value written after the key on `line` of `text`, if it is on that line.
+fn value_on_line(text: &str, line: u64) -> Option<&str> {
+    let l = text
+        .lines()
+        .nth(usize::try_from(line).ok()?.checked_sub(1)?)?;
+    let (_, value) = l.split_once(':')?;
+    let value = value.trim();
+    (!value.is_empty()).then_some(value)
+}
+
+/// What a Rust type name the library reports means in a configuration file.
+fn expected_in_words(expected: &str) -> String {
+    let e = expected.to_ascii_lowercase();
+    let whole = |bits: u32| format!("a whole number from 0 to {}", (1u128 << bits) - 1);
+    if e.contains("u8") {
+        whole(8)
+    } else if e.contains("u16") {
+        whole(16)
+    } else if e.contains("u32") {
+        whole(32)
+    } else if e.contains("u64") || e.contains("usize") || e.contains("integer") {
+        whole(64)
+    } else if e.contains("f64") || e.contains("f32") || e.contains("float") {
+        "a number".to_string()
+    } else if e.contains("bool") {
+        "true or false".to_string()
+    } else if e.contains("str") || e.contains("char") {
+        "text".to_string()
+    } else if e.contains("seq") || e.contains("vec") || e.contains("array") || e.contains("list") {
+        "a list".to_string()
+    } else if e.contains("map") || e.contains("struct") || e.contains("object") {
+        "a mapping of keys to values".to_string()
+    } else if e.contains("variant") || e.contains("enum") {
+        "one of the allowed words".to_string()
+    } else {
+        "a value of a different kind".to_string()
+    }
+}
+
+/// The budget breach in words, with the limit that was passed.
+fn breach_in_words(b: &serde_saphyr::budget::BudgetBreach) -> String {
+    use serde_saphyr::budget::BudgetBreach as B;
+    match b {
+        B::Depth { .. } => format!(
+            "the file nests lists and mappings more than {MAX_YAML_DEPTH} levels deep, the most docsfab reads"
+        ),
+        B::Nodes { .. } | B::Events { .. } => {
+            format!("the file holds more than {MAX_YAML_NODES} values, the most docsfab reads")
+        }
+        B::Aliases { .. } | B::AliasAnchorRatio { .. } | B::Anchors { .. } => format!(
+            "the file uses more than {MAX_YAML_ALIASES} aliases (*name), the most docsfab expands"
+        ),
+        B::Documents { .. } => {
+            "the file holds more than one YAML document (a second --- line)".to_string()
+        }
+        B::ScalarBytes { .. } => format!(
+            "the file's values add up to more than {MAX_CONFIG_BYTES} bytes, the most docsfab reads"
+        ),
+        _ => "the file is larger or more deeply built than docsfab reads".to_string(),
+    }
+}
+
+/// The message for one library error, in our words: what is wrong and, where the line names
+/// one, the key and the (redacted) value.
+fn problem_in_words(e: &serde_saphyr::Error, text: &str, line: u64) -> String {
+    use serde_saphyr::Error as E;
+    let at_key = || {
+        key_on_line(text, line)
+            .map(|k| format!("key {k}: "))
+            .unwrap_or_default()
+    };
+    let got = || {
+        value_on_line(text, line)
+            .map(|v| format!(", not {}", shown_value(v)))
+            .unwrap_or_default()
+    };
+    match e {
+        E::AliasError { error, .. } => problem_in_words(error, text, line),
+        E::WithSnippet { error, .. } => problem_in_words(error, text, line),
+        E::Budget { breach, .. } => breach_in_words(breach),
+        E::MultipleDocuments { .. } => {
+            "the file holds more than one YAML document (a second --- line)".to_string()
+        }
+        E::SerdeUnknownField {
+            field, expected, ..
+        } => format!(
+            "unknown key {} (allowed here: {})",
+            shown_value(field),
+            shown_list(expected.iter().copied())
+        ),
+        E::SerdeMissingField { field, .. } => format!("the required key {field} is missing"),
+        E::SerdeUnknownVariant {
+            variant, expected, ..
+        } => format!(
+            "{}{} is not allowed here (use one of: {})",
+            at_key(),
+            shown_value(variant),
+            shown_list(expected.iter().copied())
+        ),
+        E::DuplicateMappingKey { key, .. } => match key {
+            Some(k) => format!(
+                "duplicate key {}: it appears twice in one mapping",
+                shown_value(k)
+            ),
+            None => "duplicate key: a key appears twice in one mapping".to_string(),
+        },
+        E::SerdeInvalidType { expected, .. }
+        | E::SerdeInvalidValue { expected, .. }
+        | E::SerdeInvalidLength { expected, .. } => {
+            format!(
+                "{}expected {}{}",
+                at_key(),
+                expected_in_words(expected),
+                got()
+            )
+        }
+        E::InvalidScalar { ty, .. } => {
+            format!("{}expected {}{}", at_key(), expected_in_words(ty), got())
+        }
+        E::NonFiniteFloat { .. } => format!("{}expected a finite number{}", at_key(), got()),
+        E::NullIntoString { .. } => format!("{}expected text, not an empty value", at_key()),
+        E::InvalidBooleanStrict { .. } => format!("{}expected true or false{}", at_key(), got()),
+        E::ExternallyTaggedEnumExpectedScalarOrMapping { .. }
+        | E::ExpectedStringKeyForExternallyTaggedEnum { .. }
+        | E::UnexpectedValueForUnitEnumVariant { .. }
+        | E::TaggedEnumMismatch { .. }
+        | E::SerdeVariantId { .. } => {
+            format!("{}expected one of the allowed words{}", at_key(), got())
+        }
+        E::UnsupportedTag { .. } | E::TaggedScalarCannotDeserializeIntoString { .. } => {
+            format!(
+                "{}YAML tags (!name) are not used in this file; remove the tag",
+                at_key()
+            )
+        }
+        E::InvalidUtf8Input | E::BinaryNotUtf8 { .. } => "the file is not UTF-8 text".to_string(),
+        E::Eof { .. } => "the file ends before the document is complete".to_string(),
+        E::UnknownAnchor { .. } => "an alias (*name) refers to no anchor (&name)".to_string(),
+        E::MergeKeyNotAllowed { .. } | E::MergeValueNotMapOrSeqOfMaps { .. } => {
+            "merge keys (<<) are not used in this file; write the keys out".to_string()
+        }
+        E::IndentationError { .. } => {
+            "the indentation does not line up with the lines above".to_string()
+        }
+        other => {
+            // Scanner and parser messages ("did not find expected key") are plain words; keep
+            // them unless they carry library or Rust vocabulary.
+            let text = other.to_string();
+            let first = text.lines().next().unwrap_or("").trim();
+            let first = first.split(" at line ").next().unwrap_or(first);
+            if first == "expected mapping start" {
+                format!("{}expected a mapping of keys to values{}", at_key(), got())
+            } else if first == "expected sequence start" {
+                format!("{}expected a list{}", at_key(), got())
+            } else if plain_words(first) {
+                format!("{}the YAML is not well formed ({first})", at_key())
+            } else {
+                format!("{}the YAML is not well formed here", at_key())
+            }
+        }
+    }
+}
+
+/// Whether a library message is plain enough to show an operator.
+fn plain_words(text: &str) -> bool {
+    const INTERNAL: &[&str] = &[
+        "serde", "u8", "u16", "u32", "u64", "i64", "usize", "f64", "option<", "from_str", "budget",
+        "struct", "enum", "deserial", "{", "`", "::", "policy", "variant",
+    ];
+    let lower = text.to_ascii_lowercase();
+    !text.is_empty()
+        && text.len() <= 120
+        && !INTERNAL.iter().any(|w| lower.contains(w))
+        && !looks_like_key(text)
+}
+
+/// The key a library error refused as unknown, if that is what it refused.
+pub fn unknown_key(e: &serde_saphyr::Error) -> Option<String> {
+    match e.without_snippet() {
+        serde_saphyr::Error::SerdeUnknownField { field, .. } => Some(field.clone()),
+        _ => None,
+    }
+}
+
+/// Splits a serde-saphyr error into line, column and a message in our own words (no library
+/// type names, no values that look like keys). Shared with the rules table and the composition
+/// parser so every file error reads the same. `text` is the file, to name the key at fault.
+pub fn yaml_error_parts(e: &serde_saphyr::Error, text: &str) -> (u64, u64, String) {
     let inner = e.without_snippet();
     let (line, column) = inner
         .location()
         .map(|l| (l.line(), l.column()))
+        .filter(|&(l, _)| l > 0)
         .unwrap_or((1, 1));
-    let mut message = inner.to_string();
-    let suffix = format!(" at line {line}, column {column}");
-    if let Some(stripped) = message.strip_suffix(&suffix) {
-        message = stripped.to_string();
-    }
-    // Keep the sentence single: drop the library's advice on its own options.
-    if let Some(idx) = message.find(", set DuplicateKeyPolicy") {
-        message.truncate(idx);
-    }
-    (line, column, message.trim_end_matches('.').to_string())
+    (line, column, problem_in_words(inner, text, line))
 }
 
 #[cfg(test)]
@@ -522,5 +846,76 @@ mod tests {
             .to_string();
         assert!(msg.contains("line 2") && msg.contains("duplicate"), "{msg}");
         assert!(!msg.contains("DuplicateKeyPolicy"), "{msg}");
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_values_are_cut_and_keys_withheld() {
+        assert_eq!(shown_value("abc"), "\"abc\"");
+        let long = shown_value(&"x".repeat(5000));
+        assert!(long.len() < 50 && long.ends_with("...\""), "{long}");
+        assert_eq!(shown_value("a\nb"), "\"a\\nb\"");
+        let key = "sk-proj-aB3dE5fG7hJ9kL1mN3pQ5";
+        assert!(!shown_value(key).contains("aB3d"));
+        let names: Vec<String> = (0..1000).map(|i| format!("p{i}")).collect();
+        let list = shown_list(names.iter().map(String::as_str));
+        assert!(list.ends_with("and 995 more") && list.len() < 60, "{list}");
+        assert_eq!(shown_list([]), "none");
+    }
+
+    #[test]
+    fn hardening_doctor_equals_run_base_urls_are_read_like_the_transport_reads_them() {
+        for bad in [
+            "http://",
+            "http://[::1",
+            "http://127.0.0.1:99999/v1",
+            "http://h:0/v1",
+            "ftp://h/v1",
+            "http://a b/v1",
+        ] {
+            assert!(
+                matches!(check_base_url(bad), Err(UrlProblem::NotHttpUrl(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "http://127.0.0.1:8080/v1",
+            "https://api.openai.com/v1",
+            "http://[::1]:9/v1",
+            "http://LLM-Box:8000/v1",
+        ] {
+            assert_eq!(check_base_url(good), Ok(()), "{good}");
+        }
+        assert_eq!(
+            check_base_url("https://u:p@h/v1"),
+            Err(UrlProblem::CarriesSecret)
+        );
+        assert_eq!(
+            check_model("aB3dE5fG7hJ9kL1mN3pQ5xY"),
+            Err(ModelProblem::LooksLikeAKey)
+        );
+        assert_eq!(check_model("Qwen/Qwen2.5-Coder-32B-Instruct"), Ok(()));
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_yaml_budget_is_named_in_our_words() {
+        let deep = format!("catalog: {}1{}\n", "{a: ".repeat(60), "}".repeat(60));
+        let msg = HostConfig::parse(&deep, "h.yaml").unwrap_err().to_string();
+        assert!(msg.contains("40 levels"), "{msg}");
+        let two = "catalog: {}\n---\ncatalog: {}\n";
+        let msg = HostConfig::parse(two, "h.yaml").unwrap_err().to_string();
+        assert!(msg.contains("more than one YAML document"), "{msg}");
+        let mut bomb = String::from("a0: &a0 [x, x]\n");
+        for i in 1..30 {
+            bomb.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}]\n", p = i - 1));
+        }
+        let msg = HostConfig::parse(&bomb, "h.yaml").unwrap_err().to_string();
+        assert!(
+            !msg.contains("Aliases {") && msg.lines().count() == 1,
+            "{msg}"
+        );
+        let msg = HostConfig::parse("readOnlyMaxRetries: [1\n", "h.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains("serde") && msg.lines().count() == 1, "{msg}");
     }
 }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::class::{ProviderErrorClass, ProviderFailure};
-use crate::host::yaml_error_parts;
+use crate::host::{from_yaml, yaml_error_parts};
 
 /// The shipped table, as text.
 pub const EMBEDDED_SOURCE: &str = include_str!("../../../config/model-output/retry-policy.yaml");
@@ -248,7 +248,7 @@ impl RulesTable {
     /// # Errors
     /// A YAML or shape error (with line and column), or a table that breaks an invariant.
     pub fn parse(text: &str, source: &str) -> Result<RulesTable, RulesError> {
-        let raw: RawTable = serde_saphyr::from_str(text).map_err(|e| syntax_error(&e, source))?;
+        let raw: RawTable = from_yaml(text).map_err(|e| syntax_error(&e, source, text))?;
         validate(raw, source)
     }
 
@@ -330,8 +330,8 @@ fn find_class_rule(
         .find(|r| r.class == class && r.http_status.is_none_or(|s| Some(s) == http_status))
 }
 
-fn syntax_error(e: &serde_saphyr::Error, source: &str) -> RulesError {
-    let (line, column, message) = yaml_error_parts(e);
+fn syntax_error(e: &serde_saphyr::Error, source: &str, text: &str) -> RulesError {
+    let (line, column, message) = yaml_error_parts(e, text);
     RulesError::Syntax {
         source_name: source.to_string(),
         line,

@@ -10,9 +10,9 @@
 //! Defaults for absent limits (documented in `docs/configuration.md`):
 //! `timeoutMs` 1,800,000, `maxTurns` 16, `maxOutputTokens` 8,192, `sourceReadBytes` 524,288.
 
-use std::fmt;
-
-use docsfab_policy::host::yaml_error_parts;
+use docsfab_policy::host::{
+    check_model, from_yaml, raw_value, shown_value, unknown_key, yaml_error_parts,
+};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
@@ -170,7 +170,8 @@ pub fn output_references(text: &str) -> Result<Vec<OutputRef>, String> {
             }),
             None => {
                 return Err(format!(
-                    "the placeholder {{{{{inner}}}}} is not of the form {{{{steps.ID.output}}}}"
+                    "the placeholder {} is not of the form {{{{steps.ID.output}}}}",
+                    shown_value(&format!("{{{{{inner}}}}}"))
                 ));
             }
         }
@@ -219,10 +220,11 @@ struct RawComposition {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct RawLimits {
-    timeout_ms: Option<Spanned<u64>>,
-    max_turns: Option<Spanned<u32>>,
-    max_output_tokens: Option<Spanned<u32>>,
-    source_read_bytes: Option<Spanned<u64>>,
+    // Read as any value so that a wrong one is refused by name with its allowed range.
+    timeout_ms: Option<Spanned<serde_json::Value>>,
+    max_turns: Option<Spanned<serde_json::Value>>,
+    max_output_tokens: Option<Spanned<serde_json::Value>>,
+    source_read_bytes: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -246,14 +248,13 @@ struct RawContract {
 impl Composition {
     /// Parses and checks the text of a composition file; `path` is only used in messages.
     pub fn parse(text: &str, path: &str) -> Result<Composition, CompositionError> {
-        let raw: RawComposition = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column, message) = yaml_error_parts(&e);
-            let field = unknown_field(&message);
+        let raw: RawComposition = from_yaml(text).map_err(|e| {
+            let (line, column, message) = yaml_error_parts(&e, text);
+            let field = unknown_key(&e);
             let remedy = match &field {
                 Some(f) if f.to_ascii_lowercase().contains("retr") => {
-                    "; a composition has no retry field because retries are set by the host \
-                     (DOCSFAB_READ_ONLY_MAX_RETRIES, DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES or \
-                     host.yaml), so remove it"
+                    "; a composition has no retry field (the host sets retries: \
+                     DOCSFAB_READ_ONLY_MAX_RETRIES or host.yaml), so remove it"
                 }
                 Some(_) => "; remove the field or correct its spelling",
                 None => "; fix the file",
@@ -301,10 +302,15 @@ impl Composition {
                     "the model name is empty; name a model or remove the field to use the provider's model".into(),
                 ));
             }
-            Some(m) => Some(m.value.trim().to_string()),
+            Some(m) => {
+                if let Err(problem) = check_model(m.value.trim()) {
+                    return Err(err(m.defined.line(), "model".into(), problem.to_string()));
+                }
+                Some(m.value.trim().to_string())
+            }
             None => None,
         };
-        let limits = check_limits(raw.limits, &err)?;
+        let limits = check_limits(raw.limits, text, &err)?;
 
         if raw.steps.value.is_empty() {
             return Err(err(
@@ -352,12 +358,14 @@ fn check_step(
     let line = s.id.defined.line();
     let id = s.id.value.trim().to_string();
     let at = |f: &str| format!("steps[{i}].{f}");
+    // Every message below names the step by this form: cut short, and withheld if key-shaped.
+    let shown_id = shown_value(&id);
     if !valid_id(&id) {
         return Err(err(
             line,
             at("id"),
             format!(
-                "step id {id:?} must start with a letter or digit and use only letters, digits, _ and -; rename it"
+                "step id {shown_id} must start with a letter or digit and use only letters, digits, _ and -; rename it"
             ),
         ));
     }
@@ -366,7 +374,7 @@ fn check_step(
             line,
             at("id"),
             format!(
-                "step id {id:?} is already used by the step on line {}; give each step its own id",
+                "step id {shown_id} is already used by the step on line {}; give each step its own id",
                 first.line
             ),
         ));
@@ -376,7 +384,7 @@ fn check_step(
         return Err(err(
             s.instructions.defined.line(),
             at("instructions"),
-            format!("step {id:?} has empty instructions; say what the step must do"),
+            format!("step {shown_id} has empty instructions; say what the step must do"),
         ));
     }
     let refs = output_references(&s.instructions.value).map_err(|m| {
@@ -384,7 +392,7 @@ fn check_step(
             s.instructions.defined.line(),
             at("instructions"),
             format!(
-                "in step {id:?} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"
+                "in step {shown_id} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"
             ),
         )
     })?;
@@ -401,8 +409,8 @@ fn check_step(
                 s.instructions.defined.line(),
                 at("instructions"),
                 format!(
-                    "step {id:?} refers to {{{{steps.{}.output}}}}, {why}; refer only to steps listed before it",
-                    r.step_id
+                    "step {shown_id} refers to the output of step {}, {why}; refer only to steps listed before it",
+                    shown_value(&r.step_id)
                 ),
             ));
         }
@@ -415,7 +423,7 @@ fn check_step(
                 t.defined.line(),
                 at("tools"),
                 format!(
-                    "step {id:?} lists {} twice; list each tool once",
+                    "step {shown_id} lists {} twice; list each tool once",
                     t.value.name()
                 ),
             ));
@@ -425,7 +433,7 @@ fn check_step(
                 t.defined.line(),
                 at("tools"),
                 format!(
-                    "read-only step {id:?} lists {}, which only write steps may use; remove it or make the step access: write",
+                    "read-only step {shown_id} lists {}, which only write steps may use; remove it or make the step access: write",
                     t.value.name()
                 ),
             ));
@@ -440,7 +448,7 @@ fn check_step(
                 roots.defined.line(),
                 at("writeRoots"),
                 format!(
-                    "read-only step {id:?} has writeRoots, which only write steps may have; remove them or make the step access: write"
+                    "read-only step {shown_id} has writeRoots, which only write steps may have; remove them or make the step access: write"
                 ),
             ));
         }
@@ -450,8 +458,8 @@ fn check_step(
                     r.defined.line(),
                     at("writeRoots"),
                     format!(
-                        "write root {:?} of step {id:?} {problem}; give a path relative to the workspace, such as docs/",
-                        r.value
+                        "write root {} of step {shown_id} {problem}; give a path relative to the workspace, such as docs/",
+                        shown_value(&r.value)
                     ),
                 ));
             }
@@ -463,7 +471,7 @@ fn check_step(
             line,
             at("writeRoots"),
             format!(
-                "write step {id:?} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
+                "write step {shown_id} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
             ),
         ));
     }
@@ -477,7 +485,7 @@ fn check_step(
                     c_line,
                     at("contract.schema"),
                     format!(
-                        "the contract schema of step {id:?} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
+                        "the contract schema of step {shown_id} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
                     ),
                 ));
             }
@@ -486,7 +494,8 @@ fn check_step(
                     c_line,
                     at("contract.schema"),
                     format!(
-                        "the contract schema of step {id:?} is not a valid JSON Schema ({e}); correct it"
+                        "the contract schema of step {shown_id} is not a valid JSON Schema ({}); correct it",
+                        shown_value(&e.to_string())
                     ),
                 ));
             }
@@ -508,42 +517,77 @@ fn check_step(
 
 fn check_limits(
     raw: Option<RawLimits>,
+    text: &str,
     err: &impl Fn(u64, String, String) -> CompositionError,
 ) -> Result<ModelLimits, CompositionError> {
     let mut limits = ModelLimits::default();
     let Some(raw) = raw else { return Ok(limits) };
-    // Zero would end every attempt before it starts; there is no other minimum.
-    fn positive<T: Copy + PartialEq + Default + fmt::Display>(
-        v: &Option<Spanned<T>>,
-        field: &str,
-        err: &impl Fn(u64, String, String) -> CompositionError,
-    ) -> Result<Option<T>, CompositionError> {
-        match v {
-            Some(s) if s.value == T::default() => Err(err(
+    let max32 = u64::from(u32::MAX);
+    // Zero would end every attempt before it starts, so those limits start at 1; a step that
+    // reads nothing is legitimate, so sourceReadBytes may be 0.
+    if let Some(v) = whole(text, &raw.timeout_ms, "timeoutMs", 1, u64::MAX, err)? {
+        limits.timeout_ms = v;
+    }
+    if let Some(v) = whole(text, &raw.max_turns, "maxTurns", 1, max32, err)? {
+        limits.max_turns = u32::try_from(v).unwrap_or(u32::MAX);
+    }
+    if let Some(v) = whole(
+        text,
+        &raw.max_output_tokens,
+        "maxOutputTokens",
+        1,
+        max32,
+        err,
+    )? {
+        limits.max_output_tokens = u32::try_from(v).unwrap_or(u32::MAX);
+    }
+    if let Some(v) = whole(
+        text,
+        &raw.source_read_bytes,
+        "sourceReadBytes",
+        0,
+        u64::MAX,
+        err,
+    )? {
+        limits.source_read_bytes = v;
+    }
+    Ok(limits)
+}
+
+/// Reads `limits.FIELD` as a whole number from `min` to `max`; null or absent means the default.
+fn whole(
+    text: &str,
+    v: &Option<Spanned<serde_json::Value>>,
+    field: &str,
+    min: u64,
+    max: u64,
+    err: &impl Fn(u64, String, String) -> CompositionError,
+) -> Result<Option<u64>, CompositionError> {
+    let Some(s) = v else { return Ok(None) };
+    if s.value.is_null() {
+        return Ok(None);
+    }
+    match s.value.as_u64() {
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        Some(0) => Err(err(
+            s.defined.line(),
+            format!("limits.{field}"),
+            format!(
+                "limits.{field} is 0, which would end every attempt at once; give a whole number from {min} to {max} or remove it to use the default"
+            ),
+        )),
+        _ => {
+            let written = raw_value(text, s).text;
+            Err(err(
                 s.defined.line(),
                 format!("limits.{field}"),
                 format!(
-                    "limits.{field} is 0, which would end every attempt at once; give a positive value or remove it to use the default"
+                    "limits.{field} is {}, but it must be a whole number from {min} to {max}; fix the value or remove it to use the default",
+                    shown_value(&written)
                 ),
-            )),
-            Some(s) => Ok(Some(s.value)),
-            None => Ok(None),
+            ))
         }
     }
-    if let Some(v) = positive(&raw.timeout_ms, "timeoutMs", err)? {
-        limits.timeout_ms = v;
-    }
-    if let Some(v) = positive(&raw.max_turns, "maxTurns", err)? {
-        limits.max_turns = v;
-    }
-    if let Some(v) = positive(&raw.max_output_tokens, "maxOutputTokens", err)? {
-        limits.max_output_tokens = v;
-    }
-    // A step that reads nothing is legitimate, so 0 source bytes is allowed.
-    if let Some(v) = &raw.source_read_bytes {
-        limits.source_read_bytes = v.value;
-    }
-    Ok(limits)
 }
 
 /// Why `root` is not an acceptable write root, if it is not.
@@ -559,13 +603,6 @@ fn write_root_problem(root: &str) -> Option<&'static str> {
         return Some("climbs out of the workspace with ..");
     }
     None
-}
-
-/// The field name in a serde "unknown field `x`" message.
-fn unknown_field(message: &str) -> Option<String> {
-    let rest = message.strip_prefix("unknown field `")?;
-    let end = rest.find('`')?;
-    Some(rest[..end].to_string())
 }
 
 #[cfg(test)]
@@ -805,5 +842,34 @@ steps:
             msg.ends_with('.') && !msg.contains(". ") && !msg.contains('\n'),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_fuzz_found_long_unknown_key_with_retry_remedy() {
+        // Found by the `config` fuzz target: a long garbage key containing "retr" took the
+        // retry remedy and the line grew past 300 characters.
+        let text = "n mae:quickstart      Surv# Every step retry decision nam!ools: [read_file, wr=te_file]\n    writeRoots: [docs/]\n";
+        let msg = refused(text).to_string();
+        assert!(
+            msg.chars().count() <= 300,
+            "{} chars: {msg}",
+            msg.chars().count()
+        );
+        assert!(
+            msg.contains("no retry field") && !msg.contains('\n'),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn hardening_unclear_refusals_limits_name_the_range() {
+        for bad in ["-1", "1.5", "18446744073709551616", "true", "\"x\""] {
+            let text = QUICKSTART.replace("maxTurns: 12", &format!("maxTurns: {bad}"));
+            let msg = refused(&text).to_string();
+            assert!(
+                msg.contains("limits.maxTurns") && msg.contains("from 1 to 4294967295"),
+                "{msg}"
+            );
+        }
     }
 }

@@ -234,9 +234,16 @@ pub(crate) struct Pick {
 impl Scenario {
     /// Parses and checks a scenario. `source` names the text in error messages (usually its path).
     pub fn from_yaml_str(text: &str, source: &str) -> Result<Scenario, SimError> {
+        // The same YAML budget as the configuration files (docsfab-policy's `from_yaml`).
         let options = serde_saphyr::options! {
             strict_booleans: true,
             with_snippet: false,
+            budget: serde_saphyr::budget! {
+                max_depth: 40,
+                max_nodes: 50_000,
+                max_aliases: 64,
+                max_documents: 1,
+            },
         };
         let raw: RawScenario = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
             let line = e.location().map(|l| l.line()).filter(|&l| l > 0);
@@ -257,11 +264,41 @@ impl Scenario {
     }
 
     /// Reads and parses a scenario file.
+    /// Only a regular file of at most 1 MiB is read: a FIFO would block `sim serve` before it
+    /// listens and `/dev/zero` would fill memory.
     pub fn load(path: &Path) -> Result<Scenario, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::ReadScenario {
+        use std::io::{Error, ErrorKind, Read as _};
+        const MAX_BYTES: u64 = 1024 * 1024;
+        let fail = |source: Error| SimError::ReadScenario {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        // Checked before opening, since opening a FIFO for reading waits for a writer.
+        let meta = std::fs::metadata(path).map_err(fail)?;
+        if !meta.is_file() {
+            return Err(fail(Error::new(
+                ErrorKind::InvalidInput,
+                "it is not a regular file",
+            )));
+        }
+        let too_big = || {
+            fail(Error::new(
+                ErrorKind::InvalidInput,
+                format!("it is larger than {MAX_BYTES} bytes"),
+            ))
+        };
+        if meta.len() > MAX_BYTES {
+            return Err(too_big());
+        }
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .map_err(fail)?
+            .take(MAX_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(fail)?;
+        if text.len() as u64 > MAX_BYTES {
+            return Err(too_big());
+        }
         Scenario::from_yaml_str(&text, &path.display().to_string())
     }
 
@@ -344,6 +381,12 @@ fn plain_yaml_message(e: &serde_saphyr::Error) -> String {
         "invalid f64" => "expected a number",
         "expected sequence start" => "expected a list here",
         "expected mapping start" => "expected a mapping (key: value) here",
+        m if m.starts_with("budget breached") => {
+            "the scenario is larger or deeper than allowed (at most 40 levels, 50000 values, 64 aliases)"
+        }
+        m if m.starts_with("multiple YAML documents") => {
+            "the file holds more than one YAML document (a second --- line)"
+        }
         other => other,
     };
     plain.to_owned()

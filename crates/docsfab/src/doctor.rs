@@ -15,7 +15,7 @@ use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
-use crate::home::{HostContext, load_composition};
+use crate::home::{HostContext, validate_run_inputs};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -62,15 +62,21 @@ pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
 }
 
 fn check(args: &DoctorArgs) -> Result<Report, CliError> {
-    let ctx = HostContext::load()?;
     let mut warnings = Vec::new();
-
-    let composition = match &args.composition {
+    // With a composition, exactly the checks `run` makes (see `validate_run_inputs`).
+    let (ctx, composition) = match &args.composition {
         Some(path) => {
-            let c = load_composition(path, "--composition")?;
+            let (ctx, c) = validate_run_inputs(path, "--composition", false)?;
+            (ctx, Some((path.clone(), c)))
+        }
+        None => (HostContext::load()?, None),
+    };
+
+    let composition = match composition {
+        Some((path, c)) => {
             // Without a host.yaml the warning below already says no provider is configured.
             let model = if ctx.host_file_exists {
-                let selected = ctx.select_provider(&c, path)?;
+                let selected = ctx.select_provider(&c, &path)?;
                 Some(format!(
                     "{} (provider {}, {})",
                     selected.model, selected.provider_name, selected.provider.api
@@ -78,7 +84,7 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
             } else {
                 None
             };
-            Some((path.clone(), c, model))
+            Some((path, c, model))
         }
         None => None,
     };

@@ -81,6 +81,25 @@ pub fn emit(text: &str) -> Result<(), CliError> {
     }
 }
 
+/// A library's error text cut to something an operator can read on one line: the first line,
+/// without an `(os error N)` tail; `fallback` instead when it carries SQL or is long, since a
+/// statement from the store's schema says nothing useful about a file that is not ours.
+pub fn plain_reason(text: &str, fallback: &str) -> String {
+    let first = text.lines().next().unwrap_or("").trim();
+    let first = first.split(" (os error").next().unwrap_or(first);
+    let upper = text.to_ascii_uppercase();
+    let sql = [
+        "CREATE ", "SELECT ", "INSERT ", "UPDATE ", "PRAGMA ", " TABLE", " COLUMN", "SQL",
+    ]
+    .iter()
+    .any(|w| upper.contains(w));
+    if sql || first.is_empty() || first.len() > 120 || text.contains('\n') {
+        fallback.to_string()
+    } else {
+        first.to_string()
+    }
+}
+
 /// Configuration errors from the libraries are all bad input.
 impl From<docsfab_policy::host::HostError> for CliError {
     fn from(e: docsfab_policy::host::HostError) -> Self {
@@ -113,6 +132,23 @@ impl From<docsfab_policy::rules::RulesError> for CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_reason_drops_sql_and_extra_lines() {
+        let fb = "not a docsfab run store";
+        assert_eq!(
+            plain_reason("no such column: x in\nCREATE INDEX i ON runs (x);", fb),
+            fb
+        );
+        assert_eq!(
+            plain_reason("file is not a database", fb),
+            "file is not a database"
+        );
+        assert_eq!(
+            plain_reason("Permission denied (os error 13)", fb),
+            "Permission denied"
+        );
+    }
 
     #[test]
     fn kinds_map_to_documented_exit_codes() {

@@ -7,11 +7,11 @@ use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
 
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
-use docsfab_policy::host::{HostConfig, ProviderConfig};
+use docsfab_policy::host::{HostConfig, MAX_CONFIG_BYTES, ProviderConfig, shown_list, shown_value};
 use docsfab_policy::rules::{OPERATOR_FILE_NAME, RulesTable};
 use docsfab_runtime::composition::Composition;
 
-use crate::error::CliError;
+use crate::error::{CliError, plain_reason};
 
 /// The file name of the host configuration inside `DOCSFAB_HOME`.
 pub const HOST_FILE_NAME: &str = "host.yaml";
@@ -53,15 +53,78 @@ impl Home {
     }
 }
 
-/// Reads a text file that may be absent. Any other read failure is bad configuration.
+/// Reads a configuration text file that may be absent. Any other read failure is bad
+/// configuration, and so is anything that is not a regular file of at most
+/// [`MAX_CONFIG_BYTES`]: a FIFO would block the command forever and `/dev/zero` would fill
+/// memory, so neither is read at all.
 pub fn read_optional(path: &Path, what: &str) -> Result<Option<String>, CliError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == IoKind::NotFound => Ok(None),
-        Err(e) => Err(CliError::bad_input(format!(
-            "cannot read the {what} {} ({e}); check that it is a readable UTF-8 file.",
-            path.display()
-        ))),
+    use std::io::Read as _;
+    use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+
+    let shown = path.display();
+    let refuse = |problem: String| {
+        CliError::bad_input(format!(
+            "the {what} {shown} {problem}; point docsfab at a regular UTF-8 file of at most 1 MiB."
+        ))
+    };
+    // Non-blocking, so that opening a FIFO returns at once instead of waiting for a writer;
+    // the type check on the opened file then refuses it before any read.
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == IoKind::NotFound => return Ok(None),
+        Err(e) => return Err(refuse(format!("cannot be read ({})", io_reason(&e)))),
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot be read ({})", io_reason(&e))))?;
+    let kind = meta.file_type();
+    if !kind.is_file() {
+        let is = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a named pipe (FIFO)"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "a special file"
+        };
+        return Err(refuse(format!("is {is}, not a regular file")));
+    }
+    let too_big = || refuse(format!("is larger than {MAX_CONFIG_BYTES} bytes"));
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    // Read at most one byte past the cap, in case the file grew after the size check.
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| refuse(format!("cannot be read ({})", io_reason(&e))))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| refuse("is not UTF-8 text".to_string()))
+}
+
+/// An I/O error in words, without the `(os error N)` tail.
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        IoKind::PermissionDenied => "permission denied".to_string(),
+        IoKind::IsADirectory => "it is a directory".to_string(),
+        _ => {
+            let text = e.to_string();
+            match text.find(" (os error") {
+                Some(at) => text[..at].to_string(),
+                None => text,
+            }
+        }
     }
 }
 
@@ -75,6 +138,44 @@ pub fn load_composition(path: &Path, given_to: &str) -> Result<Composition, CliE
         ))
     })?;
     Ok(Composition::parse(&text, &path.display().to_string())?)
+}
+
+/// The checks `docsfab run` makes on its inputs before anything is written, shared with
+/// `docsfab doctor --composition` so that the two accept and refuse exactly the same files:
+/// host.yaml, the environment and the rules table; the composition; the provider it names; and
+/// the provider's base URL as the HTTP transport reads it. `require_provider` is false only for
+/// doctor without a host.yaml, which warns instead (run then stops at the provider).
+pub fn validate_run_inputs(
+    composition_path: &Path,
+    given_to: &str,
+    require_provider: bool,
+) -> Result<(HostContext, Composition), CliError> {
+    let ctx = HostContext::load()?;
+    let composition = load_composition(composition_path, given_to)?;
+    if require_provider || ctx.host_file_exists {
+        let selected = ctx.select_provider(&composition, composition_path)?;
+        check_transport(&selected)?;
+    }
+    Ok((ctx, composition))
+}
+
+/// Builds (and drops) the transport the run would use, without a key, so a base URL it cannot
+/// use is refused here rather than after the run store is opened.
+fn check_transport(selected: &Selected<'_>) -> Result<(), CliError> {
+    use docsfab_provider::transport::{HttpConfig, HttpTransport, TransportBuildError};
+    let config = HttpConfig::new(selected.provider.api, &selected.provider.base_url, None);
+    match HttpTransport::new(config) {
+        Ok(_) => Ok(()),
+        Err(TransportBuildError::BadUrl(reason)) => Err(CliError::bad_input(format!(
+            "the baseUrl of provider {} is not usable ({}); fix it in host.yaml.",
+            shown_value(selected.provider_name),
+            plain_reason(&reason, "not an http or https URL")
+        ))),
+        Err(e) => Err(CliError::failed(format!(
+            "cannot prepare the HTTP client ({}).",
+            plain_reason(&e.to_string(), "unknown reason")
+        ))),
+    }
 }
 
 /// The host configuration, and whether a `host.yaml` exists.
@@ -164,15 +265,11 @@ impl HostContext {
                 "run `docsfab setup` to create host.yaml with the \"default\" provider"
             };
             return Err(CliError::bad_input(format!(
-                "the composition {} uses provider {:?}, which {} does not define (it defines: {}); {hint}.",
+                "the composition {} uses provider {}, which {} does not define (it defines: {}); {hint}.",
                 composition_path.display(),
-                composition.provider,
+                shown_value(&composition.provider),
                 self.host.path,
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
+                shown_list(known)
             )));
         };
         Ok(Selected {

@@ -67,8 +67,11 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // Every refusal passes the one redaction path on its way out, whatever built it:
+            // one line, control characters escaped, credential shapes withheld.
+            let line = docsfab_boundary::redact::Redactor::default().line(&e.to_string());
             // Not eprintln!: a closed stderr must not turn a clean refusal into a panic.
-            let _ = writeln!(std::io::stderr(), "error: {e}");
+            let _ = writeln!(std::io::stderr(), "error: {line}");
             e.exit_code()
         }
     }

@@ -32,7 +32,7 @@ use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CliError, emit};
-use crate::home::{HostContext, Selected, load_composition};
+use crate::home::{Selected, validate_run_inputs};
 use crate::progress::Reporter;
 use crate::runs::{STORE_FILE_NAME, open_store, to_json};
 
@@ -67,9 +67,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
 /// Checks the whole configuration and builds the run; nothing is written.
 fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
-    let ctx = HostContext::load()?;
     let path = &args.composition;
-    let composition = load_composition(path, "`docsfab run`")?;
+    let (ctx, composition) = validate_run_inputs(path, "`docsfab run`", true)?;
     let selected = ctx.select_provider(&composition, path)?;
     let api_key = read_key(&selected)?;
     let workspace = match &args.workspace {

@@ -15,7 +15,7 @@ use docsfab_runtime::record::{
 use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
-use crate::error::{CliError, emit};
+use crate::error::{CliError, emit, plain_reason};
 use crate::home::Home;
 
 /// The file name of the run store inside `DOCSFAB_HOME`.
@@ -80,10 +80,16 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
             "cannot open the run store {} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished.",
             path.display()
         )),
-        e => CliError::bad_input(format!(
-            "cannot open the run store {} ({e}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store.",
+        e => {
+            let reason = plain_reason(
+                &e.to_string(),
+                "it is not a docsfab run store of this version, or it is damaged",
+            );
+            CliError::bad_input(format!(
+            "cannot open the run store {} ({reason}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store, or move it aside.",
             path.display()
         ))
+        }
     })?;
     for id in store.interrupted_on_open() {
         let _ = writeln!(
@@ -95,8 +101,9 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
 }
 
 fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
+    let reason = plain_reason(&e.to_string(), "it is damaged or not a docsfab run store");
     CliError::failed(format!(
-        "cannot read the run store {} ({e}); check the file, or move it aside to start a new one.",
+        "cannot read the run store {} ({reason}); check the file, or move it aside to start a new one.",
         path.display()
     ))
 }

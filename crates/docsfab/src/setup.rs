@@ -16,7 +16,7 @@ use std::path::Path;
 
 use clap::{Args, ValueEnum};
 use docsfab_policy::host::{
-    Api, HostConfig, ProviderConfig, check_key_env_name, looks_like_key, url_carries_secret,
+    Api, HostConfig, ProviderConfig, UrlProblem, check_base_url, check_key_env_name, check_model,
 };
 
 use crate::error::{CliError, emit};
@@ -130,31 +130,26 @@ fn check_args(args: &SetupArgs) -> Result<(), CliError> {
             "--api-key-env was refused because {problem}; pass the variable's name, for example --api-key-env OPENAI_API_KEY, and export the key in that variable."
         )));
     }
+    // The same checks host.yaml gets, so setup writes nothing that doctor or run would refuse.
     if let Some(url) = &args.base_url {
-        if looks_like_key(url) || url_carries_secret(url) {
-            return Err(CliError::bad_input(
-                "--base-url was refused because it appears to contain a key or credentials; give the plain base URL and pass the key through the variable named by --api-key-env.",
-            ));
-        }
-        if !(url.starts_with("https://") || url.starts_with("http://"))
-            || url.contains(char::is_whitespace)
-        {
-            return Err(CliError::bad_input(format!(
-                "--base-url {url:?} is not an http:// or https:// URL; give the provider's base URL including its version prefix, such as https://api.openai.com/v1."
-            )));
+        match check_base_url(url) {
+            Ok(()) => {}
+            Err(UrlProblem::CarriesSecret) => {
+                return Err(CliError::bad_input(
+                    "--base-url was refused because it appears to contain a key or credentials; give the plain base URL and pass the key through the variable named by --api-key-env.",
+                ));
+            }
+            Err(problem) => {
+                return Err(CliError::bad_input(format!("--base-url: {problem}.")));
+            }
         }
     }
-    if let Some(model) = &args.model {
-        if looks_like_key(model) {
-            return Err(CliError::bad_input(
-                "--model was refused because the value looks like a key rather than a model name; pass the model name and put the key in the variable named by --api-key-env.",
-            ));
-        }
-        if model.trim().is_empty() || model.contains(char::is_control) {
-            return Err(CliError::bad_input(
-                "--model is empty or contains control characters; pass the provider's model name.",
-            ));
-        }
+    if let Some(model) = &args.model
+        && let Err(problem) = check_model(model)
+    {
+        return Err(CliError::bad_input(format!(
+            "--model was refused: {problem}; pass the model name, and the key only through the variable named by --api-key-env."
+        )));
     }
     Ok(())
 }
