@@ -29,7 +29,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
@@ -62,23 +62,7 @@ impl PayloadSource for Payload {
     }
 }
 
-/// The status of a turn as the run record shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TurnStatus {
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-/// What failed in a request that was replayed: the HTTP status when a response head arrived,
-/// otherwise the fault. Serialized flat into the entry as `status` or `fault`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ReplayCause {
-    Status(u16),
-    Fault(FaultKind),
-}
+pub use docsfab_record::{ReplayCause, TurnStatus};
 
 /// One replay of the turn (REP-13): why the request before it failed and how long the driver
 /// waited before sending it again.
@@ -233,12 +217,12 @@ pub async fn run_turn_observed(
 
         let failed = match sent {
             Ok(outcome) => {
-                turn.usage = turn.usage.plus(outcome.usage);
+                turn.usage = turn.usage + outcome.usage;
                 return turn.finish(TurnEnd::Completed(outcome), None);
             }
             Err(f) => f,
         };
-        turn.usage = turn.usage.plus(failed.usage);
+        turn.usage = turn.usage + failed.usage;
 
         let now_ms = ms_since_start(Instant::now());
         let mut decision = decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms);
