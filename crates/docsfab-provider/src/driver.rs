@@ -90,10 +90,11 @@ pub enum EndKind {
     Cancelled,
 }
 
-/// The durable account of one turn, ready for the run record (camelCase JSON).
+/// The replay driver's account of one turn (camelCase JSON); the agent loop turns it into the
+/// run record's `TurnRecord`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TurnRecord {
+pub struct TurnAccount {
     pub status: TurnStatus,
     pub end: EndKind,
     /// How many replays the policy scheduled: `replays.len()`.
@@ -141,7 +142,7 @@ pub enum TurnEnd {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnResult {
     pub end: TurnEnd,
-    pub record: TurnRecord,
+    pub record: TurnAccount,
 }
 
 /// Runs one provider turn with in-turn replay. See the module docs for the rules it keeps.
@@ -307,7 +308,7 @@ impl Turn {
             }
             TurnEnd::Cancelled => (TurnStatus::Cancelled, EndKind::Cancelled, None, None),
         };
-        let record = TurnRecord {
+        let record = TurnAccount {
             status,
             end: kind,
             provider_retries: u32::try_from(self.replays.len()).unwrap_or(u32::MAX),

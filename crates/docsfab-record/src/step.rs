@@ -28,7 +28,7 @@ impl RecordedSettlement {
 }
 
 /// How the contract judged a reply that was not the JSON object it asks for (STP-9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ContractFailure {
     /// Text that is not JSON.
@@ -39,6 +39,18 @@ pub enum ContractFailure {
     Empty,
     /// A JSON object that fails the step's schema.
     SchemaInvalid,
+}
+
+impl ContractFailure {
+    /// The record's spelling: `prose`, `array`, `empty` or `schema-invalid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractFailure::Prose => "prose",
+            ContractFailure::Array => "array",
+            ContractFailure::Empty => "empty",
+            ContractFailure::SchemaInvalid => "schema-invalid",
+        }
+    }
 }
 
 /// Which timer ended a timed-out attempt (STP-11). `timeoutKind` in the run record.

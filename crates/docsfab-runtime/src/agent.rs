@@ -46,7 +46,7 @@ use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderFailure};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::Feedback;
-use docsfab_policy::step::{AttemptFailure, ContractFailure, ValidatorRefusal};
+use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
     Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
@@ -58,7 +58,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::{self, RequestedCall};
 use crate::composition::{Access, ModelLimits, Step, Tool};
-use crate::contract::{Contract, ContractFailureKind};
+use crate::contract::Contract;
 use crate::ledger::{CallOutcome, Checkpoint, ExecutionLease, LeaseStop, ToolBatch, TurnEvidence};
 use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
 use crate::snapshot::WriteSnapshots;
@@ -915,15 +915,7 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
                 ),
             )
         }
-        Err(e) => {
-            let failure = match e.kind {
-                ContractFailureKind::Empty => ContractFailure::Empty,
-                ContractFailureKind::Prose => ContractFailure::Prose,
-                ContractFailureKind::Array => ContractFailure::Array,
-                ContractFailureKind::SchemaInvalid => ContractFailure::SchemaInvalid,
-            };
-            fail(AttemptFailure::Contract { failure }, e.to_string())
-        }
+        Err(e) => fail(AttemptFailure::Contract { failure: e.kind }, e.to_string()),
     }
 }
 
