@@ -11,7 +11,7 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let api = if control & 1 == 0 {
-        Api::OpenAiChat
+        Api::OpenaiChat
     } else {
         Api::AnthropicMessages
     };

@@ -94,7 +94,7 @@ fn floor_validate_only(body: &[u8]) -> usize {
 fn bench(c: &mut Criterion) {
     let body = stream();
     let secrets = [Secret::new("OPENAI_API_KEY", "sk-host-0123456789abcdefABCDEF0123").unwrap()];
-    let config = BoundaryConfig::new(Api::OpenAiChat, MODEL, &secrets).unwrap();
+    let config = BoundaryConfig::new(Api::OpenaiChat, MODEL, &secrets).unwrap();
     assert_eq!(config.check(&body), Verdict::Pass(Pass::Stream));
 
     let mut g = c.benchmark_group("chat_stream_10mb");

@@ -8,14 +8,10 @@ use crate::redact::Redactor;
 use crate::scan::{Scanner, Secret};
 use crate::verdict::{Pass, Reason, Refusal, Verdict};
 
-/// Which wire format the body is in; it decides where the model's identity is read (BND-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Api {
-    /// OpenAI-compatible Chat Completions: every chunk names its model in a top-level `model`.
-    OpenAiChat,
-    /// Anthropic Messages: only `message_start` names the model, in `message.model`.
-    AnthropicMessages,
-}
+/// Which wire format the body is in; it decides where the model's identity is read (BND-4):
+/// Chat Completions names its model in every chunk's top-level `model`, Anthropic Messages only
+/// in `message_start`'s `message.model`.
+pub use docsfab_record::Api;
 
 /// The default for [`BoundaryConfig::max_line_bytes`]: far above any real event, low enough that
 /// a body that never ends a line cannot hold unbounded memory.
@@ -275,7 +271,7 @@ impl State {
         }
         self.other_events += 1;
         let identified = match self.config.api {
-            Api::OpenAiChat => facts.top_model,
+            Api::OpenaiChat => facts.top_model,
             Api::AnthropicMessages => {
                 if facts.message_start {
                     // A message_start must carry the identity itself.

@@ -7,7 +7,7 @@
 //! ```
 //! use docsfab_boundary::{Api, BoundaryConfig, Pass, Verdict};
 //!
-//! let config = BoundaryConfig::new(Api::OpenAiChat, "gpt-4o", &[]).unwrap();
+//! let config = BoundaryConfig::new(Api::OpenaiChat, "gpt-4o", &[]).unwrap();
 //! let mut boundary = config.start();
 //! boundary.feed(b"data: {\"model\":\"gpt-4o\",\"choices\":[]}\r");
 //! boundary.feed(b"\n\r\ndata: [DONE]");

@@ -26,7 +26,7 @@ fn corpus() -> Vec<Case> {
         .iter()
         .map(|c| {
             let api = match c["api"].as_str().unwrap() {
-                "openai-chat" => Api::OpenAiChat,
+                "openai-chat" => Api::OpenaiChat,
                 "anthropic-messages" => Api::AnthropicMessages,
                 other => panic!("unknown api {other}"),
             };

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 fn configs() -> Vec<BoundaryConfig> {
     let secret = Secret::new("HOST_KEY", "hostsecret-0123456789").unwrap();
     vec![
-        BoundaryConfig::new(Api::OpenAiChat, "m", std::slice::from_ref(&secret)).unwrap(),
+        BoundaryConfig::new(Api::OpenaiChat, "m", std::slice::from_ref(&secret)).unwrap(),
         BoundaryConfig::new(Api::AnthropicMessages, "m", &[secret]).unwrap(),
     ]
 }

@@ -7,7 +7,7 @@ use docsfab_boundary::{
 const M: &str = "gpt-4o-mini";
 
 fn openai() -> BoundaryConfig {
-    BoundaryConfig::new(Api::OpenAiChat, M, &[]).unwrap()
+    BoundaryConfig::new(Api::OpenaiChat, M, &[]).unwrap()
 }
 
 fn anthropic() -> BoundaryConfig {
@@ -69,7 +69,7 @@ fn error_events_only_skip_identity_but_not_the_scan_bnd_2() {
     );
 
     let secret = Secret::new("PROVIDER_KEY", "hostkey-5f2a9b7c1d").unwrap();
-    let c = BoundaryConfig::new(Api::OpenAiChat, M, &[secret]).unwrap();
+    let c = BoundaryConfig::new(Api::OpenaiChat, M, &[secret]).unwrap();
     let leak = "data: {\"error\":{\"message\":\"bad key hostkey-5f2a9b7c1d\"}}\n\n";
     let v = c.check(leak.as_bytes());
     assert_eq!(
@@ -411,7 +411,7 @@ fn credential_shapes_and_lookalikes() {
 
 #[test]
 fn configuration_rejects_what_could_never_work() {
-    assert!(BoundaryConfig::new(Api::OpenAiChat, "", &[]).is_err());
+    assert!(BoundaryConfig::new(Api::OpenaiChat, "", &[]).is_err());
     assert!(Secret::new("K", "short").is_err());
     let s = Secret::new("OPENAI_API_KEY", "sk-very-secret-value").unwrap();
     assert!(!format!("{s:?}").contains("very-secret"));
@@ -434,7 +434,7 @@ fn hardening_key_leak_a_16_byte_piece_of_a_long_host_secret_is_refused() {
         .map(|i| char::from(b"Qw7Er2Ty9Ui4Op1As6Df3Gh8Jk5Lz0Xc"[(i * 7 + i / 3) % 32]))
         .collect();
     let secret = Secret::new("LONG_KEY", &key).unwrap();
-    let c = BoundaryConfig::new(Api::OpenAiChat, M, &[secret]).unwrap();
+    let c = BoundaryConfig::new(Api::OpenaiChat, M, &[secret]).unwrap();
     let refused = Some(Reason::CredentialMaterial(CredentialKind::HostSecret(
         "LONG_KEY".into(),
     )));

@@ -79,7 +79,7 @@ struct Case {
 
 fn api_name(api: Api) -> &'static str {
     match api {
-        Api::OpenAiChat => "openai-chat",
+        Api::OpenaiChat => "openai-chat",
         Api::AnthropicMessages => "anthropic-messages",
     }
 }
@@ -98,7 +98,7 @@ fn load_cases(dir: &Path, source: &'static str) -> Vec<Case> {
         .map(|c| {
             let name = str_of(c, "name").expect("case name");
             let api = match c["api"].as_str() {
-                Some("openai-chat") => Api::OpenAiChat,
+                Some("openai-chat") => Api::OpenaiChat,
                 Some("anthropic-messages") => Api::AnthropicMessages,
                 other => panic!("{name}: unknown api {other:?}"),
             };
@@ -219,7 +219,7 @@ fn walk(api: Api, events: &[SseEvent]) -> Walk {
     for ev in events {
         let name = ev.event.as_deref();
         match api {
-            Api::OpenAiChat if ev.data.starts_with("[DONE]") => break,
+            Api::OpenaiChat if ev.data.starts_with("[DONE]") => break,
             Api::AnthropicMessages if name == Some("ping") => continue,
             Api::AnthropicMessages if name == Some("error") => {
                 return Walk {
@@ -236,7 +236,7 @@ fn walk(api: Api, events: &[SseEvent]) -> Walk {
             };
         };
         let is_error = match api {
-            Api::OpenAiChat => v.get("error").is_some_and(|e| !e.is_null()),
+            Api::OpenaiChat => v.get("error").is_some_and(|e| !e.is_null()),
             Api::AnthropicMessages => v["type"] == "error",
         };
         if is_error {
@@ -297,7 +297,7 @@ fn string_leaves<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
 fn deltas_of(api: Api, item: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match api {
-        Api::OpenAiChat => {
+        Api::OpenaiChat => {
             for choice in item["choices"].as_array().into_iter().flatten() {
                 let d = &choice["delta"];
                 for k in ["content", "reasoning_content", "reasoning"] {
@@ -450,7 +450,7 @@ impl Client {
 
     fn api(self) -> Api {
         match self {
-            Client::PyOpenai | Client::NodeOpenai | Client::PiOpenai => Api::OpenAiChat,
+            Client::PyOpenai | Client::NodeOpenai | Client::PiOpenai => Api::OpenaiChat,
             Client::PyAnthropic | Client::PiAnthropic => Api::AnthropicMessages,
         }
     }
@@ -509,7 +509,7 @@ async fn run_client(client: Client, root: PathBuf, port: u16, cases: Vec<Arc<Cas
         let base_url = match client.api() {
             // The Anthropic SDKs append /v1/messages themselves.
             Api::AnthropicMessages => format!("http://127.0.0.1:{port}/case/{}", case.key),
-            Api::OpenAiChat => format!("http://127.0.0.1:{port}/case/{}/v1", case.key),
+            Api::OpenaiChat => format!("http://127.0.0.1:{port}/case/{}/v1", case.key),
         };
         let req = json!({"case": case.key, "api": api_name(case.api), "base_url": base_url, "model": case.model});
         writeln!(requests, "{req}").unwrap();
@@ -935,7 +935,7 @@ fn render(
     for (weakness, caught) in caught_by {
         writeln!(s, "- {weakness:?}: {}", caught.join(", ")).unwrap();
     }
-    for api in [Api::OpenAiChat, Api::AnthropicMessages] {
+    for api in [Api::OpenaiChat, Api::AnthropicMessages] {
         let clients: Vec<Client> = Client::ALL.into_iter().filter(|c| c.api() == api).collect();
         writeln!(s, "\n### {}\n", api_name(api)).unwrap();
         write!(s, "| case | from | boundary |").unwrap();
@@ -1003,7 +1003,7 @@ mod comparison {
     }
 
     fn view_of(body: &str) -> BoundaryView {
-        let config = BoundaryConfig::new(Api::OpenAiChat, MODEL, &[]).unwrap();
+        let config = BoundaryConfig::new(Api::OpenaiChat, MODEL, &[]).unwrap();
         let mut events = Vec::new();
         let mut d = SseDecoder::new();
         d.feed(body.as_bytes(), |e| events.push(e));

@@ -434,19 +434,7 @@ impl EffectiveLimits {
     }
 }
 
-/// The transport budget a step applies (`transportRetry` in the run record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TransportRetry {
-    /// `retry.maxTransportRetries`.
-    pub max_transport_retries: u32,
-    /// `retry.transportMaxDelayMs`.
-    pub transport_max_delay_ms: u64,
-    /// `retry.transportMaxElapsedMs`.
-    pub transport_max_elapsed_ms: u64,
-    /// The base of the transport backoff (`DOCSFAB_RETRY_BASE_DELAY_MS`).
-    pub base_delay_ms: u64,
-}
+pub use docsfab_record::TransportRetry;
 
 /// Where a refused value was given.
 #[derive(Debug, Clone, PartialEq, Eq)]

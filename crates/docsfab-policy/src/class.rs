@@ -2,53 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The class recorded for a failed provider request. Both the in-turn replay and the step retry
-/// decide from this value before they look at any error text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ProviderErrorClass {
-    /// The connection failed, or the body was cut mid-transfer: retryable.
-    Network,
-    /// The provider failed on its side (5xx, 425, a server-fault error event): retryable.
-    Server,
-    /// HTTP 408 or 504, or no answer within the client's timeout: retryable.
-    Timeout,
-    /// The provider is throttling or the quota is spent: retryable only with HTTP 429 on the
-    /// response head, since without it nothing says the limit will lift.
-    RateLimit,
-    /// A stream that closed cleanly without a finish reason or `[DONE]`: retryable.
-    StreamIncomplete,
-    /// The provider refused the content: never sent again.
-    ContentFilter,
-    /// HTTP 401 or 403: never sent again, the same key would be refused again.
-    Authentication,
-    /// Any other 4xx: never sent again, the identical request cannot succeed.
-    InvalidRequest,
-    /// Nothing known to be retryable: never sent again.
-    Unknown,
-}
-
-/// How a provider request failed, as the transport observed it on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum FaultKind {
-    /// The connection could not be made (refused, unreachable).
-    ConnectRefused,
-    /// The connection was reset or dropped before a response head arrived.
-    ConnectionDropped,
-    /// No response (or no further bytes) within the client's request timeout.
-    RequestTimeout,
-    /// The provider answered with a non-success HTTP status.
-    HttpStatus,
-    /// The response body failed while it was being transferred (reset or cut mid-body).
-    BodyCut,
-    /// An OpenAI Chat Completions stream closed cleanly with no finish reason and no `[DONE]`.
-    StreamIncomplete,
-    /// A 200 stream carried a structured error event.
-    ErrorEvent,
-    /// The provider refused the content (error code or finish reason).
-    ContentFilter,
-}
+pub use docsfab_record::{FaultKind, ProviderErrorClass};
 
 /// Everything the policy needs to know about one failed provider request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,42 +47,6 @@ pub fn classify_http_status(status: u16) -> ProviderErrorClass {
 /// (REP-2): 408, 425, 429 and every 5xx.
 pub fn is_replayable_status(status: u16) -> bool {
     matches!(status, 408 | 425 | 429 | 500..=599)
-}
-
-impl ProviderErrorClass {
-    /// Every class, in declaration order.
-    pub const ALL: [ProviderErrorClass; 9] = [
-        ProviderErrorClass::Network,
-        ProviderErrorClass::Server,
-        ProviderErrorClass::Timeout,
-        ProviderErrorClass::RateLimit,
-        ProviderErrorClass::StreamIncomplete,
-        ProviderErrorClass::ContentFilter,
-        ProviderErrorClass::Authentication,
-        ProviderErrorClass::InvalidRequest,
-        ProviderErrorClass::Unknown,
-    ];
-
-    /// The kebab-case name recorded in run records.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderErrorClass::Network => "network",
-            ProviderErrorClass::Server => "server",
-            ProviderErrorClass::Timeout => "timeout",
-            ProviderErrorClass::RateLimit => "rate-limit",
-            ProviderErrorClass::StreamIncomplete => "stream-incomplete",
-            ProviderErrorClass::ContentFilter => "content-filter",
-            ProviderErrorClass::Authentication => "authentication",
-            ProviderErrorClass::InvalidRequest => "invalid-request",
-            ProviderErrorClass::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for ProviderErrorClass {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 impl ProviderFailure {

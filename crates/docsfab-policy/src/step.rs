@@ -146,43 +146,9 @@ impl WriteSettlement {
     }
 }
 
-/// The `writeSettlement` of an attempt in the run record (WRT-3): what the host proved about
-/// the writes of a failed attempt of a write step, without the restore that may have followed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RecordedSettlement {
-    /// No filesystem write tool ran.
-    NoWrite,
-    /// At least one write ran (whatever its result).
-    WriteExecuted,
-    /// The proof could not be made.
-    Unavailable,
-}
-
-impl RecordedSettlement {
-    /// The record's spelling: `no-write`, `write-executed` or `unavailable`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordedSettlement::NoWrite => "no-write",
-            RecordedSettlement::WriteExecuted => "write-executed",
-            RecordedSettlement::Unavailable => "unavailable",
-        }
-    }
-}
-
-/// How the contract judged a reply that was not the JSON object it asks for (STP-9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ContractFailure {
-    /// Text that is not JSON.
-    Prose,
-    /// A JSON array where an object is asked for.
-    Array,
-    /// Nothing, or only whitespace.
-    Empty,
-    /// A JSON object that fails the step's schema.
-    SchemaInvalid,
-}
+pub use docsfab_record::{
+    Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,
+};
 
 /// A refusal a validator marked terminal (STP-14).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -253,49 +219,6 @@ impl AttemptFailure {
     }
 }
 
-/// Which timer ended a timed-out attempt (STP-11). `timeoutKind` in the run record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TimeoutKind {
-    /// The host's own attempt timer (`limits.timeoutMs`).
-    AttemptDeadline,
-    /// The provider's side: HTTP 408 or 504, or the client's request timeout.
-    ProviderTimeout,
-}
-
-/// The budget that pays for an attempt (`budget` in the record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Budget {
-    /// The step's first attempt, which no budget pays for.
-    Initial,
-    /// A contract-correction retry (`retry.maxRetries`).
-    Contract,
-    /// A retry after a transport failure (`retry.maxTransportRetries`).
-    Transport,
-}
-
-impl Budget {
-    /// The record's spelling: `initial`, `contract` or `transport`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Budget::Initial => "initial",
-            Budget::Contract => "contract",
-            Budget::Transport => "transport",
-        }
-    }
-
-    /// How progress names it beside an attempt: `initial`, `contract budget` or
-    /// `transport budget`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Budget::Initial => "initial",
-            Budget::Contract => "contract budget",
-            Budget::Transport => "transport budget",
-        }
-    }
-}
-
 /// The budget a retry is paid from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -337,48 +260,6 @@ pub struct PastAttempt {
     pub duration_ms: u64,
     /// The retry decided after it.
     pub retry: ScheduledRetry,
-}
-
-/// `retryDecision` in the record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RetryDecision {
-    /// Nothing was decided: the attempt succeeded, or the caller cancelled it.
-    None,
-    /// Another attempt follows.
-    Scheduled,
-    /// A retry was allowed by the rules but a budget bound refused it.
-    Exhausted,
-    /// The failure is never retried.
-    Terminal,
-    /// A write step whose writes could not be proven away or undone (WRT-2).
-    Declined,
-}
-
-impl RetryDecision {
-    /// `retryScheduled` in the record: true exactly when another attempt follows.
-    pub fn is_scheduled(self) -> bool {
-        self == RetryDecision::Scheduled
-    }
-}
-
-/// How a step's ending failure reads in the record and to the operator (`failure` in the run
-/// record).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct StepFailure {
-    /// What kind of failure ended the step (`contract-violation`, `provider-transient`,
-    /// `declined-write-step`, ...): what an operator filters on.
-    pub category: String,
-    /// Whose side failed: `model-output`, `infrastructure`, `provider`, `host`, `policy` or
-    /// `cancelled`.
-    pub failure_class: String,
-    /// The precise failure (`contract-prose`, `provider-timeout`, `write-restore-failed`, ...).
-    pub code: String,
-    /// One or two sentences saying what happened; a refused bound names itself here (STP-7).
-    pub message: String,
-    /// What the operator can do about it.
-    pub remediation: String,
 }
 
 /// How a step ends without another attempt.

@@ -29,7 +29,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
@@ -62,23 +62,7 @@ impl PayloadSource for Payload {
     }
 }
 
-/// The status of a turn as the run record shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TurnStatus {
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-/// What failed in a request that was replayed: the HTTP status when a response head arrived,
-/// otherwise the fault. Serialized flat into the entry as `status` or `fault`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ReplayCause {
-    Status(u16),
-    Fault(FaultKind),
-}
+pub use docsfab_record::{ReplayCause, TurnStatus};
 
 /// One replay of the turn (REP-13): why the request before it failed and how long the driver
 /// waited before sending it again.
@@ -106,10 +90,11 @@ pub enum EndKind {
     Cancelled,
 }
 
-/// The durable account of one turn, ready for the run record (camelCase JSON).
+/// The replay driver's account of one turn (camelCase JSON); the agent loop turns it into the
+/// run record's `TurnRecord`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TurnRecord {
+pub struct TurnAccount {
     pub status: TurnStatus,
     pub end: EndKind,
     /// How many replays the policy scheduled: `replays.len()`.
@@ -157,7 +142,7 @@ pub enum TurnEnd {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TurnResult {
     pub end: TurnEnd,
-    pub record: TurnRecord,
+    pub record: TurnAccount,
 }
 
 /// Runs one provider turn with in-turn replay. See the module docs for the rules it keeps.
@@ -233,12 +218,12 @@ pub async fn run_turn_observed(
 
         let failed = match sent {
             Ok(outcome) => {
-                turn.usage = turn.usage.plus(outcome.usage);
+                turn.usage = turn.usage + outcome.usage;
                 return turn.finish(TurnEnd::Completed(outcome), None);
             }
             Err(f) => f,
         };
-        turn.usage = turn.usage.plus(failed.usage);
+        turn.usage = turn.usage + failed.usage;
 
         let now_ms = ms_since_start(Instant::now());
         let mut decision = decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms);
@@ -323,7 +308,7 @@ impl Turn {
             }
             TurnEnd::Cancelled => (TurnStatus::Cancelled, EndKind::Cancelled, None, None),
         };
-        let record = TurnRecord {
+        let record = TurnAccount {
             status,
             end: kind,
             provider_retries: u32::try_from(self.replays.len()).unwrap_or(u32::MAX),

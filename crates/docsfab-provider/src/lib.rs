@@ -8,7 +8,7 @@
 //!   finish reason, end marker, usage, models) or a failure.
 //! * [`driver`]: [`run_turn`], one provider turn: the request and its in-turn replays, decided
 //!   by `docsfab_policy::replay::decide`, with cancellation, the attempt deadline and the
-//!   payload-digest check, producing a [`TurnRecord`].
+//!   payload-digest check, producing a [`TurnAccount`].
 //! * [`scripted`]: an in-memory transport that plays a script, for paused-clock tests here and in
 //!   the runtime.
 //!
@@ -22,7 +22,7 @@ pub mod secret;
 pub mod transport;
 
 pub use driver::{
-    PayloadSource, ReplayCause, ReplayEntry, TurnEnd, TurnRecord, TurnResult, TurnStatus, run_turn,
+    PayloadSource, ReplayCause, ReplayEntry, TurnAccount, TurnEnd, TurnResult, TurnStatus, run_turn,
 };
 pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{

@@ -76,22 +76,7 @@ impl Serialize for FinishReason {
     }
 }
 
-/// Token usage as the provider reported it (zero when it reported none).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-impl Usage {
-    pub fn plus(self, other: Usage) -> Usage {
-        Usage {
-            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
-            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
-        }
-    }
-}
+pub use docsfab_record::Usage;
 
 /// A tool call the model made in this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -327,10 +312,7 @@ impl StreamReader {
             };
             let detail = format!("the stream closed cleanly with {what} (stream-incomplete)");
             return Err(self.fail(
-                failure(
-                    FaultKind::StreamIncomplete,
-                    ProviderErrorClass::StreamIncomplete,
-                ),
+                ProviderFailure::from_fault(FaultKind::StreamIncomplete),
                 detail,
             ));
         }
@@ -368,21 +350,16 @@ impl StreamReader {
 
     /// The body failed while transferring: it keeps that classification (CLS-3), unless the
     /// provider had already refused the content.
-    pub fn cut(
-        self,
-        fault: FaultKind,
-        class: ProviderErrorClass,
-        detail: String,
-    ) -> TransportFailure {
+    pub fn cut(self, failure: ProviderFailure, detail: String) -> TransportFailure {
         if self.finish == Some(FinishReason::ContentFilter) {
             return self.content_filter_finish();
         }
-        self.fail(failure(fault, class), detail)
+        self.fail(failure, detail)
     }
 
     fn content_filter_finish(self) -> TransportFailure {
         self.fail(
-            failure(FaultKind::ContentFilter, ProviderErrorClass::ContentFilter),
+            ProviderFailure::from_fault(FaultKind::ContentFilter),
             "the provider ended the answer with a content-filter finish reason".to_owned(),
         )
     }
@@ -413,14 +390,11 @@ impl StreamReader {
             )
         });
         let mut f = if is_filter {
-            failure(FaultKind::ContentFilter, ProviderErrorClass::ContentFilter)
+            ProviderFailure::from_fault(FaultKind::ContentFilter)
         } else {
             match classify_error_event(v) {
-                Some(c) => ProviderFailure {
-                    declared_status: c.declared_status,
-                    ..failure(FaultKind::ErrorEvent, c.class)
-                },
-                None => failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown),
+                Some(c) => ProviderFailure::from_error_event(c),
+                None => ProviderFailure::from_fault(FaultKind::ErrorEvent),
             }
         };
         f.content_published = self_published;
@@ -441,7 +415,7 @@ impl StreamReader {
         match serde_json::from_slice::<Value>(body) {
             Ok(v) if v.get("error").is_some_and(|e| !e.is_null()) => self.error_fail(&v),
             _ => {
-                let f = failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown);
+                let f = ProviderFailure::from_fault(FaultKind::ErrorEvent);
                 self.take_fail(
                     f,
                     "the provider answered 200 with a JSON body instead of an event stream"
@@ -598,7 +572,7 @@ impl StreamReader {
     fn unreadable(&mut self) -> TransportFailure {
         // A data line that is not JSON is no answer and no declared error: `unknown`, which is
         // never replayed.
-        let f = failure(FaultKind::ErrorEvent, ProviderErrorClass::Unknown);
+        let f = ProviderFailure::from_fault(FaultKind::ErrorEvent);
         self.take_fail(
             f,
             "the 200 stream carried a data line that is not JSON".to_owned(),
@@ -695,8 +669,7 @@ data: [DONE]\n\n";
         });
         assert!(f.is_ok());
         let f = r.cut(
-            FaultKind::BodyCut,
-            ProviderErrorClass::Network,
+            ProviderFailure::from_fault(FaultKind::BodyCut),
             "cut".into(),
         );
         assert_eq!(f.failure.class, ProviderErrorClass::Network);

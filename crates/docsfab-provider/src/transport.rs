@@ -11,13 +11,13 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use docsfab_boundary::{Redactor, SseDecoder};
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_http_status};
+use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
 use docsfab_policy::retry_after::parse_retry_after;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
-use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words, failure};
+use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words};
 use crate::request::{Api, endpoint_path};
 use crate::secret::ApiKey;
 
@@ -205,11 +205,13 @@ impl HttpTransport {
                             "the response body exceeded {} bytes and was cut off",
                             self.max_body_bytes
                         );
-                        return Err(reader.cut(
-                            FaultKind::BodyCut,
-                            ProviderErrorClass::Unknown,
-                            detail,
-                        ));
+                        // docsfab's own size limit cut the body, not the network: retrying
+                        // meets the same body, so the class is `unknown`, not `network`.
+                        let failure = ProviderFailure {
+                            class: ProviderErrorClass::Unknown,
+                            ..ProviderFailure::from_fault(FaultKind::BodyCut)
+                        };
+                        return Err(reader.cut(failure, detail));
                     }
                     if self.keep_raw_body || is_json {
                         raw.extend_from_slice(&chunk);
@@ -225,17 +227,17 @@ impl HttpTransport {
                     }
                 }
                 Err(e) => {
-                    let (fault, class) = if e.is_timeout() {
-                        (FaultKind::RequestTimeout, ProviderErrorClass::Timeout)
+                    let fault = if e.is_timeout() {
+                        FaultKind::RequestTimeout
                     } else {
-                        (FaultKind::BodyCut, ProviderErrorClass::Network)
+                        FaultKind::BodyCut
                     };
                     // Without the URL: a base URL may carry credentials in its user info.
                     let detail = format!(
                         "the response body failed mid-transfer: {}",
                         chain(&e.without_url())
                     );
-                    return Err(reader.cut(fault, class, detail));
+                    return Err(reader.cut(ProviderFailure::from_fault(fault), detail));
                 }
             }
         }
@@ -318,26 +320,23 @@ pub fn install_crypto_provider() {
 
 /// A request that got no response head: refused, dropped, reset or timed out.
 fn before_head_failure(e: &reqwest::Error) -> TransportFailure {
-    let (fault, class, what) = if e.is_timeout() {
+    let (fault, what) = if e.is_timeout() {
         (
             FaultKind::RequestTimeout,
-            ProviderErrorClass::Timeout,
             "timed out before a response head arrived",
         )
     } else if e.is_connect() {
-        (
-            FaultKind::ConnectRefused,
-            ProviderErrorClass::Network,
-            "could not connect",
-        )
+        (FaultKind::ConnectRefused, "could not connect")
     } else {
         (
             FaultKind::ConnectionDropped,
-            ProviderErrorClass::Network,
             "the connection was dropped before a response head arrived",
         )
     };
-    TransportFailure::new(failure(fault, class), format!("{what}: {}", chain(e)))
+    TransportFailure::new(
+        ProviderFailure::from_fault(fault),
+        format!("{what}: {}", chain(e)),
+    )
 }
 
 /// A non-2xx response. The status decides the class (REP-4): the body is read only for a
@@ -372,8 +371,7 @@ async fn status_failure(response: reqwest::Response) -> TransportFailure {
         .unwrap_or_default();
     let (error_type, error_code) = error_words(&error);
 
-    let mut class = classify_http_status(status);
-    let mut fault = FaultKind::HttpStatus;
+    let mut head = ProviderFailure::from_http_status(status, retry_after_ms);
     let filtered = [&error_code, &error_type].iter().any(|w| {
         matches!(
             w.as_deref(),
@@ -382,9 +380,12 @@ async fn status_failure(response: reqwest::Response) -> TransportFailure {
     });
     // Only a request the provider rejected (an invalid-request 4xx) is refined to
     // content-filter: both are terminal, so the status' decision never flips (REP-4).
-    if filtered && class == ProviderErrorClass::InvalidRequest {
-        class = ProviderErrorClass::ContentFilter;
-        fault = FaultKind::ContentFilter;
+    if filtered && head.class == ProviderErrorClass::InvalidRequest {
+        head = ProviderFailure {
+            http_status: head.http_status,
+            retry_after_ms: head.retry_after_ms,
+            ..ProviderFailure::from_fault(FaultKind::ContentFilter)
+        };
     }
 
     let mut detail = format!("HTTP {status}");
@@ -394,14 +395,7 @@ async fn status_failure(response: reqwest::Response) -> TransportFailure {
     if let Some(c) = &error_code {
         detail.push_str(&format!(", error code {c}"));
     }
-    let mut failure = TransportFailure::new(
-        ProviderFailure {
-            http_status: Some(status),
-            retry_after_ms,
-            ..failure(fault, class)
-        },
-        detail,
-    );
+    let mut failure = TransportFailure::new(head, detail);
     failure.body.error_type = error_type;
     failure.body.error_code = error_code;
     failure

@@ -529,6 +529,6 @@ async fn record_serializes_with_the_run_record_names_rep_13() {
         v["replays"][1],
         serde_json::json!({"fault": "connection-dropped", "providerErrorClass": "network", "waitMs": 1000, "retryAfterMs": null, "window": "general"})
     );
-    let back: docsfab_provider::TurnRecord = serde_json::from_value(v).expect("round trip");
+    let back: docsfab_provider::TurnAccount = serde_json::from_value(v).expect("round trip");
     assert_eq!(back, r.record);
 }

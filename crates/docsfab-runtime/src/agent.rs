@@ -43,10 +43,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::{FaultKind, ProviderFailure};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::Feedback;
-use docsfab_policy::step::{AttemptFailure, ContractFailure, ValidatorRefusal};
+use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
     Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
@@ -58,8 +58,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::{self, RequestedCall};
 use crate::composition::{Access, ModelLimits, Step, Tool};
-use crate::contract::{Contract, ContractFailureKind};
-use crate::ledger::{CallOutcome, Checkpoint, ExecutionLease, StopReason, ToolBatch, TurnEvidence};
+use crate::contract::Contract;
+use crate::ledger::{CallOutcome, Checkpoint, ExecutionLease, LeaseStop, ToolBatch, TurnEvidence};
 use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
@@ -317,8 +317,8 @@ fn fallback_lease_record(lease: &ExecutionLease, max_turns: u32) -> LeaseRecord 
         turns_used: lease.turns_used(),
         executed_tool_calls: lease.executed_tool_calls(),
         tool_counters: Default::default(),
-        stop_reason: StopReason::ProviderFailed,
-        disposition: StopReason::ProviderFailed.disposition(),
+        stop_reason: LeaseStop::ProviderFailed,
+        disposition: LeaseStop::ProviderFailed.disposition(),
         evidence: Some("the lease did not record its end".to_owned()),
     }
 }
@@ -352,7 +352,7 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
         Err(why) => {
             let text = format!("the response boundary cannot be set up: {why}");
             st.lease
-                .stop(StopReason::PreflightFailed, Some(text.clone()));
+                .stop(LeaseStop::PreflightFailed, Some(text.clone()));
             return fail(
                 AttemptFailure::RefusedBeforeSend {
                     error_text: text.clone(),
@@ -374,7 +374,7 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
 
     loop {
         if input.cancel.is_cancelled() {
-            st.lease.stop(StopReason::Cancelled, None);
+            st.lease.stop(LeaseStop::Cancelled, None);
             return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
         }
         let preflight = st.tools.preflight();
@@ -394,7 +394,7 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
             Ok(p) => p,
             Err(e) => {
                 st.lease
-                    .stop(StopReason::PreflightFailed, Some(e.to_string()));
+                    .stop(LeaseStop::PreflightFailed, Some(e.to_string()));
                 push_turn(
                     st,
                     turn,
@@ -505,7 +505,7 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
                         answer_continuations,
                         input.limits.max_turns,
                     );
-                    st.lease.stop(StopReason::MaxTurns, Some(text.clone()));
+                    st.lease.stop(LeaseStop::MaxTurns, Some(text.clone()));
                     return fail(AttemptFailure::CutAnswer, text);
                 }
                 FinalTurn::Cut(why) => {
@@ -570,14 +570,14 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
         emit_finished(input, turn, TurnStatus::Completed, &batch);
         if let Some(host) = ran.host_failure {
             // The batch already ended the lease with this evidence (LSE-2).
-            return lease_ended(StopReason::PreflightFailed, Some(host.evidence));
+            return lease_ended(LeaseStop::PreflightFailed, Some(host.evidence));
         }
         if input.cancel.is_cancelled() {
-            st.lease.stop(StopReason::Cancelled, None);
+            st.lease.stop(LeaseStop::Cancelled, None);
             return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
         }
         if Instant::now() >= deadline {
-            st.lease.stop(StopReason::Deadline, None);
+            st.lease.stop(LeaseStop::Deadline, None);
             return fail(
                 AttemptFailure::AttemptDeadline,
                 format!(
@@ -733,11 +733,11 @@ fn replay_record(e: &ReplayEntry) -> ReplayRecord {
 }
 
 /// How the attempt ends when the lease stopped it.
-fn lease_ended(reason: StopReason, evidence: Option<String>) -> Ending {
+fn lease_ended(reason: LeaseStop, evidence: Option<String>) -> Ending {
     let why = evidence.clone().unwrap_or_default();
     match reason {
         // The host refused before sending: its evidence is the error text (LSE-2, STP-4).
-        StopReason::PreflightFailed => {
+        LeaseStop::PreflightFailed => {
             let text = format!("host preflight failed: {why}");
             fail(
                 AttemptFailure::RefusedBeforeSend {
@@ -746,23 +746,23 @@ fn lease_ended(reason: StopReason, evidence: Option<String>) -> Ending {
                 text,
             )
         }
-        StopReason::NoProgress => fail(
+        LeaseStop::NoProgress => fail(
             AttemptFailure::NoProgress,
             "read supervision stopped the attempt: repeated notice-only re-reads without new evidence",
         ),
         // The lease ran out of turns, or the checkpoint refused renewal: the runtime stopped
         // the attempt without an answer. The step retry treats both as no-progress.
-        StopReason::MaxTurns => fail(
+        LeaseStop::MaxTurns => fail(
             AttemptFailure::NoProgress,
             "the execution lease used every provider turn (maxTurns) without an answer",
         ),
-        StopReason::RenewalRefused => fail(
+        LeaseStop::RenewalRefused => fail(
             AttemptFailure::NoProgress,
             format!("the checkpoint refused renewal: {why}"),
         ),
-        StopReason::Deadline => fail(AttemptFailure::AttemptDeadline, "the attempt timer fired"),
-        StopReason::Cancelled => fail(AttemptFailure::Cancelled, "the attempt was cancelled"),
-        StopReason::ProviderFailed | StopReason::Answered => fail(
+        LeaseStop::Deadline => fail(AttemptFailure::AttemptDeadline, "the attempt timer fired"),
+        LeaseStop::Cancelled => fail(AttemptFailure::Cancelled, "the attempt was cancelled"),
+        LeaseStop::ProviderFailed | LeaseStop::Answered => fail(
             AttemptFailure::RefusedBeforeSend {
                 error_text: format!("the lease ended unexpectedly ({reason:?})"),
             },
@@ -787,8 +787,7 @@ fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
     let text = format!(
         "the response boundary refused the provider's answer ({refusal}); none of it was used"
     );
-    st.lease
-        .stop(StopReason::ProviderFailed, Some(text.clone()));
+    st.lease.stop(LeaseStop::ProviderFailed, Some(text.clone()));
     if refusal.reason.is_credential() {
         // STP-14: terminal, whatever the budgets; asking again could show the key again.
         return fail(
@@ -801,14 +800,7 @@ fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
     // The provider answered, but not as the selected model or not as a readable stream: a
     // provider fault that no transport class fits. Retrying the same request usually meets the
     // same answer (a model name the provider reports differently), so it is `unknown`.
-    let failure = ProviderFailure {
-        fault: FaultKind::ErrorEvent,
-        class: ProviderErrorClass::Unknown,
-        http_status: None,
-        declared_status: None,
-        retry_after_ms: None,
-        content_published: false,
-    };
+    let failure = ProviderFailure::from_fault(FaultKind::ErrorEvent);
     st.provider_failure = Some(failure);
     fail(AttemptFailure::Provider { failure }, text)
 }
@@ -816,7 +808,7 @@ fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
 /// STP-14: the provider said the request does not fit the model's context window.
 fn context_exhausted(st: &mut Attempt<'_>, failure: &TransportFailure) -> Ending {
     st.lease
-        .stop(StopReason::ProviderFailed, Some(failure.detail.clone()));
+        .stop(LeaseStop::ProviderFailed, Some(failure.detail.clone()));
     // Recorded too, so the attempt still shows the provider's class and status.
     st.provider_failure = Some(failure.failure);
     fail(
@@ -835,7 +827,7 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
         }
         TurnEnd::Failed { failure, .. } => {
             st.lease
-                .stop(StopReason::ProviderFailed, Some(failure.detail.clone()));
+                .stop(LeaseStop::ProviderFailed, Some(failure.detail.clone()));
             st.provider_failure = Some(failure.failure);
             fail(
                 AttemptFailure::Provider {
@@ -845,7 +837,7 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
             )
         }
         TurnEnd::DeadlineReached { .. } => {
-            st.lease.stop(StopReason::Deadline, None);
+            st.lease.stop(LeaseStop::Deadline, None);
             fail(
                 AttemptFailure::AttemptDeadline,
                 "the attempt timer fired during a provider turn",
@@ -855,8 +847,7 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
             let text = format!(
                 "payload digest mismatch: a replay would have sent {actual} instead of {expected}"
             );
-            st.lease
-                .stop(StopReason::ProviderFailed, Some(text.clone()));
+            st.lease.stop(LeaseStop::ProviderFailed, Some(text.clone()));
             fail(
                 AttemptFailure::RefusedBeforeSend {
                     error_text: text.clone(),
@@ -865,7 +856,7 @@ fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
             )
         }
         TurnEnd::Cancelled => {
-            st.lease.stop(StopReason::Cancelled, None);
+            st.lease.stop(LeaseStop::Cancelled, None);
             fail(AttemptFailure::Cancelled, "the attempt was cancelled")
         }
         TurnEnd::Completed(_) => fail(
@@ -924,15 +915,7 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
                 ),
             )
         }
-        Err(e) => {
-            let failure = match e.kind {
-                ContractFailureKind::Empty => ContractFailure::Empty,
-                ContractFailureKind::Prose => ContractFailure::Prose,
-                ContractFailureKind::Array => ContractFailure::Array,
-                ContractFailureKind::SchemaInvalid => ContractFailure::SchemaInvalid,
-            };
-            fail(AttemptFailure::Contract { failure }, e.to_string())
-        }
+        Err(e) => fail(AttemptFailure::Contract { failure: e.kind }, e.to_string()),
     }
 }
 

@@ -3,7 +3,7 @@
 //! answered with tool calls" and the checkpoint.
 
 use crate::composition::Tool;
-use crate::ledger::{BatchBuilder, CallResult, ExecutionLease, StopReason, ToolBatch};
+use crate::ledger::{BatchBuilder, CallResult, ExecutionLease, LeaseStop, ToolBatch};
 use crate::tools::{HostFailure, StepTools};
 
 /// Told, before a write tool runs, which tool will write which workspace-relative path; the
@@ -93,7 +93,7 @@ pub fn run_batch_with(
                 // host's failure, not the model's mistake.
                 if let Err(failure) = tools.preflight() {
                     builder.refuse(&call.id, &call.name, "not run: the host preflight failed");
-                    lease.stop(StopReason::PreflightFailed, Some(failure.evidence.clone()));
+                    lease.stop(LeaseStop::PreflightFailed, Some(failure.evidence.clone()));
                     host_failure = Some(HostFailure {
                         evidence: failure.evidence,
                     });
@@ -115,7 +115,7 @@ pub fn run_batch_with(
                 &call.name,
                 "not run: the host could not record the write",
             );
-            lease.stop(StopReason::PreflightFailed, Some(evidence.clone()));
+            lease.stop(LeaseStop::PreflightFailed, Some(evidence.clone()));
             host_failure = Some(HostFailure { evidence });
             continue;
         }
@@ -133,7 +133,7 @@ pub fn run_batch_with(
                 replies.push(reply(answer.text, is_error));
             }
             Err(failure) => {
-                lease.stop(StopReason::PreflightFailed, Some(failure.evidence.clone()));
+                lease.stop(LeaseStop::PreflightFailed, Some(failure.evidence.clone()));
                 host_failure = Some(failure);
             }
         }

@@ -66,22 +66,7 @@ impl Default for ModelLimits {
     }
 }
 
-/// Whether a step may change the workspace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Access {
-    ReadOnly,
-    Write,
-}
-
-impl Access {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Access::ReadOnly => "read-only",
-            Access::Write => "write",
-        }
-    }
-}
+pub use docsfab_record::Access;
 
 /// The tools a step may offer the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

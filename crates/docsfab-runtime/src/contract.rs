@@ -13,44 +13,28 @@
 
 use serde_json::{Map, Value};
 
-/// Why an answer does not meet its contract.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ContractFailureKind {
-    Empty,
-    Prose,
-    Array,
-    SchemaInvalid,
-}
+/// Why an answer does not meet its contract: the record's one `ContractFailure` (`empty`,
+/// `prose`, `array`, `schema-invalid`).
+pub use docsfab_record::ContractFailure;
 
-impl ContractFailureKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContractFailureKind::Empty => "empty",
-            ContractFailureKind::Prose => "prose",
-            ContractFailureKind::Array => "array",
-            ContractFailureKind::SchemaInvalid => "schema-invalid",
+/// A one-sentence correction for this kind of failure. Not what a retry sends: the rules
+/// table's [`Feedback`](docsfab_policy::rules::Feedback) for the condition decides that, in
+/// the words of `agent::feedback_text`.
+pub fn feedback(kind: ContractFailure) -> &'static str {
+    match kind {
+        ContractFailure::Empty => {
+            "Your answer was empty. Return only the JSON object the step asks for."
         }
-    }
-
-    /// A one-sentence correction for this kind of failure. Not what a retry sends: the rules
-    /// table's [`Feedback`](docsfab_policy::rules::Feedback) for the condition decides that, in
-    /// the words of `agent::feedback_text`.
-    pub fn feedback(self) -> &'static str {
-        match self {
-            ContractFailureKind::Empty => {
-                "Your answer was empty. Return only the JSON object the step asks for."
-            }
-            ContractFailureKind::Prose => {
-                "Your answer was not a JSON object. Return only the JSON object the step asks \
+        ContractFailure::Prose => {
+            "Your answer was not a JSON object. Return only the JSON object the step asks \
                  for, with no text before or after it."
-            }
-            ContractFailureKind::Array => {
-                "Your answer was a JSON array. Return only the JSON object the step asks for."
-            }
-            ContractFailureKind::SchemaInvalid => {
-                "Your answer object does not meet the step's schema. Return only a corrected \
+        }
+        ContractFailure::Array => {
+            "Your answer was a JSON array. Return only the JSON object the step asks for."
+        }
+        ContractFailure::SchemaInvalid => {
+            "Your answer object does not meet the step's schema. Return only a corrected \
                  JSON object."
-            }
         }
     }
 }
@@ -58,8 +42,8 @@ impl ContractFailureKind {
 /// A judged answer that failed, with the schema violations when there are any.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("the answer is {}{}", .kind.as_str(), if .violations.is_empty() { String::new() } else { format!(": {}", .violations.join("; ")) })]
-pub struct ContractFailure {
-    pub kind: ContractFailureKind,
+pub struct ContractRejection {
+    pub kind: ContractFailure,
     /// Each schema violation with its JSON pointer (`schema-invalid` only).
     pub violations: Vec<String>,
 }
@@ -92,7 +76,7 @@ impl Contract {
     }
 
     /// Judges a final answer.
-    pub fn judge(&self, answer: &str) -> Result<Map<String, Value>, ContractFailure> {
+    pub fn judge(&self, answer: &str) -> Result<Map<String, Value>, ContractRejection> {
         let object = Value::Object(parse_object(answer)?);
         let Some(validator) = &self.validator else {
             return Ok(into_map(object));
@@ -101,8 +85,8 @@ impl Contract {
         if violations.is_empty() {
             Ok(into_map(object))
         } else {
-            Err(ContractFailure {
-                kind: ContractFailureKind::SchemaInvalid,
+            Err(ContractRejection {
+                kind: ContractFailure::SchemaInvalid,
                 violations,
             })
         }
@@ -132,23 +116,23 @@ fn into_map(value: Value) -> Map<String, Value> {
     }
 }
 
-fn failure(kind: ContractFailureKind) -> ContractFailure {
-    ContractFailure {
+fn failure(kind: ContractFailure) -> ContractRejection {
+    ContractRejection {
         kind,
         violations: Vec::new(),
     }
 }
 
 /// The answer as one JSON object, or why it is not one.
-pub fn parse_object(answer: &str) -> Result<Map<String, Value>, ContractFailure> {
+pub fn parse_object(answer: &str) -> Result<Map<String, Value>, ContractRejection> {
     let text = strip_fence(answer.trim()).trim();
     if text.is_empty() {
-        return Err(failure(ContractFailureKind::Empty));
+        return Err(failure(ContractFailure::Empty));
     }
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(object)) => Ok(object),
-        Ok(Value::Array(_)) => Err(failure(ContractFailureKind::Array)),
-        Ok(_) | Err(_) => Err(failure(ContractFailureKind::Prose)),
+        Ok(Value::Array(_)) => Err(failure(ContractFailure::Array)),
+        Ok(_) | Err(_) => Err(failure(ContractFailure::Prose)),
     }
 }
 

@@ -39,8 +39,8 @@ use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
 use crate::batch::BeforeWrite;
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::record::{
-    AttemptBudget, AttemptRecord, AttemptStatus, Retry, RetryDecision, RunStatus, StepFailure,
-    TransportRetryBudget, WriteRestore, WriteSettlement, replay_cause_text,
+    AttemptRecord, AttemptStatus, Budget, RecordedSettlement, Retry, RetryDecision, RunStatus,
+    StepFailure, WriteRestore,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -68,16 +68,12 @@ const UNLABELLED_KEY: &str = "provider-api-key";
 /// The run's response boundary: the provider's API, the selected model, and the key's value as
 /// a host secret (a key under 8 bytes cannot be searched for; every known key shape still is).
 fn boundary_config(provider: &ProviderSettings, model: &str) -> Result<BoundaryConfig, String> {
-    let api = match provider.api {
-        Api::OpenaiChat => docsfab_boundary::Api::OpenAiChat,
-        Api::AnthropicMessages => docsfab_boundary::Api::AnthropicMessages,
-    };
     let secrets: Vec<Secret> = provider
         .api_key
         .iter()
         .filter_map(|k| Secret::new(k.label().unwrap_or(UNLABELLED_KEY), k.expose()).ok())
         .collect();
-    BoundaryConfig::new(api, model, &secrets).map_err(|e| e.to_string())
+    BoundaryConfig::new(provider.api, model, &secrets).map_err(|e| e.to_string())
 }
 
 /// Something to tell the operator while the run goes.
@@ -94,7 +90,7 @@ pub enum Progress {
     AttemptStarted {
         step_id: String,
         attempt: u32,
-        budget: AttemptBudget,
+        budget: Budget,
     },
     /// Inside an attempt: a request, an in-turn replay, a turn's end.
     Turn {
@@ -141,9 +137,7 @@ impl Progress {
                 TurnEvent::Replay { turn, entry } => {
                     format!(
                         "    turn {turn}: {} ({}), replaying the same request in {} ms",
-                        replay_cause_text(entry.cause),
-                        entry.provider_error_class,
-                        entry.wait_ms
+                        entry.cause, entry.provider_error_class, entry.wait_ms
                     )
                 }
                 TurnEvent::Finished {
@@ -455,7 +449,7 @@ fn step_start(ctx: &Ctx<'_>, step: &Step) -> StepStart {
         access: step.access,
         configured_max_retries: limits.configured_max_retries(),
         effective_max_retries: limits.effective_max_retries(),
-        transport_retry: TransportRetryBudget::from(limits.transport_retry()),
+        transport_retry: limits.transport_retry(),
     }
 }
 
@@ -685,14 +679,14 @@ fn decide_after_failure(
     }
     let proven = settle_attempt(provisional).settlement;
     let settlement = match proven {
-        WriteSettlement::Unavailable => PolicySettlement::Unavailable,
-        WriteSettlement::NoWrite => PolicySettlement::NoWrite,
+        RecordedSettlement::Unavailable => PolicySettlement::Unavailable,
+        RecordedSettlement::NoWrite => PolicySettlement::NoWrite,
         // Ask as if restored; restore only when that would retry.
-        WriteSettlement::WriteExecuted => PolicySettlement::WriteExecutedAndRestored,
+        RecordedSettlement::WriteExecuted => PolicySettlement::WriteExecutedAndRestored,
     };
     let decision = decide(PolicyAccess::Write(settlement));
     let cancelled = matches!(failure, AttemptFailure::Cancelled);
-    if proven != WriteSettlement::WriteExecuted || !(decision.retry_scheduled() || cancelled) {
+    if proven != RecordedSettlement::WriteExecuted || !(decision.retry_scheduled() || cancelled) {
         return AfterFailure {
             decision,
             settlement: Some(settlement),
@@ -753,7 +747,7 @@ struct Decided<'a> {
 
 fn attempt_record(
     attempt: u32,
-    budget: AttemptBudget,
+    budget: Budget,
     report: &AttemptReport,
     decided: Option<Decided<'_>>,
     settlement: Option<PolicySettlement>,

@@ -19,102 +19,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-
 use crate::composition::Tool;
-use crate::record::LeaseRecord;
+use docsfab_record::LeaseRecord;
 
-/// Why a tool call was rejected before host authorization (LSE-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RejectReason {
-    /// The model named a tool that this step does not offer.
-    UnknownTool,
-    /// The arguments are not JSON.
-    InvalidArguments,
-    /// The arguments end before the JSON does (the stream cut the call short).
-    TruncatedArguments,
-    /// The arguments are JSON but do not meet the tool's parameter schema.
-    SchemaMismatch,
-}
-
-/// How an executed tool call ended. Tool errors are data the model sees, not host failures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum CallResult {
-    /// The tool returned content.
-    Ok,
-    /// The tool returned an error message to the model (missing file, budget spent, ...).
-    ToolError,
-    /// Read supervision answered with a notice instead of content (LSE-4).
-    Notice,
-}
-
-/// What became of one tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "kebab-case")]
-pub enum CallOutcome {
-    /// Rejected before host authorization; nothing ran.
-    Rejected {
-        reason: RejectReason,
-        detail: String,
-    },
-    /// Host authorization refused it (a path outside the workspace or outside `writeRoots`);
-    /// nothing ran and the model got the reason as a tool error.
-    Refused { detail: String },
-    /// Authorized and run. `result` is `null` when no result was recorded (the host lost it):
-    /// that is missing evidence, never "nothing happened".
-    Executed { result: Option<CallResult> },
-}
-
-/// One tool call as the ledger keeps it. (serde cannot deny unknown fields beside a flattened
-/// enum; the JSON Schema does.)
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolCallEntry {
-    /// The provider's id for the call.
-    pub id: String,
-    /// The tool name exactly as the model sent it.
-    pub tool: String,
-    #[serde(flatten)]
-    pub outcome: CallOutcome,
-}
-
-/// The tool batch of one turn: counts plus every call. `rejected` counts both rejections and
-/// refusals, so `requested = rejected + executed` in a consistent batch.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ToolBatch {
-    pub requested: u32,
-    pub rejected: u32,
-    pub executed: u32,
-    #[serde(default)]
-    pub calls: Vec<ToolCallEntry>,
-}
-
-impl ToolBatch {
-    /// Whether the counts agree with the calls and every executed call has its result.
-    pub fn is_consistent(&self) -> bool {
-        let executed = self
-            .calls
-            .iter()
-            .filter(|c| matches!(c.outcome, CallOutcome::Executed { .. }))
-            .count();
-        let rejected = self.calls.len() - executed;
-        let results_present = self
-            .calls
-            .iter()
-            .all(|c| !matches!(c.outcome, CallOutcome::Executed { result: None }));
-        count_eq(self.requested, self.calls.len())
-            && count_eq(self.executed, executed)
-            && count_eq(self.rejected, rejected)
-            && results_present
-    }
-}
-
-fn count_eq(count: u32, len: usize) -> bool {
-    usize::try_from(count).ok() == Some(len)
-}
+pub use docsfab_record::{
+    CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
+};
 
 /// Identifies a started execution inside a [`BatchBuilder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,54 +106,6 @@ fn saturating_u32(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Why the lease ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StopReason {
-    /// The model answered without tool calls; the answer goes to the contract.
-    Answered,
-    /// All `maxTurns` provider turns are used.
-    MaxTurns,
-    /// The host's attempt timer fired.
-    Deadline,
-    /// Read supervision saw repeated notice-only re-reads without new evidence (LSE-4).
-    NoProgress,
-    /// The executed-call evidence of the last turn did not support renewal (LSE-3).
-    RenewalRefused,
-    /// A host preflight check failed (LSE-2); `evidence` says which.
-    PreflightFailed,
-    /// The provider request failed (after any in-turn replays).
-    ProviderFailed,
-    Cancelled,
-}
-
-/// What the stop means for the attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Disposition {
-    /// An answer was delivered for the contract to judge.
-    Completed,
-    /// A ceiling (turns, time) ended the lease.
-    Exhausted,
-    /// The host stopped the attempt (no progress, renewal refused).
-    Stopped,
-    /// The host or the provider failed.
-    Failed,
-    Cancelled,
-}
-
-impl StopReason {
-    pub fn disposition(self) -> Disposition {
-        match self {
-            StopReason::Answered => Disposition::Completed,
-            StopReason::MaxTurns | StopReason::Deadline => Disposition::Exhausted,
-            StopReason::NoProgress | StopReason::RenewalRefused => Disposition::Stopped,
-            StopReason::PreflightFailed | StopReason::ProviderFailed => Disposition::Failed,
-            StopReason::Cancelled => Disposition::Cancelled,
-        }
-    }
-}
-
 /// A failed host preflight, with its diagnostic evidence (LSE-2).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("host preflight failed: {evidence}")]
@@ -254,13 +116,13 @@ pub struct PreflightFailure {
 /// How a lease ended: kept by the terminal lease for diagnosis.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseEnd {
-    pub stop_reason: StopReason,
+    pub stop_reason: LeaseStop,
     pub disposition: Disposition,
     pub evidence: Option<String>,
 }
 
 impl LeaseEnd {
-    fn new(stop_reason: StopReason, evidence: Option<String>) -> LeaseEnd {
+    fn new(stop_reason: LeaseStop, evidence: Option<String>) -> LeaseEnd {
         LeaseEnd {
             stop_reason,
             disposition: stop_reason.disposition(),
@@ -343,10 +205,10 @@ impl ExecutionLease {
             return Err(end.clone());
         }
         if let Err(failure) = preflight {
-            return Err(self.stop(StopReason::PreflightFailed, Some(failure.evidence)));
+            return Err(self.stop(LeaseStop::PreflightFailed, Some(failure.evidence)));
         }
         if self.turns_used >= self.max_turns {
-            return Err(self.stop(StopReason::MaxTurns, None));
+            return Err(self.stop(LeaseStop::MaxTurns, None));
         }
         self.turns_used += 1;
         self.executed_this_turn = 0;
@@ -381,13 +243,13 @@ impl ExecutionLease {
         let batch = evidence.batch;
         if !batch.is_consistent() {
             return Checkpoint::Stop(self.stop(
-                StopReason::RenewalRefused,
+                LeaseStop::RenewalRefused,
                 Some("the turn's tool batch is inconsistent or misses a result".to_owned()),
             ));
         }
         if batch.executed != self.executed_this_turn {
             return Checkpoint::Stop(self.stop(
-                StopReason::RenewalRefused,
+                LeaseStop::RenewalRefused,
                 Some(format!(
                     "the lease authorized {} tool executions this turn but the batch records {}",
                     self.executed_this_turn, batch.executed
@@ -395,20 +257,20 @@ impl ExecutionLease {
             ));
         }
         if evidence.no_progress {
-            return Checkpoint::Stop(self.stop(StopReason::NoProgress, None));
+            return Checkpoint::Stop(self.stop(LeaseStop::NoProgress, None));
         }
         if batch.requested == 0 {
-            return Checkpoint::Stop(self.stop(StopReason::Answered, None));
+            return Checkpoint::Stop(self.stop(LeaseStop::Answered, None));
         }
         if self.turns_used >= self.max_turns {
-            return Checkpoint::Stop(self.stop(StopReason::MaxTurns, None));
+            return Checkpoint::Stop(self.stop(LeaseStop::MaxTurns, None));
         }
         Checkpoint::Renew
     }
 
     /// Ends the lease for a reason found outside the checkpoint (provider failure, deadline,
     /// cancellation, a host failure while a tool ran). The first end wins.
-    pub fn stop(&mut self, reason: StopReason, evidence: Option<String>) -> LeaseEnd {
+    pub fn stop(&mut self, reason: LeaseStop, evidence: Option<String>) -> LeaseEnd {
         self.turn_open = false;
         self.end
             .get_or_insert_with(|| LeaseEnd::new(reason, evidence))

@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::ledger::{CallOutcome, ToolBatch};
-use crate::record::{AttemptRecord, LeaseRecord, WriteSettlement};
+use crate::record::{AttemptRecord, LeaseRecord, RecordedSettlement};
 use crate::tools::tool_named;
 
 /// The settlement of an attempt, with why it is `unavailable` when it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
-    pub settlement: WriteSettlement,
+    pub settlement: RecordedSettlement,
     /// What did not reconcile (`unavailable` only).
     pub reason: Option<String>,
 }
@@ -26,7 +26,7 @@ pub struct Settlement {
 impl Settlement {
     fn unavailable(reason: String) -> Settlement {
         Settlement {
-            settlement: WriteSettlement::Unavailable,
+            settlement: RecordedSettlement::Unavailable,
             reason: Some(reason),
         }
     }
@@ -88,9 +88,9 @@ pub fn settle<'a>(
     }
     Settlement {
         settlement: if wrote {
-            WriteSettlement::WriteExecuted
+            RecordedSettlement::WriteExecuted
         } else {
-            WriteSettlement::NoWrite
+            RecordedSettlement::NoWrite
         },
         reason: None,
     }
@@ -129,11 +129,11 @@ pub enum WriteRetryGate {
 }
 
 impl WriteRetryGate {
-    pub fn for_settlement(settlement: WriteSettlement) -> WriteRetryGate {
+    pub fn for_settlement(settlement: RecordedSettlement) -> WriteRetryGate {
         match settlement {
-            WriteSettlement::NoWrite => WriteRetryGate::Retry,
-            WriteSettlement::WriteExecuted => WriteRetryGate::RestoreThenRetry,
-            WriteSettlement::Unavailable => WriteRetryGate::Decline,
+            RecordedSettlement::NoWrite => WriteRetryGate::Retry,
+            RecordedSettlement::WriteExecuted => WriteRetryGate::RestoreThenRetry,
+            RecordedSettlement::Unavailable => WriteRetryGate::Decline,
         }
     }
 }

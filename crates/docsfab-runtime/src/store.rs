@@ -26,8 +26,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    AttemptRecord, InterruptedAttempt, RunRecord, RunStatus, RunSummary, StepAccess, StepFailure,
-    StepRecord, TransportRetryBudget, WriteIntent, rfc3339_utc,
+    Access, AttemptRecord, InterruptedAttempt, RunRecord, RunStatus, RunSummary, StepFailure,
+    StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
 };
 
 /// A failure of the run store. Messages say what failed; the CLI adds what to do.
@@ -199,10 +199,10 @@ pub fn process_start_ticks(pid: u32) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepStart {
     pub step_id: String,
-    pub access: StepAccess,
+    pub access: Access,
     pub configured_max_retries: u32,
     pub effective_max_retries: u32,
-    pub transport_retry: TransportRetryBudget,
+    pub transport_retry: TransportRetry,
 }
 
 /// How a step ended.

@@ -1,6 +1,6 @@
 //! Contract validation of read-only answers (STP-9).
 
-use docsfab_runtime::contract::{Contract, ContractFailureKind, parse_object};
+use docsfab_runtime::contract::{Contract, ContractFailure, feedback, parse_object};
 use serde_json::json;
 
 fn contract() -> Contract {
@@ -12,7 +12,7 @@ fn contract() -> Contract {
     .unwrap()
 }
 
-fn kind(answer: &str) -> ContractFailureKind {
+fn kind(answer: &str) -> ContractFailure {
     contract().judge(answer).unwrap_err().kind
 }
 
@@ -25,41 +25,38 @@ fn an_object_meeting_the_schema_is_accepted() {
 /// Requirement: STP-9.
 #[test]
 fn prose_array_and_empty_answers_are_told_apart_stp_9() {
-    assert_eq!(kind(""), ContractFailureKind::Empty);
-    assert_eq!(kind("  \n\t "), ContractFailureKind::Empty);
-    assert_eq!(kind("```json\n```"), ContractFailureKind::Empty);
-    assert_eq!(
-        kind("The crate has two modules."),
-        ContractFailureKind::Prose
-    );
+    assert_eq!(kind(""), ContractFailure::Empty);
+    assert_eq!(kind("  \n\t "), ContractFailure::Empty);
+    assert_eq!(kind("```json\n```"), ContractFailure::Empty);
+    assert_eq!(kind("The crate has two modules."), ContractFailure::Prose);
     assert_eq!(
         kind(r#"Here it is: {"modules": []}"#),
-        ContractFailureKind::Prose
+        ContractFailure::Prose
     );
     assert_eq!(
         kind(r#"{"modules": []} I hope this helps"#),
-        ContractFailureKind::Prose
+        ContractFailure::Prose
     );
-    assert_eq!(kind(r#""a string""#), ContractFailureKind::Prose);
-    assert_eq!(kind("42"), ContractFailureKind::Prose);
-    assert_eq!(kind("null"), ContractFailureKind::Prose);
-    assert_eq!(kind(r#"{"modules": ["a""#), ContractFailureKind::Prose);
-    assert_eq!(kind(r#"["a", "b"]"#), ContractFailureKind::Array);
-    assert_eq!(kind(r#"[{"modules": []}]"#), ContractFailureKind::Array);
+    assert_eq!(kind(r#""a string""#), ContractFailure::Prose);
+    assert_eq!(kind("42"), ContractFailure::Prose);
+    assert_eq!(kind("null"), ContractFailure::Prose);
+    assert_eq!(kind(r#"{"modules": ["a""#), ContractFailure::Prose);
+    assert_eq!(kind(r#"["a", "b"]"#), ContractFailure::Array);
+    assert_eq!(kind(r#"[{"modules": []}]"#), ContractFailure::Array);
 }
 
 /// Requirement: STP-9.
 #[test]
 fn an_object_that_breaks_the_schema_is_schema_invalid_with_its_violations_stp_9() {
     let failure = contract().judge(r#"{"modules": [1]}"#).unwrap_err();
-    assert_eq!(failure.kind, ContractFailureKind::SchemaInvalid);
+    assert_eq!(failure.kind, ContractFailure::SchemaInvalid);
     assert!(
         failure.violations[0].starts_with("/modules/0"),
         "{:?}",
         failure.violations
     );
     let failure = contract().judge(r#"{"mods": []}"#).unwrap_err();
-    assert_eq!(failure.kind, ContractFailureKind::SchemaInvalid);
+    assert_eq!(failure.kind, ContractFailure::SchemaInvalid);
     assert!(failure.to_string().contains("modules"), "{failure}");
 }
 
@@ -78,11 +75,7 @@ fn one_surrounding_code_fence_is_tolerated() {
         "```python\n{\"modules\": []}\n```",
         "```json {\"modules\": []}```",
     ] {
-        assert_eq!(
-            kind(not_fenced),
-            ContractFailureKind::Prose,
-            "{not_fenced:?}"
-        );
+        assert_eq!(kind(not_fenced), ContractFailure::Prose, "{not_fenced:?}");
     }
 }
 
@@ -90,15 +83,15 @@ fn one_surrounding_code_fence_is_tolerated() {
 #[test]
 fn each_kind_has_its_own_feedback_stp_9() {
     let kinds = [
-        ContractFailureKind::Empty,
-        ContractFailureKind::Prose,
-        ContractFailureKind::Array,
-        ContractFailureKind::SchemaInvalid,
+        ContractFailure::Empty,
+        ContractFailure::Prose,
+        ContractFailure::Array,
+        ContractFailure::SchemaInvalid,
     ];
     for k in kinds {
-        assert!(k.feedback().contains("JSON object"), "{k:?}");
+        assert!(feedback(k).contains("JSON object"), "{k:?}");
     }
-    let texts: std::collections::BTreeSet<_> = kinds.iter().map(|k| k.feedback()).collect();
+    let texts: std::collections::BTreeSet<_> = kinds.iter().map(|k| feedback(*k)).collect();
     assert_eq!(texts.len(), kinds.len());
 }
 
@@ -106,10 +99,7 @@ fn each_kind_has_its_own_feedback_stp_9() {
 fn a_contract_without_schema_takes_any_object() {
     let any = Contract::any_object();
     assert!(any.judge("{}").is_ok());
-    assert_eq!(
-        any.judge("[]").unwrap_err().kind,
-        ContractFailureKind::Array
-    );
+    assert_eq!(any.judge("[]").unwrap_err().kind, ContractFailure::Array);
     assert!(parse_object("{\"a\": 1}").is_ok());
 }
 

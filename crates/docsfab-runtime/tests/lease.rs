@@ -5,8 +5,8 @@ use std::fs;
 use docsfab_runtime::batch::{RequestedCall, run_batch};
 use docsfab_runtime::composition::Tool;
 use docsfab_runtime::ledger::{
-    BatchBuilder, CallOutcome, CallResult, Checkpoint, Disposition, ExecutionLease,
-    PreflightFailure, RejectReason, StopReason, ToolBatch, TurnEvidence,
+    BatchBuilder, CallOutcome, CallResult, Checkpoint, Disposition, ExecutionLease, LeaseStop,
+    PreflightFailure, RejectReason, ToolBatch, TurnEvidence,
 };
 use docsfab_runtime::tools::{StepTools, ToolPolicy};
 use docsfab_runtime::workspace::Workspace;
@@ -124,7 +124,7 @@ fn a_rejected_batch_on_the_last_turn_ends_the_lease_at_max_turns_lse_1() {
     let Checkpoint::Stop(end) = lease.checkpoint(evidence(&out.batch)) else {
         panic!("renewed past maxTurns");
     };
-    assert_eq!(end.stop_reason, StopReason::MaxTurns);
+    assert_eq!(end.stop_reason, LeaseStop::MaxTurns);
     assert_eq!(end.disposition, Disposition::Exhausted);
     let record = lease.record().unwrap();
     assert_eq!((record.turns_used, record.executed_tool_calls), (1, 0));
@@ -140,7 +140,7 @@ fn a_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
     let root = dir.path().to_owned();
     fs::remove_dir_all(&root).unwrap();
     let end = lease.begin_turn(tools.preflight()).unwrap_err();
-    assert_eq!(end.stop_reason, StopReason::PreflightFailed);
+    assert_eq!(end.stop_reason, LeaseStop::PreflightFailed);
     assert_eq!(end.disposition, Disposition::Failed);
     let evidence = end.evidence.clone().unwrap();
     assert!(evidence.contains(&root.display().to_string()), "{evidence}");
@@ -150,7 +150,7 @@ fn a_preflight_failure_ends_the_attempt_with_its_evidence_lse_2() {
         "the failed preflight requested no turn"
     );
     let record = lease.record().unwrap();
-    assert_eq!(record.stop_reason, StopReason::PreflightFailed);
+    assert_eq!(record.stop_reason, LeaseStop::PreflightFailed);
     assert_eq!(record.evidence.as_deref(), Some(evidence.as_str()));
 }
 
@@ -176,7 +176,7 @@ fn a_host_failure_while_a_tool_runs_ends_the_lease_not_the_model_turn_lse_2() {
     let Checkpoint::Stop(end) = lease.checkpoint(evidence(&out.batch)) else {
         panic!("renewed after a host failure");
     };
-    assert_eq!(end.stop_reason, StopReason::PreflightFailed);
+    assert_eq!(end.stop_reason, LeaseStop::PreflightFailed);
     assert_eq!(end.evidence, Some(failure.evidence));
 }
 
@@ -189,7 +189,7 @@ fn a_preflight_failure_is_not_the_rejected_batch_case_lse_2() {
             evidence: "the workspace /w is gone".into(),
         }))
         .unwrap_err();
-    assert_eq!(end.stop_reason, StopReason::PreflightFailed);
+    assert_eq!(end.stop_reason, LeaseStop::PreflightFailed);
     assert_eq!(lease.turns_used(), 0);
     assert_eq!(
         lease.begin_turn(Ok(())),
@@ -227,7 +227,7 @@ fn renewal_rests_on_executed_call_evidence_never_on_model_text_lse_3() {
         let Checkpoint::Stop(end) = decision else {
             panic!("renewed on unsupported evidence with text {text:?}");
         };
-        assert_eq!(end.stop_reason, StopReason::RenewalRefused);
+        assert_eq!(end.stop_reason, LeaseStop::RenewalRefused);
         assert_eq!(end.disposition, Disposition::Stopped);
         assert!(end.evidence.unwrap().contains("authorized 0"));
 
@@ -242,13 +242,13 @@ fn renewal_rests_on_executed_call_evidence_never_on_model_text_lse_3() {
             assistant_text: text,
         });
         assert!(
-            matches!(decision, Checkpoint::Stop(ref e) if e.stop_reason == StopReason::RenewalRefused)
+            matches!(decision, Checkpoint::Stop(ref e) if e.stop_reason == LeaseStop::RenewalRefused)
         );
         // The terminal lease keeps its stop: nothing later reopens it.
         assert!(lease.begin_turn(Ok(())).is_err());
         assert_eq!(
             lease.record().unwrap().stop_reason,
-            StopReason::RenewalRefused
+            LeaseStop::RenewalRefused
         );
     }
 }
@@ -258,15 +258,15 @@ fn renewal_rests_on_executed_call_evidence_never_on_model_text_lse_3() {
 fn the_first_stop_reason_is_kept_lse_3() {
     let mut lease = ExecutionLease::new(5);
     lease.begin_turn(Ok(())).unwrap();
-    let first = lease.stop(StopReason::Deadline, Some("attempt timer fired".into()));
-    let later = lease.stop(StopReason::Cancelled, None);
+    let first = lease.stop(LeaseStop::Deadline, Some("attempt timer fired".into()));
+    let later = lease.stop(LeaseStop::Cancelled, None);
     assert_eq!(first, later);
     assert_eq!(
         lease.checkpoint(evidence(&ToolBatch::default())),
         Checkpoint::Stop(first.clone())
     );
     let record = lease.record().unwrap();
-    assert_eq!(record.stop_reason, StopReason::Deadline);
+    assert_eq!(record.stop_reason, LeaseStop::Deadline);
     assert_eq!(record.disposition, Disposition::Exhausted);
     assert_eq!(record.evidence.as_deref(), Some("attempt timer fired"));
 }
@@ -281,7 +281,7 @@ fn no_tool_calls_is_an_answer_and_no_progress_stops_lse_4() {
     };
     assert_eq!(
         (end.stop_reason, end.disposition),
-        (StopReason::Answered, Disposition::Completed)
+        (LeaseStop::Answered, Disposition::Completed)
     );
 
     let mut lease = ExecutionLease::new(5);
@@ -295,7 +295,7 @@ fn no_tool_calls_is_an_answer_and_no_progress_stops_lse_4() {
     }) else {
         panic!();
     };
-    assert_eq!(end.stop_reason, StopReason::NoProgress);
+    assert_eq!(end.stop_reason, LeaseStop::NoProgress);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_runtime::composition::Tool;
-use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, RejectReason, StopReason};
+use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, LeaseStop, RejectReason};
 use docsfab_runtime::record::*;
 use serde_json::{Value, json};
 
@@ -21,7 +21,7 @@ fn transport_attempt() -> AttemptRecord {
     batch.finish(slot, CallResult::Ok);
     AttemptRecord {
         attempt: 1,
-        budget: AttemptBudget::Initial,
+        budget: Budget::Initial,
         status: AttemptStatus::Failed,
         started_at: "2026-11-29T20:00:00.000Z".into(),
         provider_error_class: Some(ProviderErrorClass::Server),
@@ -49,7 +49,7 @@ fn transport_attempt() -> AttemptRecord {
             turns_used: 2,
             executed_tool_calls: 1,
             tool_counters: BTreeMap::from([("read_file".to_owned(), 1)]),
-            stop_reason: StopReason::ProviderFailed,
+            stop_reason: LeaseStop::ProviderFailed,
             disposition: Disposition::Failed,
             evidence: None,
         },
@@ -94,7 +94,7 @@ fn transport_attempt() -> AttemptRecord {
 fn sample_run() -> RunRecord {
     let mut second = transport_attempt();
     second.attempt = 2;
-    second.budget = AttemptBudget::Transport;
+    second.budget = Budget::Transport;
     second.status = AttemptStatus::Succeeded;
     second.retry = Retry {
         decision: RetryDecision::None,
@@ -110,11 +110,11 @@ fn sample_run() -> RunRecord {
         ended_at: Some("2026-11-29T20:01:00.000Z".into()),
         steps: vec![StepRecord {
             step_id: "outline".into(),
-            access: StepAccess::ReadOnly,
+            access: Access::ReadOnly,
             status: RunStatus::Succeeded,
             configured_max_retries: 3,
             effective_max_retries: 3,
-            transport_retry: TransportRetryBudget {
+            transport_retry: TransportRetry {
                 max_transport_retries: 6,
                 transport_max_delay_ms: 60_000,
                 transport_max_elapsed_ms: 3_600_000,

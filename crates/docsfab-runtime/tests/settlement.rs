@@ -8,7 +8,7 @@ use docsfab_runtime::ledger::{
     BatchBuilder, CallOutcome, CallResult, Checkpoint, ExecutionLease, RejectReason, ToolBatch,
     TurnEvidence,
 };
-use docsfab_runtime::record::{LeaseRecord, WriteSettlement};
+use docsfab_runtime::record::{LeaseRecord, RecordedSettlement};
 use docsfab_runtime::settlement::{WriteRetryGate, settle, settle_json};
 use docsfab_runtime::tools::{StepTools, ToolPolicy};
 use docsfab_runtime::workspace::Workspace;
@@ -53,7 +53,7 @@ fn run_write_attempt(turns: &[Vec<RequestedCall>]) -> (Vec<ToolBatch>, LeaseReco
         }
     }
     // The attempt then failed (say, a transport fault on the next turn).
-    lease.stop(docsfab_runtime::ledger::StopReason::ProviderFailed, None);
+    lease.stop(docsfab_runtime::ledger::LeaseStop::ProviderFailed, None);
     (batches, lease.record().unwrap())
 }
 
@@ -68,7 +68,7 @@ fn an_attempt_that_only_read_settles_as_no_write_wrt_2_wrt_3() {
         ],
     ]);
     let s = settle(&batches, &lease);
-    assert_eq!(s.settlement, WriteSettlement::NoWrite, "{:?}", s.reason);
+    assert_eq!(s.settlement, RecordedSettlement::NoWrite, "{:?}", s.reason);
     assert_eq!(
         WriteRetryGate::for_settlement(s.settlement),
         WriteRetryGate::Retry
@@ -83,7 +83,7 @@ fn an_executed_write_settles_as_write_executed_and_needs_a_restore_wrt_1_wrt_3()
         call("b", "write_file", r#"{"path":"docs/a.md","content":"A"}"#),
     ]]);
     let s = settle(&batches, &lease);
-    assert_eq!(s.settlement, WriteSettlement::WriteExecuted);
+    assert_eq!(s.settlement, RecordedSettlement::WriteExecuted);
     assert_eq!(
         WriteRetryGate::for_settlement(s.settlement),
         WriteRetryGate::RestoreThenRetry
@@ -103,7 +103,7 @@ fn written() -> (Vec<ToolBatch>, LeaseRecord) {
 
 fn assert_unavailable(batches: &[ToolBatch], lease: &LeaseRecord, why: &str) {
     let s = settle(batches, lease);
-    assert_eq!(s.settlement, WriteSettlement::Unavailable, "{why}");
+    assert_eq!(s.settlement, RecordedSettlement::Unavailable, "{why}");
     assert_eq!(
         WriteRetryGate::for_settlement(s.settlement),
         WriteRetryGate::Decline
@@ -171,7 +171,7 @@ fn a_missing_turn_is_unavailable_wrt_2() {
 #[test]
 fn an_unreadable_ledger_is_unavailable_wrt_2() {
     let s = settle_json(&json!({"attempt": 1, "turns": "garbage"}));
-    assert_eq!(s.settlement, WriteSettlement::Unavailable);
+    assert_eq!(s.settlement, RecordedSettlement::Unavailable);
     assert!(s.reason.unwrap().contains("unreadable"));
 }
 
@@ -213,15 +213,15 @@ proptest! {
                 break;
             }
         }
-        lease.stop(docsfab_runtime::ledger::StopReason::ProviderFailed, None);
+        lease.stop(docsfab_runtime::ledger::LeaseStop::ProviderFailed, None);
         let record = lease.record().unwrap();
         let s = settle(&batches, &record);
-        let expected = if any_write { WriteSettlement::WriteExecuted } else { WriteSettlement::NoWrite };
+        let expected = if any_write { RecordedSettlement::WriteExecuted } else { RecordedSettlement::NoWrite };
         prop_assert_eq!(s.settlement, expected);
 
         let mut drifted = record.clone();
         let name = tools[drift_pick.index(tools.len())].name().to_owned();
         *drifted.tool_counters.entry(name).or_insert(0) += 1;
-        prop_assert_eq!(settle(&batches, &drifted).settlement, WriteSettlement::Unavailable);
+        prop_assert_eq!(settle(&batches, &drifted).settlement, RecordedSettlement::Unavailable);
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 
-use docsfab_runtime::ledger::{Disposition, StopReason};
+use docsfab_runtime::ledger::{Disposition, LeaseStop};
 use docsfab_runtime::record::*;
 use docsfab_runtime::store::{
     BusyRetry, Owner, RunStore, StepEnd, StepStart, StoreError, StoreOptions, process_start_ticks,
@@ -13,10 +13,10 @@ use serde_json::json;
 fn step_start(id: &str) -> StepStart {
     StepStart {
         step_id: id.into(),
-        access: StepAccess::ReadOnly,
+        access: Access::ReadOnly,
         configured_max_retries: 3,
         effective_max_retries: 2,
-        transport_retry: TransportRetryBudget {
+        transport_retry: TransportRetry {
             max_transport_retries: 6,
             transport_max_delay_ms: 60_000,
             transport_max_elapsed_ms: 3_600_000,
@@ -29,9 +29,9 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
     AttemptRecord {
         attempt: n,
         budget: if n == 1 {
-            AttemptBudget::Initial
+            Budget::Initial
         } else {
-            AttemptBudget::Transport
+            Budget::Transport
         },
         status: if decision == RetryDecision::None {
             AttemptStatus::Succeeded
@@ -62,7 +62,7 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
             turns_used: 1,
             executed_tool_calls: 0,
             tool_counters: BTreeMap::new(),
-            stop_reason: StopReason::ProviderFailed,
+            stop_reason: LeaseStop::ProviderFailed,
             disposition: Disposition::Failed,
             evidence: None,
         },
@@ -439,7 +439,7 @@ fn hardening_write_intents_of_a_killed_attempt_are_listed_on_the_next_open() {
         let mut store = RunStore::open(&path).unwrap();
         let run = store.create_run_owned_by("q", owner).unwrap();
         let mut start = step_start("pages");
-        start.access = StepAccess::Write;
+        start.access = Access::Write;
         let step = store.begin_step(&run, &start).unwrap();
         store
             .record_write_intent(&run, step, 1, "write_file", "docs/old.md")

@@ -10,12 +10,8 @@ use crate::scenario::{
     StatusReply, StreamErrorReply, StreamFaults, ToolCall,
 };
 
-/// Which provider API a request addressed (chosen by its path).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Api {
-    OpenAiChat,
-    AnthropicMessages,
-}
+/// Which provider API a request addressed (chosen by its path): docsfab's one `Api`.
+pub(crate) use docsfab_record::Api;
 
 /// What the simulator reads from a request body; anything missing or unreadable is a default.
 #[derive(Debug, Clone, Default)]
@@ -58,7 +54,7 @@ pub(crate) fn outgoing(response: &Response, req: &RequestInfo) -> Outgoing {
     let mut out = match &response.reply {
         Reply::Status(status) => status_reply(status, req),
         Reply::Answer(answer) if req.body.stream => match req.api {
-            Api::OpenAiChat => openai_stream(answer, req),
+            Api::OpenaiChat => openai_stream(answer, req),
             Api::AnthropicMessages => anthropic_stream(answer, req),
         },
         Reply::Answer(answer) => json_reply(answer, req),
@@ -123,7 +119,7 @@ fn default_error_body(status: u16, api: Api) -> String {
         crate::http::reason_phrase(status)
     );
     match api {
-        Api::OpenAiChat => {
+        Api::OpenaiChat => {
             let kind = match status {
                 401 => "authentication_error",
                 403 => "permission_error",
@@ -345,8 +341,8 @@ fn finish_reason(answer: &Answer, api: Api) -> String {
         return reason.clone();
     }
     match (api, answer.tool_calls.is_empty()) {
-        (Api::OpenAiChat, true) => "stop",
-        (Api::OpenAiChat, false) => "tool_calls",
+        (Api::OpenaiChat, true) => "stop",
+        (Api::OpenaiChat, false) => "tool_calls",
         (Api::AnthropicMessages, true) => "end_turn",
         (Api::AnthropicMessages, false) => "tool_use",
     }
@@ -355,7 +351,7 @@ fn finish_reason(answer: &Answer, api: Api) -> String {
 
 fn tool_call_id(call: &ToolCall, api: Api, req: &RequestInfo, k: usize) -> String {
     call.id.clone().unwrap_or_else(|| match api {
-        Api::OpenAiChat => format!("call_sim_{}_{k}", req.index),
+        Api::OpenaiChat => format!("call_sim_{}_{k}", req.index),
         Api::AnthropicMessages => format!("toolu_sim_{}_{k}", req.index),
     })
 }
@@ -371,7 +367,7 @@ fn error_event_json(event: &ErrorEvent, api: Api) -> String {
         // Anthropic error events always carry a message; the OpenAI-compatible shape in the
         // spec has none, so none is invented there.
         (None, Api::AnthropicMessages) => Some(format!("simulated {}", event.kind)),
-        (None, Api::OpenAiChat) => None,
+        (None, Api::OpenaiChat) => None,
     };
     if let Some(m) = message {
         inner.insert("message".to_owned(), Value::String(m));
@@ -385,7 +381,7 @@ fn error_event_json(event: &ErrorEvent, api: Api) -> String {
     }
     let inner = format!("{{{}}}", fields.join(","));
     match api {
-        Api::OpenAiChat => format!("{{\"error\":{inner}}}"),
+        Api::OpenaiChat => format!("{{\"error\":{inner}}}"),
         Api::AnthropicMessages => format!("{{\"type\":\"error\",\"error\":{inner}}}"),
     }
 }
@@ -409,7 +405,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     }
     for (k, call) in answer.tool_calls.iter().enumerate() {
         before.push(chunk(
-            json!({"tool_calls": [{"index": k, "id": tool_call_id(call, Api::OpenAiChat, req, k),
+            json!({"tool_calls": [{"index": k, "id": tool_call_id(call, Api::OpenaiChat, req, k),
                 "type": "function", "function": {"name": call.name, "arguments": ""}}]}),
             None,
         ));
@@ -424,7 +420,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     if !faults.omit_finish_reason {
         after.push(chunk(
             json!({}),
-            Some(&finish_reason(answer, Api::OpenAiChat)),
+            Some(&finish_reason(answer, Api::OpenaiChat)),
         ));
     }
     if req.body.include_usage {
@@ -453,7 +449,7 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
         .map(|c| sse.event(None, &c.to_string()))
         .collect();
     if let Some(event) = &faults.error_event {
-        pieces.push(sse.event(None, &error_event_json(event, Api::OpenAiChat)));
+        pieces.push(sse.event(None, &error_event_json(event, Api::OpenaiChat)));
     }
     pieces.extend(after.iter().map(|c| sse.event(None, &c.to_string())));
     if !faults.omit_done {
@@ -571,13 +567,13 @@ fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
     let model = model_of(answer, req);
     let (input, output) = usage_of(answer, req);
     let body = match req.api {
-        Api::OpenAiChat => {
+        Api::OpenaiChat => {
             let tool_calls: Vec<Value> = answer
                 .tool_calls
                 .iter()
                 .enumerate()
                 .map(|(k, call)| {
-                    json!({"id": tool_call_id(call, Api::OpenAiChat, req, k), "type": "function",
+                    json!({"id": tool_call_id(call, Api::OpenaiChat, req, k), "type": "function",
                         "function": {"name": call.name, "arguments": truncated_arguments(call)}})
                 })
                 .collect();
@@ -589,7 +585,7 @@ fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
                 "id": format!("chatcmpl-sim-{}", req.index), "object": "chat.completion",
                 "created": unix_secs(), "model": model,
                 "choices": [{"index": 0, "message": message, "logprobs": null,
-                    "finish_reason": finish_reason(answer, Api::OpenAiChat)}],
+                    "finish_reason": finish_reason(answer, Api::OpenaiChat)}],
                 "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}
             })
         }
@@ -627,8 +623,8 @@ fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
     let mut sse = Sse::new(&reply.framing);
     let mut pieces = Vec::new();
     match req.api {
-        Api::OpenAiChat => {
-            pieces.push(sse.event(None, &error_event_json(&reply.event, Api::OpenAiChat)));
+        Api::OpenaiChat => {
+            pieces.push(sse.event(None, &error_event_json(&reply.event, Api::OpenaiChat)));
             if reply.done {
                 pieces.push(sse.event(None, "[DONE]"));
             }

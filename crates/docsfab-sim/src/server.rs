@@ -195,7 +195,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
     };
     let api = match request.path.as_str() {
-        "/v1/chat/completions" => Some(Api::OpenAiChat),
+        "/v1/chat/completions" => Some(Api::OpenaiChat),
         "/v1/messages" => Some(Api::AnthropicMessages),
         _ => None,
     };

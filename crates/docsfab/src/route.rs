@@ -34,8 +34,7 @@ use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
 use docsfab_provider::driver::run_turn_observed;
 use docsfab_provider::{
-    Api, ApiKey, HttpConfig, HttpTransport, Payload, ReplayCause, ReplayEntry, TransportFailure,
-    TurnEnd,
+    Api, ApiKey, HttpConfig, HttpTransport, Payload, ReplayEntry, TransportFailure, TurnEnd,
 };
 use docsfab_runtime::composition::Composition;
 use serde_json::{Value, json};
@@ -143,10 +142,9 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
             Vec::new()
         }
     };
-    let boundary = BoundaryConfig::new(boundary_api(provider.api), selected.model, &secrets)
-        .map_err(|e| {
-            CliError::bad_input(format!("the response boundary cannot be set up: {e}."))
-        })?;
+    let boundary = BoundaryConfig::new(provider.api, selected.model, &secrets).map_err(|e| {
+        CliError::bad_input(format!("the response boundary cannot be set up: {e}."))
+    })?;
     let http = HttpConfig {
         keep_raw_body: true,
         ..HttpConfig::new(
@@ -403,16 +401,12 @@ impl Route {
         let payload = Payload::from_bytes(self.api, bytes);
         let deadline = Instant::now() + self.timeout;
         let mut on_replay = |e: &ReplayEntry| {
-            let cause = match e.cause {
-                ReplayCause::Status(s) => format!("HTTP {s}"),
-                ReplayCause::Fault(f) => format!("{f:?}"),
-            };
             self.log(
                 n,
                 path,
                 &format!(
-                    "{cause} ({}), replaying in {} ms",
-                    e.provider_error_class, e.wait_ms
+                    "{} ({}), replaying in {} ms",
+                    e.cause, e.provider_error_class, e.wait_ms
                 ),
             );
         };
@@ -489,13 +483,6 @@ impl Route {
     fn log(&self, n: u64, path: &str, what: &str) {
         let line = format!("#{n} POST /v1{path} -> {what}");
         let _ = writeln!(std::io::stderr(), "{}", scrub(&line, self.key.expose()));
-    }
-}
-
-fn boundary_api(api: Api) -> docsfab_boundary::Api {
-    match api {
-        Api::OpenaiChat => docsfab_boundary::Api::OpenAiChat,
-        Api::AnthropicMessages => docsfab_boundary::Api::AnthropicMessages,
     }
 }
 
@@ -979,7 +966,7 @@ mod tests {
                 let Reply::Stream(body) = reply else {
                     panic!("{reply:?}")
                 };
-                let cfg = BoundaryConfig::new(boundary_api(api), "m", &[]).unwrap();
+                let cfg = BoundaryConfig::new(api, "m", &[]).unwrap();
                 assert_eq!(
                     cfg.check(&body),
                     Verdict::Pass(docsfab_boundary::Pass::ErrorEventsOnly)

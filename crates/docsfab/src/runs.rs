@@ -9,9 +9,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
-use docsfab_runtime::record::{
-    AttemptRecord, RunRecord, StepRecord, TurnRecord, replay_cause_text,
-};
+use docsfab_runtime::record::{AttemptRecord, RunRecord, StepRecord, TurnRecord};
 use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
@@ -354,7 +352,7 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
             out,
             "      replay {}: {} ({}), waited {} ms{}",
             i + 1,
-            replay_cause_text(r.cause),
+            r.cause,
             r.provider_error_class.as_str(),
             r.wait_ms,
             r.retry_after_ms

@@ -13,7 +13,7 @@ const APIS: [&str; 2] = ["openai-chat", "anthropic-messages"];
 
 fn boundary(api: &str) -> BoundaryConfig {
     let api = if api == "openai-chat" {
-        BApi::OpenAiChat
+        BApi::OpenaiChat
     } else {
         BApi::AnthropicMessages
     };

@@ -1,0 +1,381 @@
+//! The run record: what `docsfab runs show ID --json` prints and what the run store keeps.
+//!
+//! Every field is documented for users in `docs/run-record.md`; the JSON Schema [`SCHEMA`]
+//! (`run-record.schema.json` beside this crate's manifest) is the machine-checkable form of the
+//! same shape.
+//!
+//! Two pairs of fields in the JSON are redundant on purpose (auditors read them without
+//! recomputing) but cannot disagree here: `retryScheduled` is derived from `retryDecision`, and a
+//! turn's `providerRetries` is the length of its `replays`.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::class::ProviderErrorClass;
+use crate::lease::{Disposition, LeaseStop, ToolBatch};
+use crate::replay::ReplayRecord;
+use crate::step::{
+    Access, Budget, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind, TransportRetry,
+};
+use crate::usage::Usage;
+
+/// The run record's JSON Schema (draft 2020-12). Lives in this crate so that no crate reads a
+/// file outside itself.
+pub const SCHEMA: &str = include_str!("../run-record.schema.json");
+
+/// The whole record of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunRecord {
+    pub run_id: String,
+    /// The composition's `name`.
+    pub composition: String,
+    pub status: RunStatus,
+    /// RFC 3339 UTC with milliseconds, e.g. `2026-11-29T20:35:01.123Z`.
+    pub started_at: String,
+    /// `null` while the run is `running`.
+    pub ended_at: Option<String>,
+    pub steps: Vec<StepRecord>,
+}
+
+/// The summary `docsfab runs list --json` prints for each run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub composition: String,
+    pub status: RunStatus,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// The owning process died while the run was `running` (found on the next start).
+    Interrupted,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::Succeeded,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+            RunStatus::Interrupted,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// A step's status uses the run's vocabulary: a step is `running` until it ends, and
+/// `interrupted` when the run was.
+pub type StepStatus = RunStatus;
+
+/// One step of the run and every attempt it made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepRecord {
+    pub step_id: String,
+    pub access: Access,
+    pub status: StepStatus,
+    /// The `retry.maxRetries` catalog value in force (3, or lower where host.yaml lowers it).
+    pub configured_max_retries: u32,
+    /// What the step actually used after the environment and the host override.
+    pub effective_max_retries: u32,
+    pub transport_retry: TransportRetry,
+    pub failure: Option<StepFailure>,
+    /// The accepted answer object of a read-only step; `null` otherwise.
+    #[serde(default)]
+    pub output: Option<serde_json::Value>,
+    /// The attempt that was running when the run's process died, with the writes it had begun;
+    /// present only on an `interrupted` step whose unfinished attempt wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_attempt: Option<InterruptedAttempt>,
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// An attempt that never finished because its process died (`kill -9`, power loss): it has no
+/// attempt record, only the write intents committed before each of its writes ran. Its files
+/// were not restored: a listed path may hold the attempt's partial work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InterruptedAttempt {
+    /// The number the attempt had (one more than the attempts recorded).
+    pub attempt: u32,
+    /// In the order the writes were about to run.
+    pub write_intents: Vec<WriteIntent>,
+}
+
+/// A write a write step's attempt was about to run, committed to the run store before it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteIntent {
+    /// The tool, e.g. `write_file`.
+    pub tool: String,
+    /// Relative to the workspace root.
+    pub path: String,
+    pub intended_at: String,
+}
+
+/// Whether the host put the workspace back after an attempt's writes: after a failed attempt
+/// that is retried, and after a cancelled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteRestore {
+    /// Every written file is back as it was, checked by SHA-256; created files are gone.
+    Restored,
+    /// The restore or its check failed; the attempt's `message` names the file.
+    RestoreFailed,
+}
+
+impl WriteRestore {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteRestore::Restored => "restored",
+            WriteRestore::RestoreFailed => "restore-failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttemptStatus {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl AttemptStatus {
+    /// The record's spelling: `succeeded`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Succeeded => "succeeded",
+            AttemptStatus::Failed => "failed",
+            AttemptStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One attempt of a step: its budget, its outcome, the retry decision it earned, its spend and
+/// its turns. (Unknown fields are refused by the JSON Schema: serde cannot deny them beside a
+/// flattened field.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptRecord {
+    /// 1-based.
+    pub attempt: u32,
+    pub budget: Budget,
+    pub status: AttemptStatus,
+    pub started_at: String,
+    pub provider_error_class: Option<ProviderErrorClass>,
+    pub http_status: Option<u16>,
+    pub retry_after_ms: Option<u64>,
+    pub failure_category: Option<String>,
+    pub failure_class: Option<String>,
+    pub code: Option<String>,
+    /// A one-line diagnostic for a failed attempt (for example the preflight evidence).
+    #[serde(default)]
+    pub message: Option<String>,
+    pub timeout_kind: Option<TimeoutKind>,
+    pub retry_rule: Option<String>,
+    #[serde(flatten)]
+    pub retry: Retry,
+    /// The wait scheduled after this attempt, before the next one.
+    pub wait_ms: Option<u64>,
+    pub write_settlement: Option<RecordedSettlement>,
+    /// Present when a restore of the attempt's writes ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_restore: Option<WriteRestore>,
+    pub usage: Usage,
+    pub duration_ms: u64,
+    pub lease: LeaseRecord,
+    pub turns: Vec<TurnRecord>,
+}
+
+/// The retry decision of an attempt. Serialized as the two record fields `retryDecision` and
+/// `retryScheduled`; the second is derived, so the two cannot disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retry {
+    pub decision: RetryDecision,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RetryWire {
+    retry_decision: RetryDecision,
+    retry_scheduled: bool,
+}
+
+impl Serialize for Retry {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        RetryWire {
+            retry_decision: self.decision,
+            retry_scheduled: self.decision.is_scheduled(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Retry {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = RetryWire::deserialize(deserializer)?;
+        if wire.retry_scheduled != wire.retry_decision.is_scheduled() {
+            return Err(serde::de::Error::custom(
+                "retryScheduled must be true exactly when retryDecision is scheduled",
+            ));
+        }
+        Ok(Retry {
+            decision: wire.retry_decision,
+        })
+    }
+}
+
+/// The attempt's execution lease as it ended (LSE-1..3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseRecord {
+    /// The composition's `maxTurns`: the provider turns the lease granted.
+    pub max_turns: u32,
+    pub turns_used: u32,
+    pub executed_tool_calls: u32,
+    /// Executed calls per tool name.
+    pub tool_counters: BTreeMap<String, u32>,
+    pub stop_reason: LeaseStop,
+    pub disposition: Disposition,
+    /// The host's evidence for the stop, when it has any (for example a preflight diagnostic).
+    pub evidence: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TurnStatus {
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl TurnStatus {
+    /// The record's spelling: `completed`, `failed` or `cancelled`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Failed => "failed",
+            TurnStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One provider turn of an attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", into = "TurnWire", try_from = "TurnWire")]
+pub struct TurnRecord {
+    /// 1-based within the attempt.
+    pub turn: u32,
+    pub status: TurnStatus,
+    /// One entry per in-turn replay; `providerRetries` in the JSON is its length.
+    pub replays: Vec<ReplayRecord>,
+    pub tool_batch: ToolBatch,
+    pub usage: Usage,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct TurnWire {
+    turn: u32,
+    status: TurnStatus,
+    provider_retries: u32,
+    replays: Vec<ReplayRecord>,
+    tool_batch: ToolBatch,
+    usage: Usage,
+}
+
+impl From<TurnRecord> for TurnWire {
+    fn from(t: TurnRecord) -> Self {
+        TurnWire {
+            turn: t.turn,
+            status: t.status,
+            provider_retries: t.provider_retries(),
+            replays: t.replays,
+            tool_batch: t.tool_batch,
+            usage: t.usage,
+        }
+    }
+}
+
+impl TryFrom<TurnWire> for TurnRecord {
+    type Error = String;
+    fn try_from(w: TurnWire) -> Result<Self, String> {
+        if usize::try_from(w.provider_retries).ok() != Some(w.replays.len()) {
+            return Err(format!(
+                "turn {}: providerRetries is {} but {} replays are listed",
+                w.turn,
+                w.provider_retries,
+                w.replays.len()
+            ));
+        }
+        Ok(TurnRecord {
+            turn: w.turn,
+            status: w.status,
+            replays: w.replays,
+            tool_batch: w.tool_batch,
+            usage: w.usage,
+        })
+    }
+}
+
+impl TurnRecord {
+    pub fn provider_retries(&self) -> u32 {
+        u32::try_from(self.replays.len()).unwrap_or(u32::MAX)
+    }
+}
+
+/// Formats a time as RFC 3339 UTC with milliseconds (`2026-11-29T20:35:01.123Z`). Times before
+/// 1970 are clamped to the epoch.
+pub fn rfc3339_utc(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let millis = since.subsec_millis();
+    let secs = since.as_secs();
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day): Howard Hinnant's
+/// `civil_from_days`, restricted to dates after the epoch.
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}

@@ -1,0 +1,170 @@
+//! The step's vocabulary as the record spells it: access, budgets, retry decisions, timeouts,
+//! write settlement, contract failures, the step's failure and its transport budget.
+
+use serde::{Deserialize, Serialize};
+
+/// The `writeSettlement` of an attempt in the run record (WRT-3): what the host proved about
+/// the writes of a failed attempt of a write step, without the restore that may have followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RecordedSettlement {
+    /// No filesystem write tool ran.
+    NoWrite,
+    /// At least one write ran (whatever its result).
+    WriteExecuted,
+    /// The proof could not be made.
+    Unavailable,
+}
+
+impl RecordedSettlement {
+    /// The record's spelling: `no-write`, `write-executed` or `unavailable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordedSettlement::NoWrite => "no-write",
+            RecordedSettlement::WriteExecuted => "write-executed",
+            RecordedSettlement::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// How the contract judged a reply that was not the JSON object it asks for (STP-9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContractFailure {
+    /// Text that is not JSON.
+    Prose,
+    /// A JSON array where an object is asked for.
+    Array,
+    /// Nothing, or only whitespace.
+    Empty,
+    /// A JSON object that fails the step's schema.
+    SchemaInvalid,
+}
+
+impl ContractFailure {
+    /// The record's spelling: `prose`, `array`, `empty` or `schema-invalid`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractFailure::Prose => "prose",
+            ContractFailure::Array => "array",
+            ContractFailure::Empty => "empty",
+            ContractFailure::SchemaInvalid => "schema-invalid",
+        }
+    }
+}
+
+/// Which timer ended a timed-out attempt (STP-11). `timeoutKind` in the run record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeoutKind {
+    /// The host's own attempt timer (`limits.timeoutMs`).
+    AttemptDeadline,
+    /// The provider's side: HTTP 408 or 504, or the client's request timeout.
+    ProviderTimeout,
+}
+
+/// The budget that pays for an attempt (`budget` in the record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Budget {
+    /// The step's first attempt, which no budget pays for.
+    Initial,
+    /// A contract-correction retry (`retry.maxRetries`).
+    Contract,
+    /// A retry after a transport failure (`retry.maxTransportRetries`).
+    Transport,
+}
+
+impl Budget {
+    /// The record's spelling: `initial`, `contract` or `transport`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Budget::Initial => "initial",
+            Budget::Contract => "contract",
+            Budget::Transport => "transport",
+        }
+    }
+
+    /// How progress names it beside an attempt: `initial`, `contract budget` or
+    /// `transport budget`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Budget::Initial => "initial",
+            Budget::Contract => "contract budget",
+            Budget::Transport => "transport budget",
+        }
+    }
+}
+
+/// `retryDecision` in the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RetryDecision {
+    /// Nothing was decided: the attempt succeeded, or the caller cancelled it.
+    None,
+    /// Another attempt follows.
+    Scheduled,
+    /// A retry was allowed by the rules but a budget bound refused it.
+    Exhausted,
+    /// The failure is never retried.
+    Terminal,
+    /// A write step whose writes could not be proven away or undone (WRT-2).
+    Declined,
+}
+
+impl RetryDecision {
+    /// `retryScheduled` in the record: true exactly when another attempt follows.
+    pub fn is_scheduled(self) -> bool {
+        self == RetryDecision::Scheduled
+    }
+}
+
+/// How a step's ending failure reads in the record and to the operator (`failure` in the run
+/// record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepFailure {
+    /// What kind of failure ended the step (`contract-violation`, `provider-transient`,
+    /// `declined-write-step`, ...): what an operator filters on.
+    pub category: String,
+    /// Whose side failed: `model-output`, `infrastructure`, `provider`, `host`, `policy` or
+    /// `cancelled`.
+    pub failure_class: String,
+    /// The precise failure (`contract-prose`, `provider-timeout`, `write-restore-failed`, ...).
+    pub code: String,
+    /// One or two sentences saying what happened; a refused bound names itself here (STP-7).
+    pub message: String,
+    /// What the operator can do about it.
+    pub remediation: String,
+}
+
+/// The transport budget a step applies (`transportRetry` in the run record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TransportRetry {
+    /// `retry.maxTransportRetries`.
+    pub max_transport_retries: u32,
+    /// `retry.transportMaxDelayMs`.
+    pub transport_max_delay_ms: u64,
+    /// `retry.transportMaxElapsedMs`.
+    pub transport_max_elapsed_ms: u64,
+    /// The base of the transport backoff (`DOCSFAB_RETRY_BASE_DELAY_MS`).
+    pub base_delay_ms: u64,
+}
+
+/// Whether a step may change the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    ReadOnly,
+    Write,
+}
+
+impl Access {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadOnly => "read-only",
+            Access::Write => "write",
+        }
+    }
+}
