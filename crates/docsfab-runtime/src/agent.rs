@@ -9,6 +9,12 @@
 //! - the provider's replay driver ([`run_turn_observed`]) runs each turn with its in-turn
 //!   replays, bounded by the attempt deadline and the cancellation token (REP-9, REP-10).
 //!
+//! The loop itself is a sans-IO state machine too (`AgentLoop`, quinn-proto's shape): it holds
+//! the conversation, the answer so far and its continuations, the lease and the attempt's
+//! account, takes events (a turn's result, a batch's result, cancellation, the time) and answers
+//! with the next action (send a turn, run a batch, finish). The async `drive` only performs
+//! those actions and passes the loop's turn events to the observer.
+//!
 //! What the loop owns is the conversation, the tool calls (validated before host authorization,
 //! authorized against the workspace jail, then run) and the attempt's account: its turns, its
 //! lease record, its usage and, when it failed, the [`AttemptFailure`] the step retry decides
@@ -1082,6 +1088,142 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use docsfab_provider::driver::{EndKind, TurnRecord as ProviderTurnRecord};
+    use docsfab_provider::scripted::ScriptedTransport;
+
+    /// A completed turn as the replay driver hands it back, with `text` and `finish`.
+    fn completed(text: &str, finish: FinishReason) -> TurnResult {
+        TurnResult {
+            end: TurnEnd::Completed(StreamOutcome {
+                http_status: 200,
+                text: text.to_owned(),
+                content_published: true,
+                finish_reason: Some(finish),
+                done: true,
+                usage: Default::default(),
+                tool_calls: Vec::new(),
+                models: vec!["m".to_owned()],
+                raw_body: None,
+            }),
+            record: ProviderTurnRecord {
+                status: ProviderTurnStatus::Completed,
+                end: EndKind::Completed,
+                provider_retries: 0,
+                replays: Vec::new(),
+                requests: 1,
+                payload_digest: String::new(),
+                failure: None,
+                stop_reason: None,
+                detail: None,
+                usage: Default::default(),
+                duration_ms: 1,
+            },
+        }
+    }
+
+    /// Steps the agent loop of a write step by hand: no transport, no tools, no clock.
+    fn with_loop(check: impl FnOnce(&mut AgentLoop<'_>)) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let workspace = Workspace::open(dir.path()).expect("workspace");
+        let transport = ScriptedTransport::new([]);
+        let boundary =
+            BoundaryConfig::new(docsfab_boundary::Api::OpenAiChat, "m", &[]).expect("boundary");
+        let step = Step {
+            id: "write".to_owned(),
+            access: Access::Write,
+            instructions: "Write.".to_owned(),
+            tools: vec![Tool::WriteFile],
+            contract: None,
+            write_roots: vec!["docs".to_owned()],
+            line: 1,
+        };
+        let cancel = CancellationToken::new();
+        let input = AttemptInput {
+            transport: &transport,
+            api: Api::OpenaiChat,
+            model: "m",
+            step: &step,
+            limits: ModelLimits::default(),
+            replay_limits: ReplayLimits::default(),
+            boundary: Ok(&boundary),
+            instructions: "Write.",
+            feedback: None,
+            workspace: &workspace,
+            cancel: &cancel,
+            observer: &|_| {},
+            before_write: None,
+        };
+        let mut lp = AgentLoop::new(&input, Instant::now() + Duration::from_secs(60));
+        check(&mut lp);
+    }
+
+    fn sent_turn(action: Action) -> u32 {
+        match action {
+            Action::Send { turn, .. } => turn,
+            _ => panic!("expected a turn to send"),
+        }
+    }
+
+    // STP-10, driven without I/O: a cut answer asks for a continuation, and the pieces are
+    // joined into the answer the step judges.
+    #[test]
+    fn the_loop_continues_a_cut_answer_and_joins_the_pieces_stp_10() {
+        with_loop(|lp| {
+            assert!(matches!(lp.start(), Action::BeginTurn));
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            let next = lp.turn_ended(turn, completed("Wrote docs/a", FinishReason::Length));
+            assert!(matches!(next, Action::BeginTurn));
+            assert!(matches!(
+                lp.messages.last(),
+                Some(Message::User { text }) if text == CONTINUE_INSTRUCTION
+            ));
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            assert_eq!(turn, 2);
+            let end = lp.turn_ended(turn, completed(".md", FinishReason::Stop));
+            let Action::Finish((Ok(Answer::Text(text)), None)) = end else {
+                panic!("the joined answer is the outcome");
+            };
+            assert_eq!(text, "Wrote docs/a.md");
+            assert_eq!(lp.turns.len(), 2);
+            assert_eq!(lp.events.len(), 2, "one finished event per turn");
+        });
+    }
+
+    // Cancellation seen after a tool batch ends the attempt before the model is asked again.
+    #[test]
+    fn the_loop_ends_cancelled_after_a_batch_when_the_run_was_cancelled() {
+        with_loop(|lp| {
+            let _ = lp.start();
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            let mut result = completed("", FinishReason::ToolCalls);
+            if let TurnEnd::Completed(outcome) = &mut result.end {
+                outcome
+                    .tool_calls
+                    .push(docsfab_provider::outcome::ToolCall {
+                        id: String::new(),
+                        name: "list_files".to_owned(),
+                        arguments: "{}".to_owned(),
+                        truncated: false,
+                    });
+            }
+            let Action::RunTools { calls } = lp.turn_ended(turn, result) else {
+                panic!("a turn with tool calls runs them");
+            };
+            assert_eq!(calls[0].id, "call_1_0");
+            let ran = BatchOutcome {
+                batch: ToolBatch::default(),
+                replies: Vec::new(),
+                host_failure: None,
+            };
+            assert!(matches!(lp.batch_ran(ran), Action::AfterTools));
+            let end = lp.after_tools(false, true, Instant::now());
+            assert!(matches!(
+                end,
+                Action::Finish((Err(AttemptFailure::Cancelled), Some(_)))
+            ));
+            assert_eq!(lp.turns.len(), 1);
+        });
+    }
 
     const CUT: Option<&FinishReason> = Some(&FinishReason::Length);
 

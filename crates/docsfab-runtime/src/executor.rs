@@ -1,10 +1,12 @@
 //! Running a composition: steps in order, each step's attempts, and the run record as it goes.
 //!
 //! Per step, attempt 1 is paid from the `initial` budget. After each failed attempt the driver
-//! asks `docsfab_policy::step::decide` (with the rules table, the step budgets from the resolved
-//! limits, the step's access and, for a write step, the write settlement) whether to retry, from
-//! which budget and after how long; it records the decision on the attempt, commits the attempt
-//! to the run store, and only then waits and starts the next attempt. Every attempt is a fresh
+//! asks the step policy once whether to retry, from which budget and after how long:
+//! `docsfab_policy::step::decide` for a read-only step, `step::decide_write` with the proven
+//! write settlement for a write step, which may answer "restore first" (the restore runs, and
+//! `PendingRestore::after_restore` decides on its result). It does what the answer says, records
+//! the decision on the attempt, commits the attempt to the run store, and only then waits and
+//! starts the next attempt. Every attempt is a fresh
 //! [`agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
 //! budget (STP-2), so a run that does not fail makes exactly one attempt per step.
 //!
