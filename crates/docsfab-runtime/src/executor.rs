@@ -482,15 +482,7 @@ impl StepRun<'_, '_> {
             settlement,
             restore,
             restore_error,
-        } = decide_after_failure(
-            self.ctx,
-            self.step,
-            &self.budgets,
-            past,
-            failure,
-            report,
-            &provisional,
-        );
+        } = self.decide_after_failure(past, failure, report, &provisional);
         // The step's ending failure when it ends, else the attempt's own failure as it stands.
         let facts = decision
             .failure()
@@ -512,6 +504,45 @@ impl StepRun<'_, '_> {
             });
         }
         (record, decision)
+    }
+
+    /// Decides the failed attempt, asking the policy once per phase. For a write step the
+    /// settlement is computed from the attempt's recorded turns and lease (every batch reconciled
+    /// with the lease's counters, WRT-2); when the policy asks for a restore first (WRT-1), the
+    /// restore runs and is verified, and the policy's second phase decides on its result.
+    fn decide_after_failure(
+        &self,
+        past: &[PastAttempt],
+        failure: &AttemptFailure,
+        report: &AttemptReport,
+        provisional: &AttemptRecord,
+    ) -> AfterFailure {
+        let (rules, budgets) = (&self.ctx.cfg.rules, &self.budgets);
+        let duration_ms = report.duration_ms;
+        if self.step.access == Access::ReadOnly {
+            let decision = step::decide(rules, budgets, ReadOnly, past, failure, duration_ms);
+            return AfterFailure::decided(decision, None);
+        }
+        let proven = settle_attempt(provisional).settlement;
+        let pending = match step::decide_write(rules, budgets, past, failure, duration_ms, proven) {
+            WritePlan::Decided(d) => return AfterFailure::decided(d.decision, Some(d.settlement)),
+            WritePlan::RestoreFirst(pending) => pending,
+        };
+        let restored = report.snapshots.restore();
+        let WriteDecision {
+            settlement,
+            decision,
+        } = pending.after_restore(restored.is_ok());
+        AfterFailure {
+            decision,
+            settlement: Some(settlement),
+            restore: Some(if restored.is_ok() {
+                WriteRestore::Restored
+            } else {
+                WriteRestore::RestoreFailed
+            }),
+            restore_error: restored.err(),
+        }
     }
 }
 
@@ -572,47 +603,6 @@ impl AfterFailure {
             restore: None,
             restore_error: None,
         }
-    }
-}
-
-/// Decides the failed attempt, asking the policy once per phase. For a write step the
-/// settlement is computed from the attempt's recorded turns and lease (every batch reconciled
-/// with the lease's counters, WRT-2); when the policy asks for a restore first (WRT-1), the
-/// restore runs and is verified, and the policy's second phase decides on its result.
-fn decide_after_failure(
-    ctx: &Ctx<'_>,
-    step: &Step,
-    budgets: &StepBudgets,
-    past: &[PastAttempt],
-    failure: &AttemptFailure,
-    report: &AttemptReport,
-    provisional: &AttemptRecord,
-) -> AfterFailure {
-    let rules = &ctx.cfg.rules;
-    let duration_ms = report.duration_ms;
-    if step.access == Access::ReadOnly {
-        let decision = step::decide(rules, budgets, ReadOnly, past, failure, duration_ms);
-        return AfterFailure::decided(decision, None);
-    }
-    let proven = settle_attempt(provisional).settlement;
-    let pending = match step::decide_write(rules, budgets, past, failure, duration_ms, proven) {
-        WritePlan::Decided(d) => return AfterFailure::decided(d.decision, Some(d.settlement)),
-        WritePlan::RestoreFirst(pending) => pending,
-    };
-    let restored = report.snapshots.restore();
-    let WriteDecision {
-        settlement,
-        decision,
-    } = pending.after_restore(restored.is_ok());
-    AfterFailure {
-        decision,
-        settlement: Some(settlement),
-        restore: Some(if restored.is_ok() {
-            WriteRestore::Restored
-        } else {
-            WriteRestore::RestoreFailed
-        }),
-        restore_error: restored.err(),
     }
 }
 
