@@ -440,38 +440,7 @@ pub fn decide(
 ) -> StepDecision {
     let timeout_kind = failure.timeout_kind();
     let facts = Facts::of(failure);
-
-    // 1. What the rules say, before any budget.
-    let (rule, action, feedback, condition) = match failure {
-        AttemptFailure::Provider { failure: f } => {
-            let r = table.class_rule(f);
-            // The class policy is the floor: a table validated against it agrees, and a head
-            // status that is not repeatable keeps even a transient class terminal.
-            let action = if r.action == RuleAction::Transport && !f.is_transport_retryable() {
-                RuleAction::Terminal
-            } else {
-                r.action
-            };
-            (r.id.to_string(), action, None, None)
-        }
-        AttemptFailure::RefusedBeforeSend { error_text } => {
-            let (id, action) = table.text_rule(error_text);
-            (id.to_string(), action, None, None)
-        }
-        _ => match failure.condition() {
-            Some(c) => {
-                let r = table.condition_rule(c);
-                (r.id.clone(), r.action, r.feedback, Some(c))
-            }
-            None => (
-                table.default_rule().id.clone(),
-                RuleAction::Terminal,
-                None,
-                None,
-            ),
-        },
-    };
-
+    let ruling = Ruling::of(table, failure);
     let end = |ending: Ending, rule: String, failure: StepFailure| StepDecision::End {
         ending,
         rule,
@@ -479,110 +448,267 @@ pub fn decide(
         timeout_kind,
     };
 
-    if matches!(failure, AttemptFailure::Cancelled) {
-        return end(Ending::Cancelled, rule, facts.failure(None));
-    }
-    if action == RuleAction::Terminal {
-        return end(Ending::Terminal, rule, facts.failure(None));
-    }
-
-    // 2. Write steps: transport retries only, and only after a proven or undone write.
-    if let StepAccess::Write(settlement) = access {
-        if action != RuleAction::Transport {
-            return end(
-                Ending::Terminal,
-                table.write_rules().single_attempt.clone(),
-                facts.failure(None),
-            );
-        }
-        if !settlement.permits_retry() {
-            return end(
-                Ending::Declined,
-                table.write_rules().declined.clone(),
-                declined_failure(&facts, settlement),
-            );
-        }
+    // 1. What the rules say, before any budget; 2. what a write step's settlement allows.
+    if let Some((ending, rule, failure)) =
+        refused_before_budget(table, access, failure, &ruling, &facts)
+    {
+        return end(ending, rule, failure);
     }
 
     // 3. The budget.
-    match action {
-        RuleAction::Transport => {
-            let used = count(past, |r| r.budget == RetryBudget::Transport);
-            let k = used.saturating_add(1);
-            if k > budgets.max_transport_retries {
-                let bound = format!(
-                    "retry-max-transport-retries-bound: {k} exceeds retry.maxTransportRetries = {} count.",
-                    budgets.max_transport_retries
-                );
-                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
+    let retry = match ruling.action {
+        RuleAction::Transport => transport_retry(budgets, past, failure, duration_ms),
+        // Terminal was refused above; what remains is a contract retry.
+        RuleAction::Contract | RuleAction::Terminal => contract_retry(budgets, past, &ruling),
+    };
+    match retry {
+        Ok(retry) => StepDecision::Retry {
+            rule: ruling.rule,
+            retry,
+            timeout_kind,
+        },
+        Err(bound) => end(Ending::Exhausted, ruling.rule, facts.failure(Some(bound))),
+    }
+}
+
+/// The failure of an attempt as it stands, before any decision: its category, class, code,
+/// message and remediation. The record of an attempt that is retried still names its failure;
+/// this is where those fields come from (the decision's own failure wins when the step ends).
+pub fn failure_facts(failure: &AttemptFailure) -> StepFailure {
+    Facts::of(failure).failure(None)
+}
+
+/// What a write step's driver must do with a failed attempt, asked once with what the host
+/// proved about its writes (WRT-1..3): either the decision is final, or the attempt's writes
+/// must be restored first and [`PendingRestore::after_restore`] gives the decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WritePlan {
+    /// No restore is needed: record `settlement` and act on `decision`.
+    Decided(WriteDecision),
+    /// Restore the attempt's writes (and verify the restore), then ask
+    /// [`PendingRestore::after_restore`] with whether it held.
+    RestoreFirst(PendingRestore),
+}
+
+/// A write step's final decision with the settlement its attempt records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteDecision {
+    pub settlement: WriteSettlement,
+    pub decision: StepDecision,
+}
+
+/// The second phase of a write step's decision: waiting for the restore's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingRestore {
+    restored: StepDecision,
+    restore_failed: StepDecision,
+}
+
+impl PendingRestore {
+    /// The decision once the restore ran: as planned when it held, otherwise the step is decided
+    /// as `restore-failed` (a retry is declined; a cancelled step still ends cancelled).
+    pub fn after_restore(self, restore_held: bool) -> WriteDecision {
+        if restore_held {
+            WriteDecision {
+                settlement: WriteSettlement::WriteExecutedAndRestored,
+                decision: self.restored,
             }
-            let retry_after = match failure {
-                // STP-15: only a Retry-After recorded with the response's HTTP status counts.
-                AttemptFailure::Provider { failure: f } if f.http_status.is_some() => {
-                    f.retry_after_ms
-                }
-                _ => None,
-            };
-            let wait = budgets.transport_wait(k, retry_after);
-            let elapsed = past
-                .iter()
-                .filter(|p| p.retry.budget == RetryBudget::Transport)
-                .fold(duration_ms, |sum, p| {
-                    sum.saturating_add(p.duration_ms)
-                        .saturating_add(p.retry.wait_ms)
-                });
-            let with_wait = elapsed.saturating_add(wait);
-            if with_wait > budgets.transport_max_elapsed_ms {
-                let bound = format!(
-                    "retry-transport-max-elapsed-bound: {with_wait} exceeds retry.transportMaxElapsedMs = {} ms.",
-                    budgets.transport_max_elapsed_ms
-                );
-                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
-            }
-            StepDecision::Retry {
-                rule,
-                retry: ScheduledRetry {
-                    budget: RetryBudget::Transport,
-                    condition: None,
-                    feedback: carried_feedback(past),
-                    wait_ms: wait,
-                },
-                timeout_kind,
-            }
-        }
-        // Terminal returned above; what remains is a contract retry.
-        RuleAction::Contract | RuleAction::Terminal => {
-            let used = count(past, |r| r.budget == RetryBudget::Contract);
-            let n = used.saturating_add(1);
-            if n > budgets.max_retries {
-                let bound = format!(
-                    "retry-max-retries-bound: {n} exceeds retry.maxRetries = {} count.",
-                    budgets.max_retries
-                );
-                return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
-            }
-            if let Some(c) = condition
-                && let Some(limit) = budgets.condition_budget(c)
-                && let Some((name, key)) = condition_bound(c)
-            {
-                let m = count(past, |r| r.condition == Some(c)).saturating_add(1);
-                if m > limit {
-                    let bound = format!("{name}: {m} exceeds {key} = {limit} count.");
-                    return end(Ending::Exhausted, rule, facts.failure(Some(bound)));
-                }
-            }
-            StepDecision::Retry {
-                rule,
-                retry: ScheduledRetry {
-                    budget: RetryBudget::Contract,
-                    condition,
-                    feedback,
-                    wait_ms: 0,
-                },
-                timeout_kind,
+        } else {
+            WriteDecision {
+                settlement: WriteSettlement::RestoreFailed,
+                decision: self.restore_failed,
             }
         }
     }
+}
+
+/// Phase one of a write step's decision (WRT-1..3). `proven` is what the host proved about the
+/// failed attempt's writes before any restore. A write that ran is decided as if restored, and
+/// restored only when that decision retries, or when the attempt was cancelled (a cancelled
+/// run leaves the workspace as it found it).
+pub fn decide_write(
+    table: &RulesTable,
+    budgets: &StepBudgets,
+    past: &[PastAttempt],
+    failure: &AttemptFailure,
+    duration_ms: u64,
+    proven: RecordedSettlement,
+) -> WritePlan {
+    let decide_as = |settlement| {
+        decide(
+            table,
+            budgets,
+            StepAccess::Write(settlement),
+            past,
+            failure,
+            duration_ms,
+        )
+    };
+    let settlement = match proven {
+        RecordedSettlement::NoWrite => WriteSettlement::NoWrite,
+        RecordedSettlement::Unavailable => WriteSettlement::Unavailable,
+        RecordedSettlement::WriteExecuted => WriteSettlement::WriteExecutedAndRestored,
+    };
+    let decision = decide_as(settlement);
+    let cancelled = matches!(failure, AttemptFailure::Cancelled);
+    if proven != RecordedSettlement::WriteExecuted || !(decision.retry_scheduled() || cancelled) {
+        return WritePlan::Decided(WriteDecision {
+            settlement,
+            decision,
+        });
+    }
+    WritePlan::RestoreFirst(PendingRestore {
+        restored: decision,
+        restore_failed: decide_as(WriteSettlement::RestoreFailed),
+    })
+}
+
+/// What the rules table says about a failure, before any budget or settlement.
+struct Ruling {
+    rule: String,
+    action: RuleAction,
+    feedback: Option<Feedback>,
+    condition: Option<Condition>,
+}
+
+impl Ruling {
+    fn of(table: &RulesTable, failure: &AttemptFailure) -> Ruling {
+        let ruling = |rule: &str, action, feedback, condition| Ruling {
+            rule: rule.to_string(),
+            action,
+            feedback,
+            condition,
+        };
+        match failure {
+            AttemptFailure::Provider { failure: f } => {
+                let r = table.class_rule(f);
+                // The class policy is the floor: a table validated against it agrees, and a
+                // head status that is not repeatable keeps even a transient class terminal.
+                let action = if r.action == RuleAction::Transport && !f.is_transport_retryable() {
+                    RuleAction::Terminal
+                } else {
+                    r.action
+                };
+                ruling(r.id, action, None, None)
+            }
+            AttemptFailure::RefusedBeforeSend { error_text } => {
+                let (id, action) = table.text_rule(error_text);
+                ruling(id, action, None, None)
+            }
+            _ => match failure.condition() {
+                Some(c) => {
+                    let r = table.condition_rule(c);
+                    ruling(&r.id, r.action, r.feedback, Some(c))
+                }
+                None => ruling(&table.default_rule().id, RuleAction::Terminal, None, None),
+            },
+        }
+    }
+}
+
+/// The ending when the step stops before any budget is asked: a cancelled attempt, a terminal
+/// rule, or a write step whose failure or settlement allows no retry (STP-1, WRT-2).
+fn refused_before_budget(
+    table: &RulesTable,
+    access: StepAccess,
+    failure: &AttemptFailure,
+    ruling: &Ruling,
+    facts: &Facts,
+) -> Option<(Ending, String, StepFailure)> {
+    if matches!(failure, AttemptFailure::Cancelled) {
+        return Some((Ending::Cancelled, ruling.rule.clone(), facts.failure(None)));
+    }
+    if ruling.action == RuleAction::Terminal {
+        return Some((Ending::Terminal, ruling.rule.clone(), facts.failure(None)));
+    }
+    let StepAccess::Write(settlement) = access else {
+        return None;
+    };
+    if ruling.action != RuleAction::Transport {
+        let rule = table.write_rules().single_attempt.clone();
+        return Some((Ending::Terminal, rule, facts.failure(None)));
+    }
+    if !settlement.permits_retry() {
+        let rule = table.write_rules().declined.clone();
+        return Some((Ending::Declined, rule, declined_failure(facts, settlement)));
+    }
+    None
+}
+
+/// A transport retry, or the sentence of the bound that refuses it (STP-6, STP-15).
+fn transport_retry(
+    budgets: &StepBudgets,
+    past: &[PastAttempt],
+    failure: &AttemptFailure,
+    duration_ms: u64,
+) -> Result<ScheduledRetry, String> {
+    let used = count(past, |r| r.budget == RetryBudget::Transport);
+    let k = used.saturating_add(1);
+    if k > budgets.max_transport_retries {
+        return Err(format!(
+            "retry-max-transport-retries-bound: {k} exceeds retry.maxTransportRetries = {} count.",
+            budgets.max_transport_retries
+        ));
+    }
+    let retry_after = match failure {
+        // STP-15: only a Retry-After recorded with the response's HTTP status counts.
+        AttemptFailure::Provider { failure: f } if f.http_status.is_some() => f.retry_after_ms,
+        _ => None,
+    };
+    let wait = budgets.transport_wait(k, retry_after);
+    let elapsed = past
+        .iter()
+        .filter(|p| p.retry.budget == RetryBudget::Transport)
+        .fold(duration_ms, |sum, p| {
+            sum.saturating_add(p.duration_ms)
+                .saturating_add(p.retry.wait_ms)
+        });
+    let with_wait = elapsed.saturating_add(wait);
+    if with_wait > budgets.transport_max_elapsed_ms {
+        return Err(format!(
+            "retry-transport-max-elapsed-bound: {with_wait} exceeds retry.transportMaxElapsedMs = {} ms.",
+            budgets.transport_max_elapsed_ms
+        ));
+    }
+    Ok(ScheduledRetry {
+        budget: RetryBudget::Transport,
+        condition: None,
+        feedback: carried_feedback(past),
+        wait_ms: wait,
+    })
+}
+
+/// A contract retry, or the sentence of the bound that refuses it: `retry.maxRetries`, then the
+/// condition's own budget inside it (STP-13).
+fn contract_retry(
+    budgets: &StepBudgets,
+    past: &[PastAttempt],
+    ruling: &Ruling,
+) -> Result<ScheduledRetry, String> {
+    let used = count(past, |r| r.budget == RetryBudget::Contract);
+    let n = used.saturating_add(1);
+    if n > budgets.max_retries {
+        return Err(format!(
+            "retry-max-retries-bound: {n} exceeds retry.maxRetries = {} count.",
+            budgets.max_retries
+        ));
+    }
+    let condition = ruling.condition;
+    if let Some(c) = condition
+        && let Some(limit) = budgets.condition_budget(c)
+        && let Some((name, key)) = condition_bound(c)
+    {
+        let m = count(past, |r| r.condition == Some(c)).saturating_add(1);
+        if m > limit {
+            return Err(format!("{name}: {m} exceeds {key} = {limit} count."));
+        }
+    }
+    Ok(ScheduledRetry {
+        budget: RetryBudget::Contract,
+        condition,
+        feedback: ruling.feedback,
+        wait_ms: 0,
+    })
 }
 
 fn count(past: &[PastAttempt], pred: impl Fn(&ScheduledRetry) -> bool) -> u32 {

@@ -9,6 +9,12 @@
 //! - the provider's replay driver ([`run_turn_observed`]) runs each turn with its in-turn
 //!   replays, bounded by the attempt deadline and the cancellation token (REP-9, REP-10).
 //!
+//! The loop itself is a sans-IO state machine too (`AgentLoop`, quinn-proto's shape): it holds
+//! the conversation, the answer so far and its continuations, the lease and the attempt's
+//! account, takes events (a turn's result, a batch's result, cancellation, the time) and answers
+//! with the next action (send a turn, run a batch, finish). The async `drive` only performs
+//! those actions and passes the loop's turn events to the observer.
+//!
 //! What the loop owns is the conversation, the tool calls (validated before host authorization,
 //! authorized against the workspace jail, then run) and the attempt's account: its turns, its
 //! lease record, its usage and, when it failed, the [`AttemptFailure`] the step retry decides
@@ -50,16 +56,19 @@ use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
     Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
-    TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus, driver::run_turn_observed,
+    TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
+    driver::{TurnResult, run_turn_observed},
 };
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{self, RequestedCall};
+use crate::batch::{self, BatchOutcome, CallReply, RequestedCall};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::Contract;
-use crate::ledger::{CallOutcome, Checkpoint, ExecutionLease, LeaseStop, ToolBatch, TurnEvidence};
+use crate::ledger::{
+    CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
+};
 use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
@@ -247,14 +256,9 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
     let started = Instant::now();
     let started_at = rfc3339_utc(SystemTime::now());
     let deadline = started + Duration::from_millis(input.limits.timeout_ms);
-    let mut state = Attempt {
-        lease: ExecutionLease::new(input.limits.max_turns),
-        tools: tools_for_attempt(&input),
-        turns: Vec::new(),
-        usage: Usage::default(),
-        provider_failure: None,
-    };
-    let (result, message) = drive(&input, &mut state, deadline).await;
+    let mut tools = tools_for_attempt(&input);
+    let mut state = AgentLoop::new(&input, deadline);
+    let (result, message) = drive(&input, &mut state, &mut tools).await;
     let mut lease = state
         .lease
         .record()
@@ -285,7 +289,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         lease,
         usage: state.usage,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        snapshots: state.tools.into_snapshots(),
+        snapshots: tools.into_snapshots(),
     }
 }
 
@@ -323,226 +327,274 @@ fn fallback_lease_record(lease: &ExecutionLease, max_turns: u32) -> LeaseRecord 
     }
 }
 
-struct Attempt<'w> {
-    lease: ExecutionLease,
-    tools: StepTools<'w>,
-    turns: Vec<TurnRecord>,
-    usage: Usage,
-    provider_failure: Option<ProviderFailure>,
-}
-
 type Ending = (Result<Answer, AttemptFailure>, Option<String>);
 
 fn fail(f: AttemptFailure, message: impl Into<String>) -> Ending {
     (Err(f), Some(message.into()))
 }
 
-async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant) -> Ending {
-    let step = input.step;
-    let system = system_prompt(step, input.instructions);
-    let mut opening = String::from("Begin the step.");
-    if let Some(f) = input.feedback {
-        opening.push_str("\n\nCorrection from the previous attempt: ");
-        opening.push_str(&feedback_text(f, &input.limits));
+/// What the async driver does next for the agent loop.
+enum Action {
+    /// Check the cancellation, then run the host preflight and call [`AgentLoop::begin_turn`]
+    /// (or [`AgentLoop::cancelled`]).
+    BeginTurn,
+    /// Send `payload` as turn `turn` with its in-turn replays, then call
+    /// [`AgentLoop::turn_ended`].
+    Send { turn: u32, payload: Payload },
+    /// Run these tool calls as one batch against the workspace and the lease, then call
+    /// [`AgentLoop::batch_ran`].
+    RunTools { calls: Vec<RequestedCall> },
+    /// The batch is recorded and the observer told: call [`AgentLoop::after_tools`] with
+    /// read supervision's verdict, whether the run was cancelled, and the time.
+    AfterTools,
+    /// The attempt is over.
+    Finish(Ending),
+}
+
+/// A turn that asked for tools, while its batch runs.
+struct PendingBatch {
+    turn: u32,
+    text: String,
+    calls: Vec<RequestedCall>,
+    replays: Vec<ReplayRecord>,
+    usage: Usage,
+    /// The batch's account and its replies, once it ran.
+    ran: Option<(ToolBatch, Vec<CallReply>)>,
+}
+
+/// The agent loop of one attempt without I/O: the conversation, the answer so far and its
+/// continuations, the execution lease and the attempt's account. It takes events (a turn's
+/// result, a batch's result, whether the run was cancelled, the time) and answers with the next
+/// [`Action`]; [`drive`] performs the actions (the provider turn, the tools) and feeds it back.
+struct AgentLoop<'a> {
+    step: &'a Step,
+    api: Api,
+    model: &'a str,
+    limits: ModelLimits,
+    boundary: Result<&'a BoundaryConfig, &'a str>,
+    deadline: Instant,
+    system: String,
+    specs: Vec<ToolSpec>,
+    messages: Vec<Message>,
+    /// The final answer so far: the text of a cut turn plus its continuations, joined.
+    answer: String,
+    /// Continuations joined into `answer`.
+    answer_continuations: u32,
+    /// Continuations sent in the whole attempt (the cap is per attempt, so an answer abandoned
+    /// for tool calls does not earn a fresh allowance).
+    continuations_sent: u32,
+    /// The conversation before the cut answer: each continuation request is this, the joined
+    /// answer so far as one assistant message, and the instruction.
+    before_answer: usize,
+    pending: Option<PendingBatch>,
+    /// Turn events for the observer, in order; the driver passes them on.
+    events: Vec<TurnEvent>,
+    lease: ExecutionLease,
+    turns: Vec<TurnRecord>,
+    usage: Usage,
+    provider_failure: Option<ProviderFailure>,
+}
+
+impl<'a> AgentLoop<'a> {
+    fn new(input: &AttemptInput<'a>, deadline: Instant) -> AgentLoop<'a> {
+        let mut opening = String::from("Begin the step.");
+        if let Some(f) = input.feedback {
+            opening.push_str("\n\nCorrection from the previous attempt: ");
+            opening.push_str(&feedback_text(f, &input.limits));
+        }
+        let messages = vec![Message::User { text: opening }];
+        AgentLoop {
+            step: input.step,
+            api: input.api,
+            model: input.model,
+            limits: input.limits,
+            boundary: input.boundary,
+            deadline,
+            system: system_prompt(input.step, input.instructions),
+            specs: tool_specs(&input.step.tools),
+            before_answer: messages.len(),
+            messages,
+            answer: String::new(),
+            answer_continuations: 0,
+            continuations_sent: 0,
+            pending: None,
+            events: Vec::new(),
+            lease: ExecutionLease::new(input.limits.max_turns),
+            turns: Vec::new(),
+            usage: Usage::default(),
+            provider_failure: None,
+        }
     }
-    let mut messages = vec![Message::User { text: opening }];
-    let tools = tool_specs(&step.tools);
-    let boundary = match input.boundary {
-        Ok(b) => b,
-        Err(why) => {
-            let text = format!("the response boundary cannot be set up: {why}");
-            st.lease
-                .stop(LeaseStop::PreflightFailed, Some(text.clone()));
-            return fail(
-                AttemptFailure::RefusedBeforeSend {
-                    error_text: text.clone(),
-                },
-                text,
-            );
-        }
-    };
 
-    // The final answer so far: the text of a cut turn plus its continuations, joined.
-    let mut answer = String::new();
-    // Continuations joined into `answer`, and continuations sent in the whole attempt (the cap
-    // is per attempt, so an answer abandoned for tool calls does not earn a fresh allowance).
-    let mut answer_continuations = 0u32;
-    let mut continuations_sent = 0u32;
-    // The conversation before the cut answer: each continuation request is this, the joined
-    // answer so far as one assistant message, and the instruction.
-    let mut before_answer = messages.len();
-
-    loop {
-        if input.cancel.is_cancelled() {
-            st.lease.stop(LeaseStop::Cancelled, None);
-            return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
+    /// The first action: nothing is sent without a response boundary (BND-1).
+    fn start(&mut self) -> Action {
+        match self.boundary {
+            Ok(_) => Action::BeginTurn,
+            Err(why) => {
+                let text = format!("the response boundary cannot be set up: {why}");
+                self.lease
+                    .stop(LeaseStop::PreflightFailed, Some(text.clone()));
+                Action::Finish(fail(
+                    AttemptFailure::RefusedBeforeSend {
+                        error_text: text.clone(),
+                    },
+                    text,
+                ))
+            }
         }
-        let preflight = st.tools.preflight();
-        let turn = match st.lease.begin_turn(preflight) {
+    }
+
+    /// The run was cancelled: the attempt ends here.
+    fn cancelled(&mut self) -> Action {
+        self.lease.stop(LeaseStop::Cancelled, None);
+        Action::Finish(fail(AttemptFailure::Cancelled, "the attempt was cancelled"))
+    }
+
+    /// The lease grants the next turn after the host preflight (LSE-2), and the request is built.
+    fn begin_turn(&mut self, preflight: Result<(), PreflightFailure>) -> Action {
+        let turn = match self.lease.begin_turn(preflight) {
             Ok(n) => n,
-            Err(end) => return lease_ended(end.stop_reason, end.evidence),
+            Err(end) => return Action::Finish(lease_ended(end.stop_reason, end.evidence)),
         };
-
         let request = TurnRequest {
-            model: input.model.to_owned(),
-            max_output_tokens: input.limits.max_output_tokens,
-            system: Some(system.clone()),
-            messages: messages.clone(),
-            tools: tools.clone(),
+            model: self.model.to_owned(),
+            max_output_tokens: self.limits.max_output_tokens,
+            system: Some(self.system.clone()),
+            messages: self.messages.clone(),
+            tools: self.specs.clone(),
         };
-        let payload = match Payload::build(input.api, &request) {
-            Ok(p) => p,
+        match Payload::build(self.api, &request) {
+            Ok(payload) => Action::Send { turn, payload },
             Err(e) => {
-                st.lease
+                self.lease
                     .stop(LeaseStop::PreflightFailed, Some(e.to_string()));
-                push_turn(
-                    st,
-                    turn,
-                    TurnStatus::Failed,
-                    Vec::new(),
-                    ToolBatch::default(),
-                    Usage::default(),
-                );
-                return fail(
+                let (batch, usage) = (ToolBatch::default(), Usage::default());
+                self.push_turn(turn, TurnStatus::Failed, Vec::new(), batch, usage);
+                Action::Finish(fail(
                     AttemptFailure::RefusedBeforeSend {
                         error_text: e.to_string(),
                     },
                     e.to_string(),
-                );
+                ))
             }
-        };
-        (input.observer)(TurnEvent::Request {
-            turn,
-            digest: payload.digest().to_hex(),
-            payload: payload.bytes().clone(),
-        });
-        let observer = input.observer;
-        let mut on_replay = |e: &ReplayEntry| observer(TurnEvent::Replay { turn, entry: *e });
-        let result = run_turn_observed(
-            input.transport,
-            &input.replay_limits,
-            &payload,
-            input.cancel,
-            Some(deadline),
-            &mut on_replay,
-        )
-        .await;
+        }
+    }
+
+    /// A provider turn ended (after its in-turn replays). A completed turn's raw body passes the
+    /// response boundary before anything reads it.
+    fn turn_ended(&mut self, turn: u32, result: TurnResult) -> Action {
         let replays: Vec<ReplayRecord> = result.record.replays.iter().map(replay_record).collect();
         let turn_usage = Usage {
             input_tokens: result.record.usage.input_tokens,
             output_tokens: result.record.usage.output_tokens,
         };
-        st.usage = st.usage + turn_usage;
-
+        self.usage = self.usage + turn_usage;
         let outcome = match result.end {
-            TurnEnd::Completed(outcome) => match boundary_check(boundary, &outcome) {
-                None => outcome,
-                Some(refusal) => {
-                    push_turn(
-                        st,
-                        turn,
-                        TurnStatus::Failed,
-                        replays,
-                        ToolBatch::default(),
-                        turn_usage,
-                    );
-                    emit_finished(input, turn, TurnStatus::Failed, &ToolBatch::default());
-                    return refused(st, &refusal);
-                }
-            },
+            TurnEnd::Completed(outcome) => outcome,
             other => {
                 let status = match result.record.status {
                     ProviderTurnStatus::Cancelled => TurnStatus::Cancelled,
                     _ => TurnStatus::Failed,
                 };
-                push_turn(st, turn, status, replays, ToolBatch::default(), turn_usage);
-                emit_finished(input, turn, status, &ToolBatch::default());
-                return turn_failed(st, other);
+                let batch = ToolBatch::default();
+                self.finish_turn(turn, status, replays, batch, turn_usage);
+                return Action::Finish(turn_failed(self, other));
             }
         };
-
-        if outcome.tool_calls.is_empty() {
+        if let Ok(boundary) = self.boundary
+            && let Some(refusal) = boundary_check(boundary, &outcome)
+        {
             let batch = ToolBatch::default();
-            push_turn(
-                st,
-                turn,
-                TurnStatus::Completed,
-                replays,
-                batch.clone(),
-                turn_usage,
-            );
-            emit_finished(input, turn, TurnStatus::Completed, &batch);
-            answer.push_str(&outcome.text);
-            match after_final_turn(
-                outcome.finish_reason.as_ref(),
-                &answer,
-                continuations_sent,
-                st.lease.turns_used(),
-                input.limits.max_turns,
-            ) {
-                FinalTurn::Continue => {
-                    // The lease is not checkpointed here: with an empty batch the checkpoint
-                    // would end it as answered. The next `begin_turn` still runs the host
-                    // preflight and refuses a turn beyond maxTurns, and what triggers the
-                    // continuation is the provider's finish reason, never the model's text
-                    // (LSE-3).
-                    continuations_sent += 1;
-                    answer_continuations += 1;
-                    messages.truncate(before_answer);
-                    messages.push(Message::Assistant {
-                        text: answer.clone(),
-                        tool_calls: Vec::new(),
-                    });
-                    messages.push(Message::User {
-                        text: CONTINUE_INSTRUCTION.to_owned(),
-                    });
-                    continue;
-                }
-                FinalTurn::Cut(NoContinuation::NoTurnLeft) => {
-                    // The turn ceiling, not the answer, ended the lease: say so in the record.
-                    let text = cut_message(
-                        NoContinuation::NoTurnLeft,
-                        answer_continuations,
-                        input.limits.max_turns,
-                    );
-                    st.lease.stop(LeaseStop::MaxTurns, Some(text.clone()));
-                    return fail(AttemptFailure::CutAnswer, text);
-                }
-                FinalTurn::Cut(why) => {
-                    // Ends the lease as answered: the (cut) answer was delivered.
-                    let _ = st.lease.checkpoint(TurnEvidence {
-                        batch: &batch,
-                        no_progress: false,
-                        assistant_text: &outcome.text,
-                    });
-                    return fail(
-                        AttemptFailure::CutAnswer,
-                        cut_message(why, answer_continuations, input.limits.max_turns),
-                    );
-                }
-                FinalTurn::Complete => {
-                    // Ends the lease as answered: an empty batch needs no renewal.
-                    let _ = st.lease.checkpoint(TurnEvidence {
-                        batch: &batch,
-                        no_progress: false,
-                        assistant_text: &outcome.text,
-                    });
-                    return judge(
-                        step,
-                        outcome.finish_reason.as_ref(),
-                        &answer,
-                        answer_continuations,
-                    );
-                }
-            }
+            self.finish_turn(turn, TurnStatus::Failed, replays, batch, turn_usage);
+            return Action::Finish(refused(self, &refusal));
         }
+        if outcome.tool_calls.is_empty() {
+            self.final_turn(turn, outcome, replays, turn_usage)
+        } else {
+            self.tool_turn(turn, outcome, replays, turn_usage)
+        }
+    }
 
+    /// A turn without tool calls: the answer is judged, continued (STP-10) or cut for good.
+    fn final_turn(
+        &mut self,
+        turn: u32,
+        outcome: StreamOutcome,
+        replays: Vec<ReplayRecord>,
+        usage: Usage,
+    ) -> Action {
+        let batch = ToolBatch::default();
+        self.finish_turn(turn, TurnStatus::Completed, replays, batch.clone(), usage);
+        self.answer.push_str(&outcome.text);
+        let max_turns = self.limits.max_turns;
+        let finish = outcome.finish_reason.as_ref();
+        let next = after_final_turn(
+            finish,
+            &self.answer,
+            self.continuations_sent,
+            self.lease.turns_used(),
+            max_turns,
+        );
+        let answered = TurnEvidence {
+            batch: &batch,
+            no_progress: false,
+            assistant_text: &outcome.text,
+        };
+        let ending = match next {
+            FinalTurn::Continue => return self.continue_answer(),
+            FinalTurn::Cut(NoContinuation::NoTurnLeft) => {
+                // The turn ceiling, not the answer, ended the lease: say so in the record.
+                let why = NoContinuation::NoTurnLeft;
+                let text = cut_message(why, self.answer_continuations, max_turns);
+                self.lease.stop(LeaseStop::MaxTurns, Some(text.clone()));
+                fail(AttemptFailure::CutAnswer, text)
+            }
+            FinalTurn::Cut(why) => {
+                // Ends the lease as answered: the (cut) answer was delivered.
+                let _ = self.lease.checkpoint(answered);
+                let text = cut_message(why, self.answer_continuations, max_turns);
+                fail(AttemptFailure::CutAnswer, text)
+            }
+            FinalTurn::Complete => {
+                // Ends the lease as answered: an empty batch needs no renewal.
+                let _ = self.lease.checkpoint(answered);
+                judge(self.step, finish, &self.answer, self.answer_continuations)
+            }
+        };
+        Action::Finish(ending)
+    }
+
+    /// Asks for the rest of a cut answer. The lease is not checkpointed here: with an empty
+    /// batch the checkpoint would end it as answered. The next `begin_turn` still runs the host
+    /// preflight and refuses a turn beyond maxTurns, and what triggers the continuation is the
+    /// provider's finish reason, never the model's text (LSE-3).
+    fn continue_answer(&mut self) -> Action {
+        self.continuations_sent += 1;
+        self.answer_continuations += 1;
+        self.messages.truncate(self.before_answer);
+        self.messages.push(Message::Assistant {
+            text: self.answer.clone(),
+            tool_calls: Vec::new(),
+        });
+        self.messages.push(Message::User {
+            text: CONTINUE_INSTRUCTION.to_owned(),
+        });
+        Action::BeginTurn
+    }
+
+    /// A turn that asked for tools: its calls run as one batch.
+    fn tool_turn(
+        &mut self,
+        turn: u32,
+        outcome: StreamOutcome,
+        replays: Vec<ReplayRecord>,
+        usage: Usage,
+    ) -> Action {
         // A continuation answered with tool calls: the model left its cut answer to work on.
         // The conversation keeps what it wrote (and the instruction it got); its next final
         // answer is judged on its own.
-        answer.clear();
-        answer_continuations = 0;
-
+        self.answer.clear();
+        self.answer_continuations = 0;
         let calls: Vec<RequestedCall> = outcome
             .tool_calls
             .iter()
@@ -557,75 +609,198 @@ async fn drive(input: &AttemptInput<'_>, st: &mut Attempt<'_>, deadline: Instant
                 arguments: c.arguments.clone(),
             })
             .collect();
-        let ran = batch::run_batch_with(&mut st.tools, &mut st.lease, &calls, input.before_write);
-        let batch = ran.batch;
-        push_turn(
-            st,
+        self.pending = Some(PendingBatch {
             turn,
-            TurnStatus::Completed,
+            text: outcome.text,
+            calls: calls.clone(),
             replays,
-            batch.clone(),
-            turn_usage,
-        );
-        emit_finished(input, turn, TurnStatus::Completed, &batch);
-        if let Some(host) = ran.host_failure {
+            usage,
+            ran: None,
+        });
+        Action::RunTools { calls }
+    }
+
+    /// The batch ran: the turn is recorded, and the attempt ends if the host failed (LSE-2).
+    fn batch_ran(&mut self, ran: BatchOutcome) -> Action {
+        let Some(p) = self.pending.as_mut() else {
+            return Action::Finish(fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: "a tool batch ran without a turn asking for it".to_owned(),
+                },
+                "internal: a tool batch ran without a turn asking for it",
+            ));
+        };
+        p.ran = Some((ran.batch.clone(), ran.replies));
+        let (turn, replays, usage) = (p.turn, std::mem::take(&mut p.replays), p.usage);
+        self.finish_turn(turn, TurnStatus::Completed, replays, ran.batch, usage);
+        match ran.host_failure {
             // The batch already ended the lease with this evidence (LSE-2).
-            return lease_ended(LeaseStop::PreflightFailed, Some(host.evidence));
+            Some(host) => {
+                Action::Finish(lease_ended(LeaseStop::PreflightFailed, Some(host.evidence)))
+            }
+            None => Action::AfterTools,
         }
-        if input.cancel.is_cancelled() {
-            st.lease.stop(LeaseStop::Cancelled, None);
-            return fail(AttemptFailure::Cancelled, "the attempt was cancelled");
+    }
+
+    /// After a batch: the attempt ends if the run was cancelled or the attempt timer fired by
+    /// `now`; otherwise the replies go back to the model and the lease decides at its checkpoint
+    /// whether another turn follows (LSE-3).
+    fn after_tools(&mut self, no_progress: bool, cancelled: bool, now: Instant) -> Action {
+        let Some(PendingBatch {
+            text,
+            calls,
+            ran: Some((batch, replies)),
+            ..
+        }) = self.pending.take()
+        else {
+            return Action::Finish(fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: "tool results were asked for before the batch ran".to_owned(),
+                },
+                "internal: tool results were asked for before the batch ran",
+            ));
+        };
+        if cancelled {
+            return self.cancelled();
         }
-        if Instant::now() >= deadline {
-            st.lease.stop(LeaseStop::Deadline, None);
-            return fail(
+        if now >= self.deadline {
+            self.lease.stop(LeaseStop::Deadline, None);
+            return Action::Finish(fail(
                 AttemptFailure::AttemptDeadline,
                 format!(
                     "the attempt timer of {} ms fired while tools ran",
-                    input.limits.timeout_ms
+                    self.limits.timeout_ms
                 ),
-            );
+            ));
         }
-        messages.push(Message::Assistant {
-            text: outcome.text.clone(),
-            tool_calls: calls
-                .iter()
-                .map(|c| AssistantToolCall {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    // Arguments that are not a JSON object cannot go back to every API as
-                    // sent; the rejection the model gets says what was wrong with them.
-                    arguments: if matches!(
-                        serde_json::from_str::<Value>(&c.arguments),
-                        Ok(Value::Object(_))
-                    ) {
-                        c.arguments.clone()
-                    } else {
-                        "{}".to_owned()
-                    },
-                })
-                .collect(),
+        self.messages.push(Message::Assistant {
+            text: text.clone(),
+            tool_calls: calls.iter().map(assistant_tool_call).collect(),
         });
-        for r in ran.replies {
+        for r in replies {
             let is_error = r.text.starts_with("error:");
-            messages.push(Message::ToolResult {
+            self.messages.push(Message::ToolResult {
                 call_id: r.id,
                 content: r.text,
                 is_error,
             });
         }
-        match st.lease.checkpoint(TurnEvidence {
+        match self.lease.checkpoint(TurnEvidence {
             batch: &batch,
-            no_progress: st.tools.supervisor().no_progress(),
-            assistant_text: &outcome.text,
+            no_progress,
+            assistant_text: &text,
         }) {
             Checkpoint::Renew => {
                 // A later cut answer is continued from the conversation as it is now.
-                before_answer = messages.len();
-                continue;
+                self.before_answer = self.messages.len();
+                Action::BeginTurn
             }
-            Checkpoint::Stop(end) => return lease_ended(end.stop_reason, end.evidence),
+            Checkpoint::Stop(end) => Action::Finish(lease_ended(end.stop_reason, end.evidence)),
         }
+    }
+
+    fn push_turn(
+        &mut self,
+        turn: u32,
+        status: TurnStatus,
+        replays: Vec<ReplayRecord>,
+        tool_batch: ToolBatch,
+        usage: Usage,
+    ) {
+        self.turns.push(TurnRecord {
+            turn,
+            status,
+            replays,
+            tool_batch,
+            usage,
+        });
+    }
+
+    /// Records the turn and tells the observer it ended.
+    fn finish_turn(
+        &mut self,
+        turn: u32,
+        status: TurnStatus,
+        replays: Vec<ReplayRecord>,
+        batch: ToolBatch,
+        usage: Usage,
+    ) {
+        self.events.push(TurnEvent::Finished {
+            turn,
+            status,
+            requested: batch.requested,
+            rejected: batch.rejected,
+            executed: batch.executed,
+        });
+        self.push_turn(turn, status, replays, batch, usage);
+    }
+}
+
+/// A call as it goes back to the model in the assistant message. Arguments that are not a JSON
+/// object cannot go back to every API as sent; the rejection the model gets says what was
+/// wrong with them.
+fn assistant_tool_call(c: &RequestedCall) -> AssistantToolCall {
+    AssistantToolCall {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        arguments: if matches!(
+            serde_json::from_str::<Value>(&c.arguments),
+            Ok(Value::Object(_))
+        ) {
+            c.arguments.clone()
+        } else {
+            "{}".to_owned()
+        },
+    }
+}
+
+/// Performs the agent loop's actions: the provider turns (with their replays, bounded by the
+/// attempt deadline and the cancellation) and the tool batches, and passes the loop's turn
+/// events to the observer as they happen.
+async fn drive(
+    input: &AttemptInput<'_>,
+    lp: &mut AgentLoop<'_>,
+    tools: &mut StepTools<'_>,
+) -> Ending {
+    let mut action = lp.start();
+    loop {
+        for event in lp.events.drain(..) {
+            (input.observer)(event);
+        }
+        action = match action {
+            Action::Finish(ending) => return ending,
+            Action::BeginTurn if input.cancel.is_cancelled() => lp.cancelled(),
+            Action::BeginTurn => lp.begin_turn(tools.preflight()),
+            Action::Send { turn, payload } => {
+                (input.observer)(TurnEvent::Request {
+                    turn,
+                    digest: payload.digest().to_hex(),
+                    payload: payload.bytes().clone(),
+                });
+                let observer = input.observer;
+                let mut on_replay =
+                    |e: &ReplayEntry| observer(TurnEvent::Replay { turn, entry: *e });
+                let result = run_turn_observed(
+                    input.transport,
+                    &input.replay_limits,
+                    &payload,
+                    input.cancel,
+                    Some(lp.deadline),
+                    &mut on_replay,
+                )
+                .await;
+                lp.turn_ended(turn, result)
+            }
+            Action::RunTools { calls } => {
+                let ran = batch::run_batch_with(tools, &mut lp.lease, &calls, input.before_write);
+                lp.batch_ran(ran)
+            }
+            Action::AfterTools => lp.after_tools(
+                tools.supervisor().no_progress(),
+                input.cancel.is_cancelled(),
+                Instant::now(),
+            ),
+        };
     }
 }
 
@@ -696,33 +871,6 @@ fn cut_message(why: NoContinuation, continuations: u32, max_turns: u32) -> Strin
     format!("the answer was cut at the output limit{after} with no continuation left: {reason}")
 }
 
-fn emit_finished(input: &AttemptInput<'_>, turn: u32, status: TurnStatus, batch: &ToolBatch) {
-    (input.observer)(TurnEvent::Finished {
-        turn,
-        status,
-        requested: batch.requested,
-        rejected: batch.rejected,
-        executed: batch.executed,
-    });
-}
-
-fn push_turn(
-    st: &mut Attempt<'_>,
-    turn: u32,
-    status: TurnStatus,
-    replays: Vec<ReplayRecord>,
-    tool_batch: ToolBatch,
-    usage: Usage,
-) {
-    st.turns.push(TurnRecord {
-        turn,
-        status,
-        replays,
-        tool_batch,
-        usage,
-    });
-}
-
 fn replay_record(e: &ReplayEntry) -> ReplayRecord {
     ReplayRecord {
         cause: e.cause,
@@ -783,7 +931,7 @@ fn boundary_check(boundary: &BoundaryConfig, outcome: &StreamOutcome) -> Option<
 /// How the attempt ends when the boundary refused a completed turn. The message names the
 /// reason code and, for credentials, the kind or the key's label: `Refusal`'s Display never
 /// holds the matched bytes.
-fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
+fn refused(st: &mut AgentLoop<'_>, refusal: &Refusal) -> Ending {
     let text = format!(
         "the response boundary refused the provider's answer ({refusal}); none of it was used"
     );
@@ -806,7 +954,7 @@ fn refused(st: &mut Attempt<'_>, refusal: &Refusal) -> Ending {
 }
 
 /// STP-14: the provider said the request does not fit the model's context window.
-fn context_exhausted(st: &mut Attempt<'_>, failure: &TransportFailure) -> Ending {
+fn context_exhausted(st: &mut AgentLoop<'_>, failure: &TransportFailure) -> Ending {
     st.lease
         .stop(LeaseStop::ProviderFailed, Some(failure.detail.clone()));
     // Recorded too, so the attempt still shows the provider's class and status.
@@ -820,7 +968,7 @@ fn context_exhausted(st: &mut Attempt<'_>, failure: &TransportFailure) -> Ending
     )
 }
 
-fn turn_failed(st: &mut Attempt<'_>, end: TurnEnd) -> Ending {
+fn turn_failed(st: &mut AgentLoop<'_>, end: TurnEnd) -> Ending {
     match end {
         TurnEnd::Failed { failure, .. } if failure.context_exhausted() => {
             context_exhausted(st, &failure)
@@ -922,6 +1070,142 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use docsfab_provider::driver::{EndKind, TurnAccount as ProviderTurnRecord};
+    use docsfab_provider::scripted::ScriptedTransport;
+
+    /// A completed turn as the replay driver hands it back, with `text` and `finish`.
+    fn completed(text: &str, finish: FinishReason) -> TurnResult {
+        TurnResult {
+            end: TurnEnd::Completed(StreamOutcome {
+                http_status: 200,
+                text: text.to_owned(),
+                content_published: true,
+                finish_reason: Some(finish),
+                done: true,
+                usage: Default::default(),
+                tool_calls: Vec::new(),
+                models: vec!["m".to_owned()],
+                raw_body: None,
+            }),
+            record: ProviderTurnRecord {
+                status: ProviderTurnStatus::Completed,
+                end: EndKind::Completed,
+                provider_retries: 0,
+                replays: Vec::new(),
+                requests: 1,
+                payload_digest: String::new(),
+                failure: None,
+                stop_reason: None,
+                detail: None,
+                usage: Default::default(),
+                duration_ms: 1,
+            },
+        }
+    }
+
+    /// Steps the agent loop of a write step by hand: no transport, no tools, no clock.
+    fn with_loop(check: impl FnOnce(&mut AgentLoop<'_>)) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let workspace = Workspace::open(dir.path()).expect("workspace");
+        let transport = ScriptedTransport::new([]);
+        let boundary =
+            BoundaryConfig::new(docsfab_boundary::Api::OpenaiChat, "m", &[]).expect("boundary");
+        let step = Step {
+            id: "write".to_owned(),
+            access: Access::Write,
+            instructions: "Write.".to_owned(),
+            tools: vec![Tool::WriteFile],
+            contract: None,
+            write_roots: vec!["docs".to_owned()],
+            line: 1,
+        };
+        let cancel = CancellationToken::new();
+        let input = AttemptInput {
+            transport: &transport,
+            api: Api::OpenaiChat,
+            model: "m",
+            step: &step,
+            limits: ModelLimits::default(),
+            replay_limits: ReplayLimits::default(),
+            boundary: Ok(&boundary),
+            instructions: "Write.",
+            feedback: None,
+            workspace: &workspace,
+            cancel: &cancel,
+            observer: &|_| {},
+            before_write: None,
+        };
+        let mut lp = AgentLoop::new(&input, Instant::now() + Duration::from_secs(60));
+        check(&mut lp);
+    }
+
+    fn sent_turn(action: Action) -> u32 {
+        match action {
+            Action::Send { turn, .. } => turn,
+            _ => panic!("expected a turn to send"),
+        }
+    }
+
+    // STP-10, driven without I/O: a cut answer asks for a continuation, and the pieces are
+    // joined into the answer the step judges.
+    #[test]
+    fn the_loop_continues_a_cut_answer_and_joins_the_pieces_stp_10() {
+        with_loop(|lp| {
+            assert!(matches!(lp.start(), Action::BeginTurn));
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            let next = lp.turn_ended(turn, completed("Wrote docs/a", FinishReason::Length));
+            assert!(matches!(next, Action::BeginTurn));
+            assert!(matches!(
+                lp.messages.last(),
+                Some(Message::User { text }) if text == CONTINUE_INSTRUCTION
+            ));
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            assert_eq!(turn, 2);
+            let end = lp.turn_ended(turn, completed(".md", FinishReason::Stop));
+            let Action::Finish((Ok(Answer::Text(text)), None)) = end else {
+                panic!("the joined answer is the outcome");
+            };
+            assert_eq!(text, "Wrote docs/a.md");
+            assert_eq!(lp.turns.len(), 2);
+            assert_eq!(lp.events.len(), 2, "one finished event per turn");
+        });
+    }
+
+    // Cancellation seen after a tool batch ends the attempt before the model is asked again.
+    #[test]
+    fn the_loop_ends_cancelled_after_a_batch_when_the_run_was_cancelled() {
+        with_loop(|lp| {
+            let _ = lp.start();
+            let turn = sent_turn(lp.begin_turn(Ok(())));
+            let mut result = completed("", FinishReason::ToolCalls);
+            if let TurnEnd::Completed(outcome) = &mut result.end {
+                outcome
+                    .tool_calls
+                    .push(docsfab_provider::outcome::ToolCall {
+                        id: String::new(),
+                        name: "list_files".to_owned(),
+                        arguments: "{}".to_owned(),
+                        truncated: false,
+                    });
+            }
+            let Action::RunTools { calls } = lp.turn_ended(turn, result) else {
+                panic!("a turn with tool calls runs them");
+            };
+            assert_eq!(calls[0].id, "call_1_0");
+            let ran = BatchOutcome {
+                batch: ToolBatch::default(),
+                replies: Vec::new(),
+                host_failure: None,
+            };
+            assert!(matches!(lp.batch_ran(ran), Action::AfterTools));
+            let end = lp.after_tools(false, true, Instant::now());
+            assert!(matches!(
+                end,
+                Action::Finish((Err(AttemptFailure::Cancelled), Some(_)))
+            ));
+            assert_eq!(lp.turns.len(), 1);
+        });
+    }
 
     const CUT: Option<&FinishReason> = Some(&FinishReason::Length);
 

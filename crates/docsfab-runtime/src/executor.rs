@@ -1,10 +1,12 @@
 //! Running a composition: steps in order, each step's attempts, and the run record as it goes.
 //!
 //! Per step, attempt 1 is paid from the `initial` budget. After each failed attempt the driver
-//! asks `docsfab_policy::step::decide` (with the rules table, the step budgets from the resolved
-//! limits, the step's access and, for a write step, the write settlement) whether to retry, from
-//! which budget and after how long; it records the decision on the attempt, commits the attempt
-//! to the run store, and only then waits and starts the next attempt. Every attempt is a fresh
+//! asks the step policy once whether to retry, from which budget and after how long:
+//! `docsfab_policy::step::decide` for a read-only step, `step::decide_write` with the proven
+//! write settlement for a write step, which may answer "restore first" (the restore runs, and
+//! `PendingRestore::after_restore` decides on its result). It does what the answer says, records
+//! the decision on the attempt, commits the attempt to the run store, and only then waits and
+//! starts the next attempt. Every attempt is a fresh
 //! [`agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
 //! budget (STP-2), so a run that does not fail makes exactly one attempt per step.
 //!
@@ -26,10 +28,10 @@ use std::time::Duration;
 
 use docsfab_boundary::{BoundaryConfig, Secret};
 use docsfab_policy::catalog::EffectiveLimits;
-use docsfab_policy::rules::RulesTable;
+use docsfab_policy::rules::{Feedback, RulesTable};
 use docsfab_policy::step::{
-    self, AttemptFailure, PastAttempt, StepAccess as PolicyAccess, StepBudgets, StepDecision,
-    WriteSettlement as PolicySettlement,
+    self, AttemptFailure, PastAttempt, StepAccess::ReadOnly, StepBudgets, StepDecision,
+    WriteDecision, WritePlan, WriteSettlement as PolicySettlement,
 };
 use docsfab_provider::{Api, ApiKey, HttpConfig, HttpTransport, Transport, TransportBuildError};
 use tokio::time::Instant;
@@ -39,8 +41,8 @@ use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
 use crate::batch::BeforeWrite;
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::record::{
-    AttemptRecord, AttemptStatus, Budget, RecordedSettlement, Retry, RetryDecision, RunStatus,
-    StepFailure, WriteRestore,
+    AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunStatus, StepFailure,
+    WriteRestore,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -76,145 +78,7 @@ fn boundary_config(provider: &ProviderSettings, model: &str) -> Result<BoundaryC
     BoundaryConfig::new(provider.api, model, &secrets).map_err(|e| e.to_string())
 }
 
-/// Something to tell the operator while the run goes.
-#[derive(Debug, Clone)]
-pub enum Progress {
-    /// The run exists in the store (the first event; `docsfab run` prints this id first).
-    RunStarted {
-        run_id: String,
-    },
-    StepStarted {
-        step_id: String,
-        access: Access,
-    },
-    AttemptStarted {
-        step_id: String,
-        attempt: u32,
-        budget: Budget,
-    },
-    /// Inside an attempt: a request, an in-turn replay, a turn's end.
-    Turn {
-        step_id: String,
-        attempt: u32,
-        event: TurnEvent,
-    },
-    AttemptFinished {
-        step_id: String,
-        attempt: u32,
-        status: AttemptStatus,
-        retry_decision: RetryDecision,
-        retry_rule: Option<String>,
-        wait_ms: Option<u64>,
-        message: Option<String>,
-    },
-    /// A step backoff is running: `remaining_ms` until attempt `next_attempt` (sent about once a
-    /// second).
-    Backoff {
-        step_id: String,
-        next_attempt: u32,
-        remaining_ms: u64,
-    },
-    StepFinished {
-        step_id: String,
-        status: RunStatus,
-    },
-}
-
-impl Progress {
-    /// One line for the operator, indented by depth (step, attempt, turn); `None` for events
-    /// that are only for machines (the request bytes).
-    pub fn describe(&self) -> Option<String> {
-        Some(match self {
-            Progress::RunStarted { run_id } => format!("run {run_id}"),
-            Progress::StepStarted { step_id, access } => {
-                format!("step {step_id} ({})", access.as_str())
-            }
-            Progress::AttemptStarted {
-                attempt, budget, ..
-            } => format!("  attempt {attempt} ({})", budget.label()),
-            Progress::Turn { event, .. } => match event {
-                TurnEvent::Request { .. } => return None,
-                TurnEvent::Replay { turn, entry } => {
-                    format!(
-                        "    turn {turn}: {} ({}), replaying the same request in {} ms",
-                        entry.cause, entry.provider_error_class, entry.wait_ms
-                    )
-                }
-                TurnEvent::Finished {
-                    turn,
-                    status,
-                    requested,
-                    rejected,
-                    executed,
-                } => {
-                    let status = status.as_str();
-                    if *requested == 0 {
-                        format!("    turn {turn}: {status}")
-                    } else {
-                        format!(
-                            "    turn {turn}: {status}; tools requested {requested}, rejected {rejected}, executed {executed}"
-                        )
-                    }
-                }
-            },
-            Progress::AttemptFinished {
-                attempt,
-                status,
-                retry_decision,
-                retry_rule,
-                wait_ms,
-                message,
-                ..
-            } => {
-                if *status == AttemptStatus::Succeeded {
-                    format!("  attempt {attempt} succeeded")
-                } else {
-                    let why = message.as_deref().unwrap_or("no detail");
-                    let rule = retry_rule.as_deref().unwrap_or("none");
-                    let decision = match retry_decision {
-                        RetryDecision::Scheduled => format!(
-                            "retry scheduled by rule {rule} after {} ms",
-                            wait_ms.unwrap_or(0)
-                        ),
-                        RetryDecision::Exhausted => format!("retry budget exhausted (rule {rule})"),
-                        RetryDecision::Terminal => format!("not retried (rule {rule})"),
-                        RetryDecision::Declined => {
-                            format!("retry declined: writes not proven or undone (rule {rule})")
-                        }
-                        RetryDecision::None => "no retry decided".to_owned(),
-                    };
-                    let what = if *status == AttemptStatus::Cancelled {
-                        "was cancelled"
-                    } else {
-                        "failed"
-                    };
-                    format!("  attempt {attempt} {what}: {why}; {decision}")
-                }
-            }
-            Progress::Backoff {
-                next_attempt,
-                remaining_ms,
-                ..
-            } => format!(
-                "  attempt {next_attempt} starts in {}",
-                countdown_text(*remaining_ms)
-            ),
-            Progress::StepFinished { step_id, status } => {
-                format!("step {step_id} {}", status.as_str())
-            }
-        })
-    }
-}
-
-/// A wait that remains, as a countdown shows it: seconds with tenths (`1.5 s`), rounded up, so a
-/// countdown never shows less than remains and a wait still running never reads `0.0 s`.
-pub fn countdown_text(remaining_ms: u64) -> String {
-    let tenths = remaining_ms.div_ceil(100);
-    format!("{}.{} s", tenths / 10, tenths % 10)
-}
-
-/// Where progress goes. Called inline, so keep it quick.
-pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
+pub use crate::progress::{Progress, ProgressSink, countdown_text};
 
 /// Everything a run needs. Build it after the whole configuration was validated.
 pub struct RunConfig {
@@ -459,70 +323,33 @@ async fn run_step(
     step: &Step,
     outputs: &BTreeMap<String, String>,
 ) -> Result<(RunStatus, Option<String>), RunError> {
-    let cfg = ctx.cfg;
-    let limits = &cfg.limits;
     let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
     ctx.emit(Progress::StepStarted {
         step_id: step.id.clone(),
         access: step.access,
     });
-    let budgets = limits.step_budgets();
-    let instructions = substitute_outputs(&step.instructions, outputs);
-    let model = selected_model(cfg);
+    let run = StepRun {
+        ctx,
+        step,
+        step_index,
+        budgets: ctx.cfg.limits.step_budgets(),
+        instructions: substitute_outputs(&step.instructions, outputs),
+        model: selected_model(ctx.cfg),
+    };
     let mut past: Vec<PastAttempt> = Vec::new();
 
     // Every way out of the loop ends the step: its end goes to the store once, below.
     let (end, output_text) = loop {
         let attempt_no = u32::try_from(past.len() + 1).unwrap_or(u32::MAX);
         let budget = step::current_budget(&past);
-        let feedback = step::current_feedback(&past);
         ctx.emit(Progress::AttemptStarted {
             step_id: step.id.clone(),
             attempt: attempt_no,
             budget,
         });
-        let step_id = step.id.clone();
-        let sink = cfg.progress.clone();
-        let observer = move |event: TurnEvent| {
-            if let Some(sink) = &sink {
-                sink(&Progress::Turn {
-                    step_id: step_id.clone(),
-                    attempt: attempt_no,
-                    event,
-                });
-            }
-        };
-        // A write step commits each write's intent to the store before the write runs, so a
-        // process killed mid-attempt still leaves an account of what it wrote.
-        let report = {
-            let shared = Mutex::new(&mut *store);
-            let run_id = ctx.run_id;
-            let record_intent = |tool: Tool, path: &str| {
-                shared
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .record_write_intent(run_id, step_index, attempt_no, tool.name(), path)
-                    .map_err(|e| e.to_string())
-            };
-            let before_write: Option<BeforeWrite<'_>> =
-                (step.access == Access::Write).then_some(&record_intent);
-            agent::run_attempt(AttemptInput {
-                transport: ctx.transport,
-                api: cfg.provider.api,
-                model: &model,
-                step,
-                limits: cfg.composition.limits,
-                replay_limits: limits.replay_limits(),
-                boundary: ctx.boundary.as_ref().map_err(String::as_str),
-                instructions: &instructions,
-                feedback,
-                workspace: ctx.workspace,
-                cancel: ctx.cancel,
-                observer: &observer,
-                before_write,
-            })
-            .await
-        };
+        let report = run
+            .attempt(store, attempt_no, step::current_feedback(&past))
+            .await;
 
         let failure = match &report.result {
             Ok(answer) => {
@@ -539,39 +366,7 @@ async fn run_step(
             Err(f) => f.clone(),
         };
 
-        // Decide. A write step first proves what it wrote; a retry that needs a restore only
-        // goes ahead once the restore is verified (WRT-1..3).
-        let provisional = attempt_record(attempt_no, budget, &report, None, None);
-        let AfterFailure {
-            decision,
-            settlement,
-            restore,
-            restore_error,
-        } = decide_after_failure(ctx, step, &budgets, &past, &failure, &report, &provisional);
-        let facts = decision
-            .failure()
-            .cloned()
-            .or_else(|| own_facts(&cfg.rules, &budgets, &failure));
-        let mut record = attempt_record(
-            attempt_no,
-            budget,
-            &report,
-            Some(Decided {
-                decision: &decision,
-                failure: &failure,
-                facts,
-            }),
-            settlement,
-        );
-        record.write_restore = restore;
-        if let Some(e) = restore_error {
-            // Say which file could not be put back, so the operator knows what to inspect.
-            let why = format!("the workspace restore failed: {e}");
-            record.message = Some(match record.message.take() {
-                Some(m) => format!("{m}; {why}"),
-                None => why,
-            });
-        }
+        let (record, decision) = run.decide(&past, &failure, &report, attempt_no, budget);
         // Durable before anything else happens (the next attempt, or the step's end).
         store.record_attempt(ctx.run_id, step_index, &record)?;
         emit_finished(ctx, step, &record);
@@ -602,6 +397,149 @@ async fn run_step(
     };
     store.finish_step(ctx.run_id, step_index, &end)?;
     Ok((end.status, output_text))
+}
+
+/// One step as it runs: what every attempt of it shares.
+struct StepRun<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    step: &'c Step,
+    step_index: u32,
+    budgets: StepBudgets,
+    /// The step's instructions with earlier outputs substituted.
+    instructions: String,
+    model: String,
+}
+
+impl StepRun<'_, '_> {
+    /// Runs attempt `attempt_no`, carrying `feedback`, and reports its turns to progress.
+    async fn attempt(
+        &self,
+        store: &mut RunStore,
+        attempt_no: u32,
+        feedback: Option<Feedback>,
+    ) -> AttemptReport {
+        let (ctx, step) = (self.ctx, self.step);
+        let cfg = ctx.cfg;
+        let step_id = step.id.clone();
+        let sink = cfg.progress.clone();
+        let observer = move |event: TurnEvent| {
+            if let Some(sink) = &sink {
+                sink(&Progress::Turn {
+                    step_id: step_id.clone(),
+                    attempt: attempt_no,
+                    event,
+                });
+            }
+        };
+        // A write step commits each write's intent to the store before the write runs, so a
+        // process killed mid-attempt still leaves an account of what it wrote.
+        let shared = Mutex::new(store);
+        let (run_id, step_index) = (ctx.run_id, self.step_index);
+        let record_intent = |tool: Tool, path: &str| {
+            shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .record_write_intent(run_id, step_index, attempt_no, tool.name(), path)
+                .map_err(|e| e.to_string())
+        };
+        let before_write: Option<BeforeWrite<'_>> =
+            (step.access == Access::Write).then_some(&record_intent);
+        agent::run_attempt(AttemptInput {
+            transport: ctx.transport,
+            api: cfg.provider.api,
+            model: &self.model,
+            step,
+            limits: cfg.composition.limits,
+            replay_limits: cfg.limits.replay_limits(),
+            boundary: ctx.boundary.as_ref().map_err(String::as_str),
+            instructions: &self.instructions,
+            feedback,
+            workspace: ctx.workspace,
+            cancel: ctx.cancel,
+            observer: &observer,
+            before_write,
+        })
+        .await
+    }
+
+    /// Decides a failed attempt and builds its record. A write step first proves what it wrote;
+    /// a retry that needs a restore only goes ahead once the restore is verified (WRT-1..3).
+    fn decide(
+        &self,
+        past: &[PastAttempt],
+        failure: &AttemptFailure,
+        report: &AttemptReport,
+        attempt_no: u32,
+        budget: Budget,
+    ) -> (AttemptRecord, StepDecision) {
+        let provisional = attempt_record(attempt_no, budget, report, None, None);
+        let AfterFailure {
+            decision,
+            settlement,
+            restore,
+            restore_error,
+        } = self.decide_after_failure(past, failure, report, &provisional);
+        // The step's ending failure when it ends, else the attempt's own failure as it stands.
+        let facts = decision
+            .failure()
+            .cloned()
+            .unwrap_or_else(|| step::failure_facts(failure));
+        let decided = Decided {
+            decision: &decision,
+            failure,
+            facts,
+        };
+        let mut record = attempt_record(attempt_no, budget, report, Some(decided), settlement);
+        record.write_restore = restore;
+        if let Some(e) = restore_error {
+            // Say which file could not be put back, so the operator knows what to inspect.
+            let why = format!("the workspace restore failed: {e}");
+            record.message = Some(match record.message.take() {
+                Some(m) => format!("{m}; {why}"),
+                None => why,
+            });
+        }
+        (record, decision)
+    }
+
+    /// Decides the failed attempt, asking the policy once per phase. For a write step the
+    /// settlement is computed from the attempt's recorded turns and lease (every batch reconciled
+    /// with the lease's counters, WRT-2); when the policy asks for a restore first (WRT-1), the
+    /// restore runs and is verified, and the policy's second phase decides on its result.
+    fn decide_after_failure(
+        &self,
+        past: &[PastAttempt],
+        failure: &AttemptFailure,
+        report: &AttemptReport,
+        provisional: &AttemptRecord,
+    ) -> AfterFailure {
+        let (rules, budgets) = (&self.ctx.cfg.rules, &self.budgets);
+        let duration_ms = report.duration_ms;
+        if self.step.access == Access::ReadOnly {
+            let decision = step::decide(rules, budgets, ReadOnly, past, failure, duration_ms);
+            return AfterFailure::decided(decision, None);
+        }
+        let proven = settle_attempt(provisional).settlement;
+        let pending = match step::decide_write(rules, budgets, past, failure, duration_ms, proven) {
+            WritePlan::Decided(d) => return AfterFailure::decided(d.decision, Some(d.settlement)),
+            WritePlan::RestoreFirst(pending) => pending,
+        };
+        let restored = report.snapshots.restore();
+        let WriteDecision {
+            settlement,
+            decision,
+        } = pending.after_restore(restored.is_ok());
+        AfterFailure {
+            decision,
+            settlement: Some(settlement),
+            restore: Some(if restored.is_ok() {
+                WriteRestore::Restored
+            } else {
+                WriteRestore::RestoreFailed
+            }),
+            restore_error: restored.err(),
+        }
+    }
 }
 
 fn emit_finished(ctx: &Ctx<'_>, step: &Step, record: &AttemptRecord) {
@@ -653,88 +591,15 @@ struct AfterFailure {
     restore_error: Option<RestoreError>,
 }
 
-/// Decides the failed attempt. For a write step the settlement is computed from the attempt's
-/// recorded turns and lease (every batch reconciled with the lease's counters, WRT-2). A write
-/// that ran is restored, and the restore verified, when the decision would retry (WRT-1), and
-/// when the attempt was cancelled: a cancelled run leaves the workspace as it found it. When a
-/// retry's restore fails, the step is decided again as `restore-failed`.
-fn decide_after_failure(
-    ctx: &Ctx<'_>,
-    step: &Step,
-    budgets: &StepBudgets,
-    past: &[PastAttempt],
-    failure: &AttemptFailure,
-    report: &AttemptReport,
-    provisional: &AttemptRecord,
-) -> AfterFailure {
-    let rules = &ctx.cfg.rules;
-    let decide = |access| step::decide(rules, budgets, access, past, failure, report.duration_ms);
-    if step.access == Access::ReadOnly {
-        return AfterFailure {
-            decision: decide(PolicyAccess::ReadOnly),
-            settlement: None,
+impl AfterFailure {
+    fn decided(decision: StepDecision, settlement: Option<PolicySettlement>) -> AfterFailure {
+        AfterFailure {
+            decision,
+            settlement,
             restore: None,
             restore_error: None,
-        };
-    }
-    let proven = settle_attempt(provisional).settlement;
-    let settlement = match proven {
-        RecordedSettlement::Unavailable => PolicySettlement::Unavailable,
-        RecordedSettlement::NoWrite => PolicySettlement::NoWrite,
-        // Ask as if restored; restore only when that would retry.
-        RecordedSettlement::WriteExecuted => PolicySettlement::WriteExecutedAndRestored,
-    };
-    let decision = decide(PolicyAccess::Write(settlement));
-    let cancelled = matches!(failure, AttemptFailure::Cancelled);
-    if proven != RecordedSettlement::WriteExecuted || !(decision.retry_scheduled() || cancelled) {
-        return AfterFailure {
-            decision,
-            settlement: Some(settlement),
-            restore: None,
-            restore_error: None,
-        };
-    }
-    match report.snapshots.restore() {
-        Ok(()) => AfterFailure {
-            decision,
-            settlement: Some(settlement),
-            restore: Some(WriteRestore::Restored),
-            restore_error: None,
-        },
-        // A cancelled step ends either way; the record says the restore failed and where.
-        Err(e) if cancelled => AfterFailure {
-            decision,
-            settlement: Some(PolicySettlement::RestoreFailed),
-            restore: Some(WriteRestore::RestoreFailed),
-            restore_error: Some(e),
-        },
-        Err(e) => {
-            let settlement = PolicySettlement::RestoreFailed;
-            AfterFailure {
-                decision: decide(PolicyAccess::Write(settlement)),
-                settlement: Some(settlement),
-                restore: Some(WriteRestore::RestoreFailed),
-                restore_error: Some(e),
-            }
         }
     }
-}
-
-/// The attempt's own failure facts (category, class, code), whatever the step then decided:
-/// asked of the policy with no budget left, so the answer is the failure as it stands.
-fn own_facts(
-    rules: &RulesTable,
-    budgets: &StepBudgets,
-    failure: &AttemptFailure,
-) -> Option<StepFailure> {
-    let none = StepBudgets {
-        max_retries: 0,
-        max_transport_retries: 0,
-        ..*budgets
-    };
-    step::decide(rules, &none, PolicyAccess::ReadOnly, &[], failure, 0)
-        .failure()
-        .cloned()
 }
 
 /// What was decided about a failed attempt, for its record.
@@ -742,7 +607,7 @@ struct Decided<'a> {
     decision: &'a StepDecision,
     failure: &'a AttemptFailure,
     /// The attempt's failure facts (category, class, code).
-    facts: Option<StepFailure>,
+    facts: StepFailure,
 }
 
 fn attempt_record(
@@ -798,10 +663,8 @@ fn attempt_record(
     record.wait_ms = decision.wait_ms();
     record.timeout_kind = decision.timeout_kind();
     record.write_settlement = settlement.map(PolicySettlement::recorded);
-    if let Some(f) = facts {
-        record.failure_category = Some(f.category);
-        record.failure_class = Some(f.failure_class);
-        record.code = Some(f.code);
-    }
+    record.failure_category = Some(facts.category);
+    record.failure_class = Some(facts.failure_class);
+    record.code = Some(facts.code);
     record
 }

@@ -20,6 +20,7 @@ pub mod composition;
 pub mod contract;
 pub mod executor;
 pub mod ledger;
+pub mod progress;
 pub mod record;
 pub mod settlement;
 pub mod snapshot;

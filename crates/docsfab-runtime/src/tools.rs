@@ -578,7 +578,7 @@ impl<'w> StepTools<'w> {
             Err(e) => return self.io_error(&target.rel, &e),
         };
         // A single file named by the model is refused with the reason, as read_file would.
-        let mut single = if is_dir {
+        let single = if is_dir {
             None
         } else {
             match open_source(&target.abs) {
@@ -595,93 +595,41 @@ impl<'w> StepTools<'w> {
                 text: format!("notice: {notice}"),
             });
         }
-        let root = self.workspace.root();
-        let mut files = Vec::new();
-        if !is_dir {
-            files.push((target.rel.clone(), target.abs.clone()));
+        let files = if is_dir {
+            match self.files_under(&target.abs) {
+                Ok(files) => files,
+                Err(e) => return self.io_error(&target.rel, &e),
+            }
         } else {
-            let walked = walk(&target.abs, root, &mut |rel, is_dir| {
-                let abs = root.join(&rel);
-                // Only regular files: a symlink found on the walk was not resolved by the jail.
-                if !is_dir && fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
-                    files.push((rel, abs));
-                }
-                true
-            });
-            if let Err(e) = walked {
-                return self.io_error(&target.rel, &e);
-            }
-        }
-        let mut lines = Vec::new();
-        let mut source_bytes: u64 = 0;
-        let mut linked: u64 = 0;
-        'files: for (rel, abs) in files {
-            let opened = match single.take() {
-                Some(opened) => Ok(opened),
-                None => open_source(&abs),
-            };
-            let (file, meta) = match opened {
-                Ok(opened) => opened,
-                Err(Unreadable::Linked(_)) => {
-                    linked += 1;
-                    continue;
-                }
-                // Swapped for something else since the walk, or unreadable: not source.
-                Err(_) => continue,
-            };
-            if meta.len() > MAX_SEARCH_FILE_BYTES {
-                continue;
-            }
-            let mut bytes = Vec::new();
-            // The limit holds even if the file grows after the descriptor's size was read.
-            if file
-                .take(MAX_SEARCH_FILE_BYTES)
-                .read_to_end(&mut bytes)
-                .is_err()
-            {
-                continue;
-            }
-            if bytes[..bytes.len().min(8192)].contains(&0) {
-                continue; // binary
-            }
-            for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
-                if regex.is_match(line) {
-                    let shown = cut_utf8(line, MAX_MATCH_LINE_BYTES);
-                    source_bytes += shown.len() as u64;
-                    lines.push(format!("{rel}:{}: {shown}", n + 1));
-                    if lines.len() >= MAX_SEARCH_MATCHES {
-                        break 'files;
-                    }
-                }
-            }
-        }
-        if !self.budget.try_spend(source_bytes) {
+            vec![(target.rel.clone(), target.abs.clone())]
+        };
+        let found = find_matches(&regex, files, single);
+        if !self.budget.try_spend(found.source_bytes) {
             return Ok(ToolReply::error(format!(
-                "the matches hold {source_bytes} bytes of source, but only {} of this attempt's \
+                "the matches hold {} bytes of source, but only {} of this attempt's \
                  {} remain; narrow the pattern or the path, or answer with what you have",
+                found.source_bytes,
                 self.budget.remaining(),
                 self.budget.limit()
             )));
         }
         self.supervisor.record_search(pattern, &target.rel);
-        let mut text = if lines.is_empty() {
-            "no matches".to_owned()
-        } else {
-            lines.join("\n")
-        };
-        if lines.len() >= MAX_SEARCH_MATCHES {
-            text.push_str(&format!(
-                "\n[stopped after {MAX_SEARCH_MATCHES} matches; narrow the search]"
-            ));
-        }
-        if linked > 0 {
-            let files = if linked == 1 { "file" } else { "files" };
-            text.push_str(&format!(
-                "\n[skipped {linked} {files} with more than one hard link: another link to the \
-                 same content may be outside the workspace, so docsfab does not read it]"
-            ));
-        }
-        Ok(ToolReply::ok(text))
+        Ok(ToolReply::ok(found.reply_text()))
+    }
+
+    /// The regular files under `dir` (workspace-relative and absolute), in walk order.
+    fn files_under(&self, dir: &Path) -> io::Result<Vec<(String, PathBuf)>> {
+        let root = self.workspace.root();
+        let mut files = Vec::new();
+        walk(dir, root, &mut |rel, is_dir| {
+            let abs = root.join(&rel);
+            // Only regular files: a symlink found on the walk was not resolved by the jail.
+            if !is_dir && fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
+                files.push((rel, abs));
+            }
+            true
+        })?;
+        Ok(files)
     }
 
     fn write(&mut self, target: &Resolved, content: &str) -> Result<ToolReply, HostFailure> {
@@ -906,6 +854,95 @@ impl Unreadable {
             ),
             Unreadable::Io(e) => format!("{rel}: {e}"),
         }
+    }
+}
+
+/// What a search found: the matching lines as shown, the source bytes they hold, and the
+/// files skipped for having more than one hard link.
+struct Matches {
+    lines: Vec<String>,
+    source_bytes: u64,
+    linked: u64,
+}
+
+/// Searches `files` in order, up to [`MAX_SEARCH_MATCHES`] lines. `single` is the already
+/// opened file when the model named one file (so it is not opened twice).
+fn find_matches(
+    regex: &regex::bytes::Regex,
+    files: Vec<(String, PathBuf)>,
+    mut single: Option<(fs::File, fs::Metadata)>,
+) -> Matches {
+    let mut found = Matches {
+        lines: Vec::new(),
+        source_bytes: 0,
+        linked: 0,
+    };
+    'files: for (rel, abs) in files {
+        let opened = match single.take() {
+            Some(opened) => Ok(opened),
+            None => open_source(&abs),
+        };
+        let (file, meta) = match opened {
+            Ok(opened) => opened,
+            Err(Unreadable::Linked(_)) => {
+                found.linked += 1;
+                continue;
+            }
+            // Swapped for something else since the walk, or unreadable: not source.
+            Err(_) => continue,
+        };
+        if meta.len() > MAX_SEARCH_FILE_BYTES {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        // The limit holds even if the file grows after the descriptor's size was read.
+        if file
+            .take(MAX_SEARCH_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .is_err()
+        {
+            continue;
+        }
+        if bytes[..bytes.len().min(8192)].contains(&0) {
+            continue; // binary
+        }
+        for (n, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if regex.is_match(line) {
+                let shown = cut_utf8(line, MAX_MATCH_LINE_BYTES);
+                found.source_bytes += shown.len() as u64;
+                found.lines.push(format!("{rel}:{}: {shown}", n + 1));
+                if found.lines.len() >= MAX_SEARCH_MATCHES {
+                    break 'files;
+                }
+            }
+        }
+    }
+    found
+}
+
+impl Matches {
+    /// The reply the model gets: the lines, or `no matches`, and a note for a search stopped at
+    /// its cap or for skipped hard-linked files.
+    fn reply_text(&self) -> String {
+        let mut text = if self.lines.is_empty() {
+            "no matches".to_owned()
+        } else {
+            self.lines.join("\n")
+        };
+        if self.lines.len() >= MAX_SEARCH_MATCHES {
+            text.push_str(&format!(
+                "\n[stopped after {MAX_SEARCH_MATCHES} matches; narrow the search]"
+            ));
+        }
+        if self.linked > 0 {
+            let linked = self.linked;
+            let files = if linked == 1 { "file" } else { "files" };
+            text.push_str(&format!(
+                "\n[skipped {linked} {files} with more than one hard link: another link to the \
+                 same content may be outside the workspace, so docsfab does not read it]"
+            ));
+        }
+        text
     }
 }
 
