@@ -772,9 +772,9 @@ fn lease_ended(reason: StopReason, evidence: Option<String>) -> Ending {
 }
 
 /// BND-1 for the runtime's own turns: the refusal of a completed turn's raw 200 body, if any.
+/// The transport usually judged the body while reading it; then that verdict is used.
 fn boundary_check(boundary: &BoundaryConfig, outcome: &StreamOutcome) -> Option<Refusal> {
-    let raw = outcome.raw_body.as_ref()?;
-    match boundary.check(raw) {
+    match outcome.verdict_under(boundary)? {
         Verdict::Pass(_) => None,
         Verdict::Refuse(r) => Some(r),
     }
