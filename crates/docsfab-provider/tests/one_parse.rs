@@ -308,3 +308,61 @@ event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
         assert!(matches!(verdict, Some(docsfab_boundary::Verdict::Pass(_))));
     }
 }
+
+/// The transport over real loopback HTTP: a completed outcome carries the verdict reached while
+/// reading, the one `check` gives on its raw body, under the configuration it was given; under
+/// another configuration `verdict_under` checks afresh (BND-1).
+#[tokio::test]
+async fn one_parse_transport_keeps_the_verdict_it_reached_while_reading_bnd_1() {
+    use docsfab_provider::{HttpConfig, HttpTransport, Message, Payload, Transport, TurnRequest};
+    use docsfab_sim::{Scenario, SimServer};
+
+    for (api, bapi) in [
+        (Api::OpenaiChat, BoundaryApi::OpenAiChat),
+        (Api::AnthropicMessages, BoundaryApi::AnthropicMessages),
+    ] {
+        let scenario = Scenario::from_yaml_str(
+            "responses:\n  - answer:\n      text: \"Done, in two words.\"\n",
+            "one-parse",
+        )
+        .unwrap();
+        let sim = SimServer::start("127.0.0.1:0".parse().unwrap(), scenario, None)
+            .await
+            .unwrap();
+        let selected = BoundaryConfig::new(bapi, "sim-model", &[]).unwrap();
+        let transport = HttpTransport::new(HttpConfig {
+            keep_raw_body: true,
+            ..HttpConfig::new(api, sim.base_url(), None)
+        })
+        .unwrap()
+        .with_boundary(selected.clone());
+        let payload = Payload::build(
+            api,
+            &TurnRequest {
+                model: "sim-model".into(),
+                max_output_tokens: 64,
+                system: None,
+                messages: vec![Message::User { text: "hi".into() }],
+                tools: vec![],
+            },
+        )
+        .unwrap();
+        let outcome = transport.send(payload.bytes().clone()).await.unwrap();
+        sim.shutdown().await;
+
+        let raw = outcome.raw_body.clone().expect("the raw body is kept");
+        let (judged_under, verdict) = outcome.verdict.clone().expect("judged while reading");
+        assert_eq!(judged_under, selected);
+        assert_eq!(verdict, selected.check(&raw));
+        assert!(matches!(verdict, docsfab_boundary::Verdict::Pass(_)));
+        assert_eq!(outcome.text, "Done, in two words.");
+        // An equal configuration built apart reuses the verdict; another model checks afresh
+        // and is refused.
+        let equal = BoundaryConfig::new(bapi, "sim-model", &[]).unwrap();
+        assert_eq!(outcome.verdict_under(&equal), Some(verdict));
+        let other = BoundaryConfig::new(bapi, "other-model", &[]).unwrap();
+        let fresh = outcome.verdict_under(&other).unwrap();
+        assert_eq!(fresh, other.check(&raw));
+        assert!(matches!(fresh, docsfab_boundary::Verdict::Refuse(_)));
+    }
+}
