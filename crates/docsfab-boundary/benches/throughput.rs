@@ -3,7 +3,7 @@
 //! serde_json. Run: `cargo bench -p docsfab-boundary -- --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use docsfab_boundary::{Api, BoundaryConfig, Pass, Secret, Verdict};
+use docsfab_boundary::{Api, BoundaryConfig, EventReader, Pass, Secret, Verdict};
 use std::hint::black_box;
 
 const MODEL: &str = "gpt-4o-mini-2024-07-18";
@@ -116,6 +116,18 @@ fn bench(c: &mut Criterion) {
                 boundary.feed(read);
             }
             boundary.finish()
+        })
+    });
+    // What the provider transport now runs per body: the verdict and every line's chunk in one
+    // pass (compare with boundary_16k_reads plus a `Value` parse per line, as before).
+    g.bench_function("event_reader_judged_16k_reads", |b| {
+        b.iter(|| {
+            let mut reader = EventReader::judged(&config);
+            let mut text = 0usize;
+            for read in black_box(&body).chunks(READ) {
+                reader.feed(read, |e| text += e.chunks.len());
+            }
+            (reader.finish(|e| text += e.chunks.len()), text)
         })
     });
     g.finish();

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::inspect::{self, Carry, Ctx};
+use crate::chunk::Chunk;
+use crate::inspect::{self, Carry, Ctx, Judge};
 use crate::lines::{LineSplitter, strip_boms};
 use crate::redact::Redactor;
 use crate::scan::{Scanner, Secret};
@@ -48,8 +49,29 @@ pub struct BoundaryConfig {
     scanner: Arc<Scanner>,
     /// The same secrets, for text that is printed or recorded rather than judged.
     redactor: Arc<Redactor>,
+    /// The same secrets once more, so two configurations can be compared.
+    secrets: Arc<[Secret]>,
     max_line_bytes: usize,
 }
+
+/// Two configurations are equal when they judge every body alike: same API, model, secrets
+/// and line limit. A verdict reached under one stands for the other.
+impl PartialEq for BoundaryConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.api == other.api
+            && self.model == other.model
+            && self.max_line_bytes == other.max_line_bytes
+            && (Arc::ptr_eq(&self.secrets, &other.secrets)
+                || (self.secrets.len() == other.secrets.len()
+                    && self
+                        .secrets
+                        .iter()
+                        .zip(other.secrets.iter())
+                        .all(|(a, b)| a.same_as(b))))
+    }
+}
+
+impl Eq for BoundaryConfig {}
 
 impl BoundaryConfig {
     /// `model` is the selected model, compared byte for byte with every model a body names.
@@ -62,6 +84,7 @@ impl BoundaryConfig {
             model: model.into(),
             scanner: Arc::new(Scanner::new(secrets).map_err(ConfigError::Scanner)?),
             redactor: Arc::new(Redactor::from_secrets(secrets)),
+            secrets: secrets.into(),
             max_line_bytes: DEFAULT_MAX_LINE_BYTES,
         })
     }
@@ -110,7 +133,7 @@ pub struct Boundary {
 }
 
 #[derive(Debug)]
-struct State {
+pub(crate) struct State {
     config: BoundaryConfig,
     carry: Carry,
     refusal: Option<Refusal>,
@@ -131,18 +154,7 @@ impl Boundary {
     pub fn new(config: &BoundaryConfig) -> Self {
         Self {
             lines: LineSplitter::new(),
-            state: State {
-                config: config.clone(),
-                carry: Carry::default(),
-                refusal: None,
-                data_lines: 0,
-                event_data_lines: 0,
-                error_events: 0,
-                other_events: 0,
-                done_at: None,
-                after_done_at: None,
-                identified: false,
-            },
+            state: State::new(config),
         }
     }
 
@@ -151,15 +163,9 @@ impl Boundary {
     pub fn feed(&mut self, chunk: &[u8]) -> Option<&Refusal> {
         if self.state.refusal.is_none() {
             let state = &mut self.state;
-            self.lines.feed_at(chunk, |line, at| state.line(line, at));
-            if self.state.refusal.is_none()
-                && self.lines.pending() > self.state.config.max_line_bytes
-            {
-                // Deciding before the line ends gives the same verdict as at its end, because
-                // the length check comes first there too.
-                let at = self.lines.consumed() - self.lines.pending() as u64;
-                self.state.refuse(Reason::LineTooLong, at);
-            }
+            self.lines
+                .feed_at(chunk, |line, at| state.line(line, at, None));
+            self.state.pending(&self.lines);
         }
         self.state.refusal.as_ref()
     }
@@ -174,21 +180,59 @@ impl Boundary {
     pub fn finish(mut self) -> Verdict {
         if self.state.refusal.is_none() {
             let state = &mut self.state;
-            self.lines.finish_at(|line, at| state.line(line, at));
+            self.lines.finish_at(|line, at| state.line(line, at, None));
         }
         self.state.verdict(self.lines.consumed())
     }
 }
 
+/// What a judged data line gave its reader: the chunk, when the judge parsed the line.
+#[derive(Debug, Default)]
+pub(crate) struct LineRead {
+    pub chunk: Chunk,
+    /// `Some(parsed as JSON)` when the judge parsed the line; `None` when it decided without
+    /// parsing (a `[DONE]`, or a refusal before the parse).
+    pub parsed: Option<bool>,
+}
+
 impl State {
+    pub(crate) fn new(config: &BoundaryConfig) -> Self {
+        State {
+            config: config.clone(),
+            carry: Carry::default(),
+            refusal: None,
+            data_lines: 0,
+            event_data_lines: 0,
+            error_events: 0,
+            other_events: 0,
+            done_at: None,
+            after_done_at: None,
+            identified: false,
+        }
+    }
+
+    pub(crate) fn refused(&self) -> bool {
+        self.refusal.is_some()
+    }
+
+    /// After a read: a line still open past the limit is refused now. Deciding before the line
+    /// ends gives the same verdict as at its end, because the length check comes first there too.
+    pub(crate) fn pending(&mut self, lines: &LineSplitter) {
+        if self.refusal.is_none() && lines.pending() > self.config.max_line_bytes {
+            let at = lines.consumed() - lines.pending() as u64;
+            self.refuse(Reason::LineTooLong, at);
+        }
+    }
+
     fn refuse(&mut self, reason: Reason, offset: u64) {
         if self.refusal.is_none() {
             self.refusal = Some(Refusal { reason, offset });
         }
     }
 
-    /// One line, without its ending, starting at `at` in the body.
-    fn line(&mut self, line: &[u8], at: u64) {
+    /// One line, without its ending, starting at `at` in the body. A data line's parse also
+    /// fills `out`, when given.
+    pub(crate) fn line(&mut self, line: &[u8], at: u64, out: Option<&mut LineRead>) {
         if self.refusal.is_some() {
             return;
         }
@@ -216,13 +260,13 @@ impl State {
             None => (line, &b""[..]),
         };
         match field {
-            b"data" => self.data_line(value, at),
+            b"data" => self.data_line(value, at, out),
             b"event" | b"id" | b"retry" => {}
             _ => self.refuse(Reason::NotAStream, at),
         }
     }
 
-    fn data_line(&mut self, value: &[u8], at: u64) {
+    fn data_line(&mut self, value: &[u8], at: u64, out: Option<&mut LineRead>) {
         self.data_lines += 1;
         self.event_data_lines += 1;
         // BND-7 still parses this line alone below, but a second data line in one event makes
@@ -239,15 +283,25 @@ impl State {
             return;
         }
         let config = &self.config;
+        let (chunk, parsed_out) = match out {
+            Some(o) => (Some(&mut o.chunk), Some(&mut o.parsed)),
+            None => (None, None),
+        };
         let mut ctx = Ctx {
-            scanner: &config.scanner,
-            model: &config.model,
-            carry: &mut self.carry,
+            judge: Some(Judge {
+                scanner: &config.scanner,
+                model: &config.model,
+                carry: &mut self.carry,
+            }),
+            chunk,
             facts: Default::default(),
             credential: None,
         };
         let parsed = inspect::inspect(value, &mut ctx);
         let (facts, credential) = (ctx.facts, ctx.credential);
+        if let Some(p) = parsed_out {
+            *p = Some(parsed.is_ok());
+        }
         // A credential outranks a syntax error later in the same line: it is terminal.
         if let Some(kind) = credential {
             return self.refuse(Reason::CredentialMaterial(kind), at);
@@ -285,7 +339,7 @@ impl State {
         }
     }
 
-    fn verdict(self, body_len: u64) -> Verdict {
+    pub(crate) fn verdict(self, body_len: u64) -> Verdict {
         if let Some(r) = self.refusal {
             return Verdict::Refuse(r);
         }

@@ -10,6 +10,7 @@
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
+use crate::chunk::{Chunk, Field, Slot, Val};
 use crate::scan::Scanner;
 use crate::verdict::CredentialKind;
 
@@ -85,10 +86,17 @@ impl Carry {
     }
 }
 
-pub(crate) struct Ctx<'a> {
+/// What the boundary judges a line against; absent when the line is only read for its chunk.
+pub(crate) struct Judge<'a> {
     pub scanner: &'a Scanner,
     pub model: &'a str,
     pub carry: &'a mut Carry,
+}
+
+pub(crate) struct Ctx<'a> {
+    pub judge: Option<Judge<'a>>,
+    /// Filled with the line's answer facts in the same pass, when asked for.
+    pub chunk: Option<&'a mut Chunk>,
     pub facts: Facts,
     pub credential: Option<CredentialKind>,
 }
@@ -96,17 +104,29 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     fn scan_decoded(&mut self, s: &str) {
         if self.credential.is_none()
-            && let Some((_, kind)) = self.scanner.find(s.as_bytes(), true)
+            && let Some(j) = &self.judge
+            && let Some((_, kind)) = j.scanner.find(s.as_bytes(), true)
         {
             self.credential = Some(kind);
         }
     }
 
     fn content(&mut self, s: &str) {
-        if let Some(kind) = self.carry.push_and_scan(self.scanner, s.as_bytes())
+        if let Some(j) = &mut self.judge
+            && let Some(kind) = j.carry.push_and_scan(j.scanner, s.as_bytes())
             && self.credential.is_none()
         {
             self.credential = Some(kind);
+        }
+    }
+
+    fn is_model(&self, s: &str) -> bool {
+        self.judge.as_ref().is_none_or(|j| s == j.model)
+    }
+
+    fn chunk_value(&mut self, slot: Slot, v: Val<'_>) {
+        if let Some(c) = self.chunk.as_deref_mut() {
+            c.value(slot, v);
         }
     }
 }
@@ -118,6 +138,7 @@ pub(crate) fn inspect(line: &[u8], ctx: &mut Ctx<'_>) -> Result<(), serde_json::
     Seed {
         ctx,
         role: Role::Top,
+        slot: Slot::Top,
     }
     .deserialize(&mut de)?;
     de.end()
@@ -141,6 +162,7 @@ enum Role {
 struct Seed<'c, 'a> {
     ctx: &'c mut Ctx<'a>,
     role: Role,
+    slot: Slot,
 }
 
 impl<'de> DeserializeSeed<'de> for Seed<'_, '_> {
@@ -153,7 +175,12 @@ impl<'de> DeserializeSeed<'de> for Seed<'_, '_> {
 impl Seed<'_, '_> {
     /// Any value but the selected model's name in a model slot is a mismatch; any value but
     /// `"error"` in `type` keeps the object from being a pure error event.
-    fn scalar(&mut self) {
+    fn scalar(&mut self, v: Val<'_>) {
+        self.ctx.chunk_value(self.slot, v);
+        self.not_a_string();
+    }
+
+    fn not_a_string(&mut self) {
         match self.role {
             Role::Model => self.ctx.facts.model_mismatch = true,
             Role::Type => self.ctx.facts.type_not_error = true,
@@ -162,13 +189,14 @@ impl Seed<'_, '_> {
     }
 
     fn string(&mut self, s: &str, escaped: bool) {
+        self.ctx.chunk_value(self.slot, Val::Str(s));
         match self.role {
             Role::Content => {
                 // The window scan covers `s` itself too.
                 self.ctx.content(s);
                 return;
             }
-            Role::Model if s != self.ctx.model => self.ctx.facts.model_mismatch = true,
+            Role::Model if !self.ctx.is_model(s) => self.ctx.facts.model_mismatch = true,
             Role::Type => {
                 if s != "error" {
                     self.ctx.facts.type_not_error = true;
@@ -193,23 +221,24 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
     }
 
     fn visit_bool<E: de::Error>(mut self, _: bool) -> Result<(), E> {
-        self.scalar();
+        self.scalar(Val::Other);
         Ok(())
     }
-    fn visit_i64<E: de::Error>(mut self, _: i64) -> Result<(), E> {
-        self.scalar();
+    fn visit_i64<E: de::Error>(mut self, n: i64) -> Result<(), E> {
+        // As `Value::as_u64`: a non-negative integer reads as one.
+        self.scalar(u64::try_from(n).map_or(Val::Other, Val::U64));
         Ok(())
     }
-    fn visit_u64<E: de::Error>(mut self, _: u64) -> Result<(), E> {
-        self.scalar();
+    fn visit_u64<E: de::Error>(mut self, n: u64) -> Result<(), E> {
+        self.scalar(Val::U64(n));
         Ok(())
     }
     fn visit_f64<E: de::Error>(mut self, _: f64) -> Result<(), E> {
-        self.scalar();
+        self.scalar(Val::Other);
         Ok(())
     }
     fn visit_unit<E: de::Error>(mut self) -> Result<(), E> {
-        self.scalar();
+        self.scalar(Val::Null);
         Ok(())
     }
     fn visit_borrowed_str<E: de::Error>(mut self, s: &'de str) -> Result<(), E> {
@@ -222,11 +251,13 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-        self.scalar();
+        self.scalar(Val::Seq);
+        let slot = self.slot.element();
         while seq
             .next_element_seed(Seed {
                 ctx: self.ctx,
                 role: Role::Plain,
+                slot,
             })?
             .is_some()
         {}
@@ -234,12 +265,17 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.ctx.chunk_value(self.slot, Val::Map);
         match self.role {
             Role::Top => self.ctx.facts.is_object = true,
-            Role::Model | Role::Type => self.scalar(),
+            Role::Model | Role::Type => self.not_a_string(),
             _ => {}
         }
-        while let Some(key) = map.next_key_seed(KeySeed { ctx: self.ctx })? {
+        while let Some((key, field)) = map.next_key_seed(KeySeed { ctx: self.ctx })? {
+            let slot = match self.ctx.chunk.as_deref_mut() {
+                Some(c) => c.member(self.slot, field),
+                None => Slot::None,
+            };
             let role = match (self.role, key) {
                 (Role::Top, Key::Model) => {
                     self.ctx.facts.top_model = true;
@@ -273,6 +309,7 @@ impl<'de> Visitor<'de> for Seed<'_, '_> {
             map.next_value_seed(Seed {
                 ctx: self.ctx,
                 role,
+                slot,
             })?;
         }
         Ok(())
@@ -309,25 +346,37 @@ struct KeySeed<'c, 'a> {
 }
 
 impl<'de> DeserializeSeed<'de> for KeySeed<'_, '_> {
-    type Value = Key;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key, D::Error> {
+    type Value = (Key, Field);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(Key, Field), D::Error> {
         d.deserialize_str(self)
     }
 }
 
+impl KeySeed<'_, '_> {
+    fn name(&self, s: &str) -> (Key, Field) {
+        // The chunk's names are looked up only when a chunk is wanted.
+        let field = if self.ctx.chunk.is_some() {
+            Field::of(s)
+        } else {
+            Field::Other
+        };
+        (Key::of(s), field)
+    }
+}
+
 impl<'de> Visitor<'de> for KeySeed<'_, '_> {
-    type Value = Key;
+    type Value = (Key, Field);
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a member name")
     }
 
-    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key, E> {
-        Ok(Key::of(s))
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<(Key, Field), E> {
+        Ok(self.name(s))
     }
 
-    fn visit_str<E: de::Error>(self, s: &str) -> Result<Key, E> {
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(Key, Field), E> {
         self.ctx.scan_decoded(s);
-        Ok(Key::of(s))
+        Ok(self.name(s))
     }
 }

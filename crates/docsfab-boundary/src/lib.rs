@@ -15,6 +15,8 @@
 //! ```
 
 mod boundary;
+pub mod chunk;
+mod event;
 mod inspect;
 pub mod lines;
 pub mod redact;
@@ -23,6 +25,8 @@ pub mod sse;
 mod verdict;
 
 pub use boundary::{Api, Boundary, BoundaryConfig, ConfigError, DEFAULT_MAX_LINE_BYTES};
+pub use chunk::Chunk;
+pub use event::{Event, EventReader};
 pub use lines::{BOM, LineSplitter, strip_boms};
 pub use redact::{REDACTED, Redactor, redact};
 pub use scan::{MIN_SECRET_LEN, Secret, SecretTooShort};

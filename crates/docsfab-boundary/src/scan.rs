@@ -45,6 +45,11 @@ impl std::error::Error for SecretTooShort {}
 
 impl Secret {
     /// `label` names the secret in refusals (e.g. `OPENAI_API_KEY`); `value` is never shown.
+    /// The same label and value.
+    pub(crate) fn same_as(&self, other: &Secret) -> bool {
+        self.label == other.label && self.value == other.value
+    }
+
     pub fn new(label: &str, value: impl AsRef<[u8]>) -> Result<Self, SecretTooShort> {
         let value = value.as_ref();
         if value.len() < MIN_SECRET_LEN {

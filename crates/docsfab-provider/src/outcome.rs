@@ -15,7 +15,8 @@
 //! * A body that fails while transferring keeps its transport classification (`network`, or
 //!   `timeout` for a read timeout) whatever was read before (CLS-3).
 
-use docsfab_boundary::{Redactor, SseEvent};
+use docsfab_boundary::chunk::Chunk;
+use docsfab_boundary::{Event, Redactor, SseEvent, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_error_event};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
@@ -111,9 +112,22 @@ pub struct StreamOutcome {
     /// response boundary to its client.
     #[serde(skip)]
     pub raw_body: Option<bytes::Bytes>,
+    /// The boundary's verdict on that body, reached in the same pass that read it, with the
+    /// configuration it was judged under ([`crate::HttpTransport::with_boundary`]).
+    #[serde(skip)]
+    pub verdict: Option<(docsfab_boundary::BoundaryConfig, Verdict)>,
 }
 
 impl StreamOutcome {
+    /// The verdict on the raw body under `config`: the one reached while reading, when it was
+    /// reached under an equal configuration, else a fresh check. `None` without a raw body.
+    pub fn verdict_under(&self, config: &docsfab_boundary::BoundaryConfig) -> Option<Verdict> {
+        match &self.verdict {
+            Some((judged, v)) if judged == config => Some(v.clone()),
+            _ => self.raw_body.as_ref().map(|raw| config.check(raw)),
+        }
+    }
+
     /// The assistant message this answer adds to the conversation, for the next turn's request.
     pub fn assistant_message(&self) -> crate::request::Message {
         crate::request::Message::Assistant {
@@ -299,6 +313,156 @@ impl StreamReader {
         }
     }
 
+    /// Reads one event decoded by [`docsfab_boundary::EventReader`], from the chunks the
+    /// boundary's pass gathered, without parsing its lines again. What the chunks do not cover
+    /// (a line that is not JSON, an error, an Anthropic event of several data lines) is read
+    /// from the event's text, exactly as [`Self::event`] reads it.
+    pub fn read(&mut self, ev: &Event) -> Result<(), TransportFailure> {
+        match self.api {
+            Api::OpenaiChat => {
+                for (i, chunk) in ev.chunks.iter().enumerate() {
+                    match chunk {
+                        Some(c) if !c.error => self.openai_chunk(c),
+                        _ => self.openai_line(&ev.line(i))?,
+                    }
+                }
+                Ok(())
+            }
+            Api::AnthropicMessages => {
+                if let [Some(c)] = ev.chunks.as_slice() {
+                    let ty = c.kind.as_deref().or(ev.event.as_deref()).unwrap_or("");
+                    if ty != "error" && ev.event.as_deref() != Some("error") {
+                        self.anthropic_chunk(c, ty);
+                        return Ok(());
+                    }
+                }
+                self.anthropic_event(&ev.to_sse())
+            }
+        }
+    }
+
+    /// [`Self::openai_line`] for a line already read into a chunk with no error member.
+    fn openai_chunk(&mut self, c: &Chunk) {
+        if let Some(m) = &c.model {
+            self.note_model_str(m);
+        }
+        if let Some(u) = &c.usage {
+            self.usage = Usage {
+                input_tokens: u.prompt_tokens.unwrap_or(0),
+                output_tokens: u.completion_tokens.unwrap_or(0),
+            };
+        }
+        let Some(choices) = &c.choices else {
+            return;
+        };
+        for choice in choices {
+            if let Some(t) = &choice.content
+                && !t.is_empty()
+            {
+                self.text.push_str(t);
+                self.published = true;
+            }
+            if let Some(calls) = &choice.tool_calls {
+                for (pos, c) in calls.iter().enumerate() {
+                    let index = c.index.unwrap_or(pos as u64);
+                    let call = self.calls.entry(index).or_default();
+                    if let Some(id) = &c.id {
+                        call.id.clone_from(id);
+                    }
+                    if let Some(name) = &c.name {
+                        call.name.push_str(name);
+                    }
+                    if let Some(args) = &c.arguments {
+                        call.arguments.push_str(args);
+                        call.saw_argument_delta |= !args.is_empty();
+                    }
+                    self.published = true;
+                }
+            }
+            if let Some(r) = &choice.finish_reason {
+                self.finish = Some(FinishReason::from_openai(r));
+            }
+        }
+    }
+
+    /// The non-error part of [`Self::anthropic_event`] for a single-line event read into a
+    /// chunk; `ty` is its type (the `type` member, else the event name).
+    fn anthropic_chunk(&mut self, c: &Chunk, ty: &str) {
+        match ty {
+            "message_start" => {
+                let m = &c.message;
+                if let Some(model) = &m.model {
+                    self.note_model_str(model);
+                }
+                let u = m.usage.unwrap_or_default();
+                self.usage.input_tokens = u.input_tokens.unwrap_or(0);
+                self.usage.output_tokens = u.output_tokens.unwrap_or(0);
+            }
+            "content_block_start" => {
+                let index = c.index.unwrap_or(0);
+                let block = &c.content_block;
+                match block.kind.as_deref() {
+                    Some("tool_use") => {
+                        self.calls.insert(
+                            index,
+                            PartialCall {
+                                id: block.id.clone().unwrap_or_default(),
+                                name: block.name.clone().unwrap_or_default(),
+                                ..PartialCall::default()
+                            },
+                        );
+                        self.published = true;
+                    }
+                    Some("text") => {
+                        if let Some(t) = &block.text
+                            && !t.is_empty()
+                        {
+                            self.text.push_str(t);
+                            self.published = true;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "content_block_delta" => {
+                let index = c.index.unwrap_or(0);
+                let delta = &c.delta;
+                match delta.kind.as_deref() {
+                    Some("text_delta") => {
+                        if let Some(t) = &delta.text
+                            && !t.is_empty()
+                        {
+                            self.text.push_str(t);
+                            self.published = true;
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let part = delta.partial_json.as_deref().unwrap_or_default();
+                        let call = self.calls.entry(index).or_default();
+                        call.arguments.push_str(part);
+                        call.saw_argument_delta |= !part.is_empty();
+                        self.published = true;
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(r) = &c.delta.stop_reason {
+                    self.finish = Some(FinishReason::from_anthropic(r));
+                }
+                let u = c.usage.unwrap_or_default();
+                if let Some(out) = u.output_tokens {
+                    self.usage.output_tokens = out;
+                }
+                if let Some(inp) = u.input_tokens {
+                    self.usage.input_tokens = inp;
+                }
+            }
+            "message_stop" => self.done = true,
+            _ => {}
+        }
+    }
+
     /// The stream closed cleanly: an outcome, or `stream-incomplete` (CLS-2), or the refusal of
     /// a content-filter finish.
     pub fn finish(self) -> Result<StreamOutcome, TransportFailure> {
@@ -345,6 +509,7 @@ impl StreamReader {
             tool_calls,
             models: self.models,
             raw_body: None,
+            verdict: None,
         })
     }
 
@@ -374,9 +539,13 @@ impl StreamReader {
     }
 
     fn note_model(&mut self, v: &Value) {
-        if let Some(m) = v.as_str()
-            && !self.models.iter().any(|x| x == m)
-        {
+        if let Some(m) = v.as_str() {
+            self.note_model_str(m);
+        }
+    }
+
+    fn note_model_str(&mut self, m: &str) {
+        if !self.models.iter().any(|x| x == m) {
             self.models.push(m.to_owned());
         }
     }
@@ -428,58 +597,63 @@ impl StreamReader {
     fn openai_event(&mut self, ev: &SseEvent) -> Result<(), TransportFailure> {
         // Each data line is one JSON chunk; a multi-line event is read line by line.
         for line in &ev.data_lines {
-            if line.trim() == "[DONE]" {
-                self.done = true;
-                continue;
-            }
-            if line.trim().is_empty() {
-                continue;
-            }
-            let v: Value = match serde_json::from_str(line) {
-                Ok(v) => v,
-                Err(_) => return Err(self.unreadable()),
+            self.openai_line(line)?;
+        }
+        Ok(())
+    }
+
+    fn openai_line(&mut self, line: &str) -> Result<(), TransportFailure> {
+        if line.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if line.trim().is_empty() {
+            return Ok(());
+        }
+        let v: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(_) => return Err(self.unreadable()),
+        };
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(self.error_fail(&v));
+        }
+        self.note_model(&v["model"]);
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.usage = Usage {
+                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
             };
-            if v.get("error").is_some_and(|e| !e.is_null()) {
-                return Err(self.error_fail(&v));
+        }
+        let Some(choices) = v["choices"].as_array() else {
+            return Ok(());
+        };
+        for choice in choices {
+            let delta = &choice["delta"];
+            if let Some(t) = delta["content"].as_str()
+                && !t.is_empty()
+            {
+                self.text.push_str(t);
+                self.published = true;
             }
-            self.note_model(&v["model"]);
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                self.usage = Usage {
-                    input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                    output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-                };
-            }
-            let Some(choices) = v["choices"].as_array() else {
-                continue;
-            };
-            for choice in choices {
-                let delta = &choice["delta"];
-                if let Some(t) = delta["content"].as_str()
-                    && !t.is_empty()
-                {
-                    self.text.push_str(t);
+            if let Some(calls) = delta["tool_calls"].as_array() {
+                for (pos, c) in calls.iter().enumerate() {
+                    let index = c["index"].as_u64().unwrap_or(pos as u64);
+                    let call = self.calls.entry(index).or_default();
+                    if let Some(id) = c["id"].as_str() {
+                        call.id = id.to_owned();
+                    }
+                    if let Some(name) = c["function"]["name"].as_str() {
+                        call.name.push_str(name);
+                    }
+                    if let Some(args) = c["function"]["arguments"].as_str() {
+                        call.arguments.push_str(args);
+                        call.saw_argument_delta |= !args.is_empty();
+                    }
                     self.published = true;
                 }
-                if let Some(calls) = delta["tool_calls"].as_array() {
-                    for (pos, c) in calls.iter().enumerate() {
-                        let index = c["index"].as_u64().unwrap_or(pos as u64);
-                        let call = self.calls.entry(index).or_default();
-                        if let Some(id) = c["id"].as_str() {
-                            call.id = id.to_owned();
-                        }
-                        if let Some(name) = c["function"]["name"].as_str() {
-                            call.name.push_str(name);
-                        }
-                        if let Some(args) = c["function"]["arguments"].as_str() {
-                            call.arguments.push_str(args);
-                            call.saw_argument_delta |= !args.is_empty();
-                        }
-                        self.published = true;
-                    }
-                }
-                if let Some(r) = choice["finish_reason"].as_str() {
-                    self.finish = Some(FinishReason::from_openai(r));
-                }
+            }
+            if let Some(r) = choice["finish_reason"].as_str() {
+                self.finish = Some(FinishReason::from_openai(r));
             }
         }
         Ok(())

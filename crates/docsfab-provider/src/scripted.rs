@@ -63,6 +63,7 @@ pub fn answer(text: &str) -> StreamOutcome {
         tool_calls: Vec::new(),
         models: vec!["scripted-model".to_owned()],
         raw_body: None,
+        verdict: None,
     }
 }
 

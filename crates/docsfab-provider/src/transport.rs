@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use docsfab_boundary::{Redactor, SseDecoder};
+use docsfab_boundary::{BoundaryConfig, EventReader, Redactor};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
 use docsfab_policy::retry_after::parse_retry_after;
 use futures_util::StreamExt;
@@ -88,6 +88,8 @@ pub struct HttpTransport {
     client: reqwest::Client,
     keep_raw_body: bool,
     max_body_bytes: usize,
+    /// The response boundary that judges each 200 body in the same pass that reads it.
+    boundary: Option<BoundaryConfig>,
     /// Removes this transport's own key (whole or in pieces) from every failure it returns.
     redactor: Arc<Redactor>,
 }
@@ -155,6 +157,7 @@ impl HttpTransport {
             headers,
             client,
             keep_raw_body: config.keep_raw_body,
+            boundary: None,
             max_body_bytes: config.max_body_bytes,
             redactor: Arc::new(Redactor::new(
                 &config
@@ -168,6 +171,13 @@ impl HttpTransport {
 
     pub fn api(&self) -> Api {
         self.api
+    }
+
+    /// Judges every 200 stream under `config` while reading it, so a completed outcome carries
+    /// its verdict ([`StreamOutcome::verdict_under`]) and nobody parses the body again (BND-1).
+    pub fn with_boundary(mut self, config: BoundaryConfig) -> Self {
+        self.boundary = Some(config);
+        self
     }
 
     async fn send_once(&self, body: Bytes) -> Result<StreamOutcome, TransportFailure> {
@@ -191,8 +201,11 @@ impl HttpTransport {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
         let mut reader = StreamReader::new(self.api, status);
-        let mut decoder = SseDecoder::new();
-        let mut events = Vec::new();
+        // One pass per line: the boundary's parse of each data line also feeds the reader.
+        let mut decoder = match &self.boundary {
+            Some(config) => EventReader::judged(config),
+            None => EventReader::new(),
+        };
         let mut raw = BytesMut::new();
         let mut body = response.bytes_stream();
         let mut received: usize = 0;
@@ -219,11 +232,14 @@ impl HttpTransport {
                     if is_json {
                         continue;
                     }
-                    decoder.feed(&chunk, |e| events.push(e));
-                    for e in events.drain(..) {
-                        if let Err(failure) = reader.event(&e) {
-                            return Err(self.with_rest_of_body(failure, raw, body).await);
+                    let mut failed = None;
+                    decoder.feed(&chunk, |e| {
+                        if failed.is_none() {
+                            failed = reader.read(e).err();
                         }
+                    });
+                    if let Some(failure) = failed {
+                        return Err(self.with_rest_of_body(failure, raw, body).await);
                     }
                 }
                 Err(e) => {
@@ -247,14 +263,20 @@ impl HttpTransport {
             failure.body.raw = kept(raw);
             return Err(failure);
         }
-        decoder.finish(|e| events.push(e));
-        let read = events
-            .drain(..)
-            .try_for_each(|e| reader.event(&e))
-            .and_then(|()| reader.finish());
+        let mut failed = None;
+        let verdict = decoder.finish(|e| {
+            if failed.is_none() {
+                failed = reader.read(e).err();
+            }
+        });
+        let read = match failed {
+            Some(failure) => Err(failure),
+            None => reader.finish(),
+        };
         match read {
             Ok(mut outcome) => {
                 outcome.raw_body = kept(raw);
+                outcome.verdict = self.boundary.clone().zip(verdict);
                 Ok(outcome)
             }
             Err(mut failure) => {

@@ -920,9 +920,9 @@ fn lease_ended(reason: LeaseStop, evidence: Option<String>) -> Ending {
 }
 
 /// BND-1 for the runtime's own turns: the refusal of a completed turn's raw 200 body, if any.
+/// The transport usually judged the body while reading it; then that verdict is used.
 fn boundary_check(boundary: &BoundaryConfig, outcome: &StreamOutcome) -> Option<Refusal> {
-    let raw = outcome.raw_body.as_ref()?;
-    match boundary.check(raw) {
+    match outcome.verdict_under(boundary)? {
         Verdict::Pass(_) => None,
         Verdict::Refuse(r) => Some(r),
     }
@@ -1070,7 +1070,7 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_provider::driver::{EndKind, TurnAccount as ProviderTurnRecord};
+    use docsfab_provider::driver::{EndKind, TurnAccount};
     use docsfab_provider::scripted::ScriptedTransport;
 
     /// A completed turn as the replay driver hands it back, with `text` and `finish`.
@@ -1086,8 +1086,9 @@ mod tests {
                 tool_calls: Vec::new(),
                 models: vec!["m".to_owned()],
                 raw_body: None,
+                verdict: None,
             }),
-            record: ProviderTurnRecord {
+            record: TurnAccount {
                 status: ProviderTurnStatus::Completed,
                 end: EndKind::Completed,
                 provider_retries: 0,

@@ -127,8 +127,8 @@ pub enum RunError {
 /// `store` from its first moment; each finished attempt is committed before the next starts.
 pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<RunOutcome, RunError> {
     let workspace = Workspace::open(&cfg.workspace).map_err(|e| RunError::Workspace(e.evidence))?;
-    // The raw body is kept for the response boundary (BND-1).
-    let transport = HttpTransport::new(HttpConfig {
+    // The raw body is kept for the response boundary (BND-1), which judges it as it is read.
+    let mut transport = HttpTransport::new(HttpConfig {
         keep_raw_body: true,
         ..HttpConfig::new(
             cfg.provider.api,
@@ -136,6 +136,9 @@ pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<Run
             cfg.provider.api_key.clone(),
         )
     })?;
+    if let Ok(boundary) = boundary_config(&cfg.provider, &selected_model(&cfg)) {
+        transport = transport.with_boundary(boundary);
+    }
     run_with_transport(cfg, &workspace, &transport, store).await
 }
 

@@ -153,12 +153,14 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
             Some(ApiKey::new(key.clone())),
         )
     };
-    let transport = HttpTransport::new(http).map_err(|e| {
-        CliError::bad_input(format!(
-            "provider {:?} in {}: {e}.",
-            selected.provider_name, ctx.host.path
-        ))
-    })?;
+    let transport = HttpTransport::new(http)
+        .map_err(|e| {
+            CliError::bad_input(format!(
+                "provider {:?} in {}: {e}.",
+                selected.provider_name, ctx.host.path
+            ))
+        })?
+        .with_boundary(boundary.clone());
     let route = Arc::new(Route {
         api: provider.api,
         model: selected.model.to_owned(),
@@ -422,8 +424,11 @@ impl Route {
         let requests = result.record.requests;
         let reply = match result.end {
             TurnEnd::Completed(outcome) => {
+                // The transport judged the body as it read it (one parse per line).
+                let verdict = outcome.verdict_under(&self.boundary);
                 let raw = outcome.raw_body.unwrap_or_default();
-                self.check(client_api, raw)
+                let verdict = verdict.unwrap_or_else(|| self.boundary.check(&raw));
+                self.judged(client_api, raw, verdict)
             }
             TurnEnd::Failed { failure, stop } => match verbatim_error_stream(&failure) {
                 // BND-2: the provider's own error-event stream, judged like any 200 body, so the
@@ -474,7 +479,13 @@ impl Route {
 
     /// BND-1: the whole 200 body is judged before any byte of it is sent.
     fn check(&self, client_api: Api, body: Bytes) -> Reply {
-        match self.boundary.check(&body) {
+        let verdict = self.boundary.check(&body);
+        self.judged(client_api, body, verdict)
+    }
+
+    /// [`Route::check`] with the verdict on `body` already reached.
+    fn judged(&self, client_api: Api, body: Bytes, verdict: Verdict) -> Reply {
+        match verdict {
             Verdict::Pass(_) => Reply::Stream(body),
             Verdict::Refuse(refusal) => refusal_reply(client_api, &refusal),
         }
