@@ -1,4 +1,5 @@
-//! The composition route behind `docsfab route serve`; the CLI resolves the provider and calls [`serve`].
+//! The composition route behind `docsfab route serve`. The CLI resolves the provider from the
+//! host configuration and the composition, then calls [`serve`].
 //!
 //! A loopback HTTP server that speaks the client's API (`POST /v1/chat/completions`,
 //! `POST /v1/messages`) and forwards each request to the composition's provider:
