@@ -30,6 +30,7 @@
 use docsfab_boundary::{
     Api, BOM, BoundaryConfig, LineSplitter, Pass, Secret, SseDecoder, SseEvent, Verdict,
 };
+use docsfab_compat::{compat_dir, install_clients, repo_root};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -44,21 +45,6 @@ use tokio::net::{TcpListener, TcpStream};
 const READ_GAP: Duration = Duration::from_millis(20);
 /// A whole client batch must finish within this; a hung client fails the test instead.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-/// Where compat/install.sh puts the clients: `DOCSFAB_COMPAT_DIR` (which the script reads too),
-/// else target/compat, which git ignores.
-fn compat_dir(root: &Path) -> PathBuf {
-    std::env::var_os("DOCSFAB_COMPAT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/compat"))
-}
 
 // ---------------------------------------------------------------------------------------------
 // Cases
@@ -540,22 +526,6 @@ async fn run_client(client: Client, root: PathBuf, port: u16, cases: Vec<Arc<Cas
                 .unwrap_or_else(|e| panic!("{}: output line is not JSON ({e}): {l}", client.name()))
         })
         .collect()
-}
-
-fn install_clients(root: &Path) {
-    let script = root.join("compat/install.sh");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "compat/install.sh failed, so the real stream consumers the differential test needs are \
-         missing (is the package registry reachable?). Run `bash compat/install.sh` by hand to \
-         see why.\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 //! The host-owned retry rules table (STP-8).
 //!
 //! Every step retry decision names the rule that made it (`retryRule` in the run record). The
-//! table is YAML: the shipped default is `config/model-output/retry-policy.yaml`, embedded in the
+//! table is YAML: the shipped default is `crates/docsfab-policy/retry-policy.yaml`, embedded in the
 //! binary; an operator may place a copy at `DOCSFAB_HOME/retry-policy.yaml`, which the CLI reads
 //! and hands to [`RulesTable::parse`]. Reading that file is I/O and stays out of this crate.
 //!
@@ -17,9 +17,9 @@ use crate::class::{ProviderErrorClass, ProviderFailure};
 use crate::host::{from_yaml, yaml_error_parts};
 
 /// The shipped table, as text.
-pub const EMBEDDED_SOURCE: &str = include_str!("../../../config/model-output/retry-policy.yaml");
+pub const EMBEDDED_SOURCE: &str = include_str!("../retry-policy.yaml");
 /// The name the embedded table reports in errors.
-pub const EMBEDDED_NAME: &str = "config/model-output/retry-policy.yaml";
+pub const EMBEDDED_NAME: &str = "crates/docsfab-policy/retry-policy.yaml";
 /// The file name of the operator copy inside `DOCSFAB_HOME`.
 pub const OPERATOR_FILE_NAME: &str = "retry-policy.yaml";
 
@@ -235,7 +235,7 @@ impl RulesError {
 pub const TABLE_VERSION: u32 = 1;
 
 impl RulesTable {
-    /// The table shipped in `config/model-output/retry-policy.yaml`.
+    /// The table shipped in `crates/docsfab-policy/retry-policy.yaml`.
     ///
     /// # Errors
     /// Only if the shipped file is broken, which the crate's tests rule out.

@@ -4,14 +4,14 @@
 //! continued inside the attempt; only an answer still cut when the continuations or the lease's
 //! turns run out, or completed by a continuation and then refused, is the cut-answer condition.
 
-mod common;
+mod support;
 
-use common::{Harness, RunArgs, limits, requests, run_recorded};
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::Api;
 use docsfab_runtime::agent::{CONTINUE_INSTRUCTION, MAX_CONTINUATIONS};
 use docsfab_runtime::record::RunStatus;
 use serde_json::{Value, json};
+use support::{Harness, RunArgs, limits, requests, run_recorded};
 use tokio_util::sync::CancellationToken;
 
 /// Fast replay windows (nothing here should replay, but nothing should wait long either).
@@ -26,7 +26,7 @@ struct Ran {
 }
 
 async fn harness(scenario: &str) -> Harness {
-    common::harness(scenario, "//! A tiny crate.\npub mod count;\n").await
+    support::harness(scenario, "//! A tiny crate.\npub mod count;\n").await
 }
 
 async fn run(h: &Harness, composition: &str, api: Api) -> Ran {

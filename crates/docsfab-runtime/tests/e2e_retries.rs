@@ -11,12 +11,11 @@
 //! Set `DOCSFAB_E2E_PRINT_RECORDS=1` and run with `--nocapture` to print each test's attempts
 //! (the worked examples in docs/retries.md were taken from that output).
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use common::{Harness, OnEvent, RunArgs, SECRET, limits, run_recorded};
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
@@ -26,6 +25,7 @@ use docsfab_runtime::executor::{Progress, RunOutcome};
 use docsfab_runtime::record::RunStatus;
 use docsfab_sim::RequestLogEntry;
 use serde_json::{Value, json};
+use support::{Harness, OnEvent, RunArgs, SECRET, limits, run_recorded};
 use tokio_util::sync::CancellationToken;
 
 /// The catalog defaults divided by 100: replay waits 5 ms doubling, 200 ms per wait, 600 ms per
@@ -91,7 +91,7 @@ steps:
 "#;
 
 async fn harness(scenario: &str) -> Harness {
-    common::harness(scenario, "//! A tiny crate.\npub mod count;\n").await
+    support::harness(scenario, "//! A tiny crate.\npub mod count;\n").await
 }
 
 struct Ran {
@@ -117,7 +117,7 @@ impl Ran {
 
     /// The request bodies the run built, one per turn: (attempt, turn, digest, body).
     fn requests(&self) -> Vec<(u32, u32, String, String)> {
-        common::requests(&self.events)
+        support::requests(&self.events)
             .into_iter()
             .map(|(_, attempt, turn, digest, body)| (attempt, turn, digest, body))
             .collect()
@@ -793,7 +793,7 @@ async fn stream_broken_after_a_write(api: Api, cut_after: usize) {
 /// `DOCSFAB_HOME/retry-policy.yaml` could add: a host write failure goes to the transport budget.
 fn rules_sending_host_write_failures_to_transport() -> RulesTable {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../config/model-output/retry-policy.yaml");
+        .join("../docsfab-policy/retry-policy.yaml");
     let shipped = std::fs::read_to_string(path).unwrap();
     let operator = shipped.replacen(
         "textRules:\n",

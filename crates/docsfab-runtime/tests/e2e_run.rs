@@ -3,13 +3,12 @@
 //! are lowered through host.yaml's `catalog:` and the environment map, so the tests run fast in
 //! real time.
 
-mod common;
+mod support;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Harness, OnEvent, RunArgs, limits, requests, run_recorded};
 use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::Api;
@@ -21,6 +20,7 @@ use docsfab_runtime::executor::{
 use docsfab_runtime::record::{RunRecord, RunStatus};
 use docsfab_runtime::store::RunStore;
 use serde_json::{Value, json};
+use support::{Harness, OnEvent, RunArgs, limits, requests, run_recorded};
 use tokio_util::sync::CancellationToken;
 
 const LIB_MARKER: &str = "pub fn marker_e2e_lib() {}";
@@ -31,7 +31,7 @@ const FAST_HOST: &str = "catalog:\n  providerAttempt.baseDelayMs: 10\n  provider
 /// The harness with [`LIB_MARKER`] in `src/lib.rs`, so a test can tell which request carried
 /// the file.
 async fn harness(scenario: &str) -> Harness {
-    common::harness(
+    support::harness(
         scenario,
         &format!("//! A tiny crate.\n{LIB_MARKER}\npub mod count;\n"),
     )

@@ -1,9 +1,9 @@
 //! Streamed and JSON answers in the shape of each API, and the faults inside a 200 stream.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{Value, json};
+use support::*;
 
 async fn one(yaml: &str, path: &str, body: &str) -> Parsed {
     let server = start(yaml).await;

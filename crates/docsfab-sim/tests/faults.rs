@@ -1,10 +1,10 @@
 //! HTTP-level responses and connection faults, observed byte by byte on a real loopback socket.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
+use support::*;
 
 #[tokio::test]
 async fn scripted_statuses_come_in_order_with_their_headers_and_bodies() {

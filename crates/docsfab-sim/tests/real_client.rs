@@ -1,11 +1,11 @@
 //! What a real HTTP client (reqwest, as docsfab's provider uses it) sees of each connection fault.
 
-mod common;
+mod support;
 
 use std::error::Error as _;
 use std::io::ErrorKind;
 
-use common::*;
+use support::*;
 
 fn client() -> reqwest::Client {
     // reqwest is built without a default TLS provider; plain http needs one installed all the same.

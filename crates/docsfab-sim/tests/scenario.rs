@@ -1,12 +1,12 @@
 //! Scenario loading (strictness, error messages), order and fallback, the seeded random models,
 //! and the request log.
 
-mod common;
+mod support;
 
 use std::path::Path;
 
-use common::*;
 use docsfab_sim::{RequestLogEntry, Scenario, SimError, SimServer};
+use support::*;
 
 fn error_of(yaml: &str) -> String {
     match Scenario::from_yaml_str(yaml, "bad.yaml") {

@@ -1,11 +1,11 @@
 //! `serve_command` end to end in its own test binary, because it ends on a signal sent to the
 //! whole process.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
+use support::*;
 
 #[tokio::test]
 async fn serve_command_serves_logs_and_stops_on_sigterm() {

@@ -6,9 +6,8 @@ mod demo;
 mod doctor;
 mod error;
 mod home;
-mod http_server;
 mod progress;
-mod route;
+mod route_command;
 mod run;
 mod runs;
 mod setup;
@@ -47,7 +46,7 @@ enum Commands {
     Sim(sim::SimArgs),
     /// The composition route: OpenAI- and Anthropic-compatible endpoints on loopback that forward
     /// to the composition's provider with in-turn replay and the response boundary.
-    Route(route::RouteArgs),
+    Route(route_command::RouteArgs),
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -58,7 +57,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Runs(args) => runs::run(&args),
         Commands::Demo => demo::run(),
         Commands::Sim(args) => sim::run(&args),
-        Commands::Route(args) => route::run(&args),
+        Commands::Route(args) => route_command::run(&args),
     }
 }
 

@@ -1,12 +1,11 @@
 //! `docsfab demo` as a real process: the bundled example against the in-process simulator, with a
 //! temporary DOCSFAB_HOME whose run store keeps the run for `docsfab runs show`.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use docsfab_runtime::record::validate_against_schema;
 use serde_json::Value;
-use support::docsfab_at as docsfab;
+use support::run::docsfab_at as docsfab;
 
 /// REP-1, REP-8, CLS-4, STP-5, STP-9, OPS-3: the demo exits 0, prints the run id first, shows
 /// each replay and retry on stderr as it happens, ends with the run view, and its record (in the

@@ -7,7 +7,6 @@
 //! of its own: a write run locks its workspace). The writes add write intents to the store
 //! traffic, and a stream cut after a write costs a restore and a retry.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::process::{Child, Stdio};
@@ -15,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use docsfab_runtime::record::validate_against_schema;
-use support::{FAST_CATALOG, Lines, Setup, Sim, first_line, looks_like_run_id};
+use support::run::{FAST_CATALOG, Lines, Setup, Sim, first_line, looks_like_run_id};
 
 const RUNS: usize = 20;
 
@@ -84,7 +83,7 @@ fn hardening_concurrent_runs_on_one_store_lose_no_attempt() {
             let mut failures = Vec::new();
             let mut calls = 0;
             while !stop.load(Ordering::SeqCst) || calls < 60 {
-                let out = support::docsfab(&home)
+                let out = support::run::docsfab(&home)
                     .args(["runs", "list", "--json"])
                     .output()
                     .unwrap();

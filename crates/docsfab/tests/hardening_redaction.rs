@@ -11,14 +11,13 @@
 //! piece may survive (a provider that cuts the key at 64 characters used to leak the first 64).
 //! Neither has a known key shape, so only the host-key redaction can find them.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 
-use support::{FAST_CATALOG, KEY_VAR, ONE_STEP, Sim, docsfab_at, looks_like_run_id};
+use support::run::{FAST_CATALOG, KEY_VAR, ONE_STEP, Sim, docsfab_at, looks_like_run_id};
 
 /// Shorter than a key piece: redacted whole.
 const SHORT_CANARY: &str = "CnryK3y-7h2Qx9";

@@ -5,7 +5,6 @@
 //! The scenario has the model write two files in turn 1 (one new, one that existed), then
 //! stalls the next request for a minute, so the process is caught right after the writes ran.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::path::Path;
@@ -13,7 +12,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use docsfab_runtime::record::validate_against_schema;
-use support::{Lines, Setup, Sim, first_line, looks_like_run_id, signal};
+use support::run::{Lines, Setup, Sim, first_line, looks_like_run_id, signal};
 
 const WRITE_THEN_STALL: &str = "responses:
   - answer:
@@ -198,7 +197,7 @@ fn hardening_a_second_write_run_on_a_held_workspace_is_refused() {
             .arg(s.workspace());
         cmd
     };
-    let reader = in_ws(&other.composition(support::ONE_STEP))
+    let reader = in_ws(&other.composition(support::run::ONE_STEP))
         .output()
         .unwrap();
     assert_eq!(

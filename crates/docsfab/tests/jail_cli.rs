@@ -2,11 +2,10 @@
 //! where the scripted model asks write_file for names the filesystem cannot hold, is told so as
 //! a tool error, then writes a good file and the step succeeds.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use docsfab_runtime::record::validate_against_schema;
-use support::{FAST_CATALOG, Setup, Sim};
+use support::run::{FAST_CATALOG, Setup, Sim};
 
 const WRITE_STEP: &str = "name: jail\nlimits:\n  timeoutMs: 60000\n  maxTurns: 6\nsteps:\n  - id: pages\n    access: write\n    instructions: Write the docs under docs/.\n    tools: [read_file, write_file]\n    writeRoots: [docs/]\n";
 

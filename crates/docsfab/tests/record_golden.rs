@@ -6,11 +6,10 @@
 //! To regenerate the fixture after an intended change of the record:
 //! `DOCSFAB_BLESS=1 cargo test -p docsfab --test record_golden` (then review the diff).
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use serde_json::Value;
-use support::docsfab_at as docsfab;
+use support::run::docsfab_at as docsfab;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

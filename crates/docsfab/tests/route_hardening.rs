@@ -7,11 +7,11 @@
 //! test asserts a duration: each waits for an event (a close, an answer, an exit) under a
 //! generous bound that only a hang would reach.
 
-mod route_support;
+mod support;
 
 use std::time::Duration;
 
-use route_support::{Setup, path_of, request};
+use support::route::{Setup, path_of, request};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -260,13 +260,13 @@ async fn hardening_33_and_50_mib_bodies_get_a_413_in_the_api_shape() {
 #[tokio::test]
 async fn hardening_serving_limits_out_of_range_are_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();
-    let composition = route_support::write_composition(dir.path());
+    let composition = support::route::write_composition(dir.path());
     for (flag, value) in [
         ("--max-connections", "0"),
         ("--header-timeout-ms", "0"),
         ("--body-timeout-ms", "soon"),
     ] {
-        let out = route_support::docsfab()
+        let out = support::route::docsfab()
             .args(["route", "serve", "--composition"])
             .arg(&composition)
             .args([flag, value])

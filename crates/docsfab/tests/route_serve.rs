@@ -3,11 +3,11 @@
 //! in its API's shape, and the in-turn replay acts as on a direct endpoint (CLS-7). Replay waits
 //! are lowered in host.yaml (5 ms base, 20 ms cap) so the tests stay fast.
 
-mod route_support;
+mod support;
 
 use docsfab_boundary::{Api as BApi, BoundaryConfig, Pass, Verdict};
 use docsfab_policy::class::{ProviderErrorClass, classify_error_event};
-use route_support::{KEY, KEY_VAR, MODEL, Setup, path_of, request};
+use support::route::{KEY, KEY_VAR, MODEL, Setup, path_of, request};
 
 const APIS: [&str; 2] = ["openai-chat", "anthropic-messages"];
 
@@ -268,8 +268,8 @@ async fn a_non_loopback_address_or_a_missing_key_is_refused_at_startup() {
         format!("providers:\n  default:\n    api: openai-chat\n    baseUrl: http://127.0.0.1:9/v1\n    apiKeyEnv: {KEY_VAR}\n    model: {MODEL}\n"),
     )
     .unwrap();
-    let composition = route_support::write_composition(dir.path());
-    let out = route_support::docsfab()
+    let composition = support::route::write_composition(dir.path());
+    let out = support::route::docsfab()
         .args(["route", "serve", "--listen", "0.0.0.0:0", "--composition"])
         .arg(&composition)
         .env("DOCSFAB_HOME", dir.path())
@@ -281,7 +281,7 @@ async fn a_non_loopback_address_or_a_missing_key_is_refused_at_startup() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("loopback"), "{err}");
 
-    let out = route_support::docsfab()
+    let out = support::route::docsfab()
         .args(["route", "serve", "--listen", "127.0.0.1:0", "--composition"])
         .arg(&composition)
         .env("DOCSFAB_HOME", dir.path())

@@ -4,11 +4,11 @@
 //! an answer with a pause between events, measures both, prints the numbers (run with
 //! `--nocapture` to see them; docs/route.md quotes a run) and checks the route waited.
 
-mod route_support;
+mod support;
 
 use std::time::Duration;
 
-use route_support::{Setup, path_of, post, request};
+use support::route::{Setup, path_of, post, request};
 
 const EVENTS: u32 = 20;
 const EVENT_DELAY_MS: u64 = 25;

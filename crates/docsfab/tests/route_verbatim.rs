@@ -2,12 +2,12 @@
 //! the client gets the provider's own stream byte for byte (after the boundary passed it), not a
 //! rebuilt event; the in-turn replay still runs first, and only the last failed body goes out.
 
-mod route_support;
+mod support;
 
 use docsfab_boundary::{Api as BApi, BoundaryConfig, Pass, Verdict};
 use docsfab_policy::class::{ProviderErrorClass, classify_error_event};
 use docsfab_sim::{Scenario, SimServer};
-use route_support::{KEY, KEY_VAR, MODEL, Setup, path_of, post, request};
+use support::route::{KEY, KEY_VAR, MODEL, Setup, path_of, post, request};
 
 const APIS: [&str; 2] = ["openai-chat", "anthropic-messages"];
 

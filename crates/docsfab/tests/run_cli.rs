@@ -1,14 +1,13 @@
 //! `docsfab run` and `docsfab runs list|show` as real processes against `docsfab sim serve` on
 //! 127.0.0.1, with a temporary DOCSFAB_HOME and the real SQLite run store.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;
 
 use docsfab_runtime::record::validate_against_schema;
 use serde_json::Value;
-use support::{FAST_CATALOG, KEY_VAR, ONE_STEP, SECRET, Setup, Sim, looks_like_run_id};
+use support::run::{FAST_CATALOG, KEY_VAR, ONE_STEP, SECRET, Setup, Sim, looks_like_run_id};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -3,14 +3,15 @@
 //! during an in-turn replay wait and SIGTERM during a step backoff cancel the run at once
 //! (exit 130, recorded `cancelled`) instead of waiting the wait out.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use docsfab_runtime::record::validate_against_schema;
-use support::{FAST_CATALOG, Lines, ONE_STEP, Setup, Sim, first_line, looks_like_run_id, signal};
+use support::run::{
+    FAST_CATALOG, Lines, ONE_STEP, Setup, Sim, first_line, looks_like_run_id, signal,
+};
 
 /// ONE_STEP plus a second read-only step.
 fn two_steps() -> String {

@@ -2,7 +2,6 @@
 //! the scenario, writes the request log, stops cleanly on SIGTERM, and refuses a bad scenario
 //! with exit code 2.
 
-#[path = "run_support/mod.rs"]
 mod support;
 
 use std::io::{Read, Write};
@@ -10,10 +9,10 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use support::Sim;
+use support::run::Sim;
 
 fn docsfab() -> Command {
-    Command::new(support::bin())
+    Command::new(support::run::bin())
 }
 
 fn post(addr: &str, path: &str, body: &str) -> String {

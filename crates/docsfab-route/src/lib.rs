@@ -1,4 +1,5 @@
-//! `docsfab route serve`: the composition route.
+//! The composition route behind `docsfab route serve`. The CLI resolves the provider from the
+//! host configuration and the composition, then calls [`serve`].
 //!
 //! A loopback HTTP server that speaks the client's API (`POST /v1/chat/completions`,
 //! `POST /v1/messages`) and forwards each request to the composition's provider:
@@ -17,7 +18,6 @@
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,7 +28,6 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use clap::{Args, Subcommand};
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Secret, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
@@ -36,103 +35,96 @@ use docsfab_provider::driver::run_turn_observed;
 use docsfab_provider::{
     Api, ApiKey, HttpConfig, HttpTransport, Payload, ReplayEntry, TransportFailure, TurnEnd,
 };
-use docsfab_runtime::composition::Composition;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::CliError;
-use crate::home::{HostContext, read_optional};
-use crate::http_server::{self, BodyRefusal, ServerLimits, read_body};
+use crate::http_server::{BodyRefusal, read_body};
 
-#[derive(Debug, Args)]
-pub struct RouteArgs {
-    #[command(subcommand)]
-    pub command: RouteCommand,
-}
+mod http_server;
 
-#[derive(Debug, Subcommand)]
-pub enum RouteCommand {
-    /// Serve the composition route on loopback (OpenAI /v1/chat/completions and Anthropic
-    /// /v1/messages). Prints `listening on http://ADDR/v1` first, then runs until Ctrl-C or
-    /// SIGTERM.
-    Serve(ServeArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Loopback address to listen on; port 0 picks a free port.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
-    /// The composition whose provider and model the route forwards to.
-    #[arg(long, value_name = "FILE")]
-    pub composition: PathBuf,
-    /// Close a connection whose request head has not fully arrived within this many
-    /// milliseconds; also how long an idle keep-alive connection stays open.
-    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-    pub header_timeout_ms: u64,
-    /// Answer 408 to a request whose body has not fully arrived within this many milliseconds
-    /// after its head.
-    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_BODY_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
-    pub body_timeout_ms: u64,
-    /// Connections served at once; a connection past this gets a 503 and is closed.
-    #[arg(long, value_name = "N", env = "DOCSFAB_ROUTE_MAX_CONNECTIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=4096))]
-    pub max_connections: u64,
-    /// On Ctrl-C or SIGTERM, how many milliseconds connections get to finish before they are
-    /// dropped and the process exits.
-    #[arg(long, value_name = "MS", env = "DOCSFAB_ROUTE_SHUTDOWN_GRACE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
-    pub shutdown_grace_ms: u64,
-}
-
-impl ServeArgs {
-    fn server_limits(&self) -> ServerLimits {
-        ServerLimits {
-            header_timeout: Duration::from_millis(self.header_timeout_ms),
-            body_timeout: Duration::from_millis(self.body_timeout_ms),
-            // The parser bounds it to 1..=4096.
-            max_connections: usize::try_from(self.max_connections).unwrap_or(64),
-            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
-        }
-    }
-}
+pub use http_server::ServerLimits;
 
 /// Largest client request body accepted (axum's default of 2 MiB is too small for long prompts).
 pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 
-pub fn run(args: &RouteArgs) -> Result<(), CliError> {
-    match &args.command {
-        RouteCommand::Serve(serve) => serve_command(serve),
+/// Why the route did not start: bad input or configuration (the CLI exits 2), or a failure of
+/// the machine (exit 1). The message is one sentence for stderr.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    BadInput(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RouteError::BadInput(m) | RouteError::Failed(m) => f.write_str(m),
+        }
     }
 }
 
-fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
-    // The route holds the host's key and answers anyone who can connect: never off the host.
-    if !args.listen.ip().is_loopback() {
-        return Err(CliError::bad_input(format!(
-            "the route listens on loopback only, and {} is not a loopback address; use 127.0.0.1:PORT or [::1]:PORT.",
-            args.listen
-        )));
+impl std::error::Error for RouteError {}
+
+/// The provider the route forwards to, as the CLI resolved it from the host configuration and
+/// the composition.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// The provider's name in host.yaml, for messages.
+    pub provider_name: String,
+    /// Where host.yaml was read from, for messages.
+    pub host_path: String,
+    pub api: Api,
+    pub base_url: String,
+    /// The composition's selected model.
+    pub model: String,
+    /// The environment variable the key came from, for messages and the boundary's secret list.
+    pub key_env: String,
+    /// The key itself; empty when the variable is not set.
+    pub key: String,
+    /// The host's effective replay limits.
+    pub limits: ReplayLimits,
+    /// The composition's `limits.timeoutMs`.
+    pub timeout: Duration,
+}
+
+/// The route holds the host's key and answers anyone who can connect: never off the host.
+/// Checked before anything else is read, so the refusal does not depend on the configuration.
+pub fn check_listen(listen: SocketAddr) -> Result<(), RouteError> {
+    if listen.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(RouteError::BadInput(format!(
+            "the route listens on loopback only, and {listen} is not a loopback address; use 127.0.0.1:PORT or [::1]:PORT."
+        )))
     }
-    let ctx = HostContext::load()?;
-    let path = &args.composition;
-    let text = read_optional(path, "composition")?.ok_or_else(|| {
-        CliError::bad_input(format!(
-            "the composition {} does not exist; check the path given to --composition.",
-            path.display()
-        ))
-    })?;
-    let composition = Composition::parse(&text, &path.display().to_string())?;
-    let selected = ctx.select_provider(&composition, path)?;
-    let provider = selected.provider;
-    let var = &provider.api_key_env;
-    let key = std::env::var(var).unwrap_or_default();
+}
+
+/// `docsfab route serve`: sets up the boundary and the transport for `upstream`, then serves on
+/// `listen` until Ctrl-C or SIGTERM. Prints `listening on http://ADDR/v1` on stdout first.
+pub fn serve(
+    listen: SocketAddr,
+    upstream: Upstream,
+    server: ServerLimits,
+) -> Result<(), RouteError> {
+    check_listen(listen)?;
+    let Upstream {
+        provider_name,
+        host_path,
+        api,
+        base_url,
+        model,
+        key_env: var,
+        key,
+        limits,
+        timeout,
+    } = upstream;
     if key.is_empty() {
-        return Err(CliError::bad_input(format!(
-            "provider {:?} reads its API key from the environment variable {var}, which is not set; export it before starting the route.",
-            selected.provider_name
+        return Err(RouteError::BadInput(format!(
+            "provider {provider_name:?} reads its API key from the environment variable {var}, which is not set; export it before starting the route."
         )));
     }
-    let secrets: Vec<Secret> = match Secret::new(var, &key) {
+    let secrets: Vec<Secret> = match Secret::new(&var, &key) {
         Ok(s) => vec![s],
         Err(_) => {
             let _ = writeln!(
@@ -142,61 +134,54 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
             Vec::new()
         }
     };
-    let boundary = BoundaryConfig::new(provider.api, selected.model, &secrets).map_err(|e| {
-        CliError::bad_input(format!("the response boundary cannot be set up: {e}."))
+    let boundary = BoundaryConfig::new(api, &model, &secrets).map_err(|e| {
+        RouteError::BadInput(format!("the response boundary cannot be set up: {e}."))
     })?;
     let http = HttpConfig {
         keep_raw_body: true,
-        ..HttpConfig::new(
-            provider.api,
-            provider.base_url.clone(),
-            Some(ApiKey::new(key.clone())),
-        )
+        ..HttpConfig::new(api, base_url, Some(ApiKey::new(key.clone())))
     };
     let transport = HttpTransport::new(http)
         .map_err(|e| {
-            CliError::bad_input(format!(
-                "provider {:?} in {}: {e}.",
-                selected.provider_name, ctx.host.path
-            ))
+            RouteError::BadInput(format!("provider {provider_name:?} in {host_path}: {e}."))
         })?
         .with_boundary(boundary.clone());
     let route = Arc::new(Route {
-        api: provider.api,
-        model: selected.model.to_owned(),
+        api,
+        model,
         transport,
-        limits: ctx.limits.replay_limits(),
-        timeout: Duration::from_millis(composition.limits.timeout_ms),
+        limits,
+        timeout,
         boundary,
         key: ApiKey::new(key),
         cancel: CancellationToken::new(),
         requests: AtomicU64::new(0),
-        body_timeout: Duration::from_millis(args.body_timeout_ms),
+        body_timeout: server.body_timeout,
     });
     let rt = tokio::runtime::Runtime::new()
-        .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?;
-    rt.block_on(serve(args.listen, route, args.server_limits()))
+        .map_err(|e| RouteError::Failed(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(run(listen, route, server))
 }
 
-async fn serve(
+async fn run(
     listen: SocketAddr,
     route: Arc<Route>,
     limits: ServerLimits,
-) -> Result<(), CliError> {
+) -> Result<(), RouteError> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        CliError::bad_input(format!(
+        RouteError::BadInput(format!(
             "cannot listen on {listen} ({e}); pick another port or 0 for a free one."
         ))
     })?;
     let addr = listener
         .local_addr()
-        .map_err(|e| CliError::failed(format!("cannot read the listening address: {e}")))?;
+        .map_err(|e| RouteError::Failed(format!("cannot read the listening address: {e}")))?;
     let shutdown = shutdown_signal()?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "listening on http://{addr}/v1")
             .and_then(|()| out.flush())
-            .map_err(|e| CliError::failed(format!("cannot write to standard output ({e}).")))?;
+            .map_err(|e| RouteError::Failed(format!("cannot write to standard output ({e}).")))?;
     }
     let _ = writeln!(
         std::io::stderr(),
@@ -241,14 +226,14 @@ fn busy_body() -> Bytes {
 
 /// Resolves on Ctrl-C or SIGTERM. Installed before the `listening on` line so a supervisor that
 /// signals as soon as it reads it still gets a clean stop.
-fn shutdown_signal() -> Result<impl Future<Output = ()>, CliError> {
+fn shutdown_signal() -> Result<impl Future<Output = ()>, RouteError> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
         let mut int = signal(SignalKind::interrupt())
-            .map_err(|e| CliError::failed(format!("cannot install the signal handler: {e}")))?;
+            .map_err(|e| RouteError::Failed(format!("cannot install the signal handler: {e}")))?;
         let mut term = signal(SignalKind::terminate())
-            .map_err(|e| CliError::failed(format!("cannot install the signal handler: {e}")))?;
+            .map_err(|e| RouteError::Failed(format!("cannot install the signal handler: {e}")))?;
         Ok(async move {
             tokio::select! {
                 _ = int.recv() => {}

@@ -4,13 +4,14 @@
 //! event by event and ends cleanly; a stream with a chunk from another model never reaches the
 //! SDK: it raises on the route's error response, which names the refusal (BND-1, BND-4).
 //!
-//! Both servers run as `docsfab` processes, so this crate needs no dependency on them; the
-//! binary is brought up to date first (`cargo build -p docsfab`, into the same target directory).
+//! Both servers run as the `docsfab` binary cargo built for this test; the SDK clients come from
+//! docsfab-compat's installer (into target/compat when missing).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use docsfab_compat::{compat_dir, install_clients, repo_root};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
@@ -19,52 +20,6 @@ const MODEL: &str = "sel-model";
 const KEY_VAR: &str = "ROUTE_SDK_TEST_KEY";
 const KEY: &str = "routekey-sdk-3c9d1e7f5a";
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-fn compat_dir(root: &Path) -> PathBuf {
-    std::env::var_os("DOCSFAB_COMPAT_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/compat"))
-}
-
-/// The `docsfab` binary next to this test's target directory, built when it is not there.
-fn docsfab_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/route_sdk-HASH -> target/<profile>/docsfab
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    let bin = profile_dir.join(format!("docsfab{}", std::env::consts::EXE_SUFFIX));
-    // Always: a binary left from an older build would test old code. Nothing to do is quick.
-    let mut build = std::process::Command::new(env!("CARGO"));
-    build.args(["build", "-p", "docsfab", "--bin", "docsfab"]);
-    if profile_dir.ends_with("release") {
-        build.arg("--release");
-    }
-    let status = build
-        .current_dir(repo_root())
-        .status()
-        .expect("run cargo build -p docsfab");
-    assert!(status.success(), "cargo build -p docsfab failed");
-    assert!(bin.exists(), "no docsfab binary at {}", bin.display());
-    bin
-}
-
-fn install_clients(root: &Path) {
-    let out = std::process::Command::new("bash")
-        .arg(root.join("compat/install.sh"))
-        .output()
-        .expect("run compat/install.sh");
-    assert!(
-        out.status.success(),
-        "compat/install.sh failed (is the package registry reachable?): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Spawns a docsfab server command and returns it with the `ADDR` of its
 /// `listening on http://ADDR/v1` line.
@@ -90,7 +45,7 @@ async fn spawn_server(cmd: &mut Command) -> (Child, String) {
 }
 
 struct Stack {
-    _dir: tempfile_free::Dir,
+    _dir: tempfile::TempDir,
     _sim: Child,
     _route: Child,
     route_addr: String,
@@ -98,8 +53,11 @@ struct Stack {
 
 /// Simulator (answer, then an answer with a chunk from another model) and a route for `api`.
 async fn stack(bin: &Path, api: &str) -> Stack {
-    let dir = tempfile_free::Dir::new(api);
-    let scenario = dir.0.join("scenario.yaml");
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("docsfab-route-sdk-{api}-"))
+        .tempdir()
+        .unwrap();
+    let scenario = dir.path().join("scenario.yaml");
     std::fs::write(
         &scenario,
         "responses:\n  - answer: {text: \"Three modules: core, cli, docs.\"}\n  - answer: {text: \"hidden text\", foreign_model: other-model}\n",
@@ -112,11 +70,11 @@ async fn stack(bin: &Path, api: &str) -> Stack {
     )
     .await;
     std::fs::write(
-        dir.0.join("host.yaml"),
+        dir.path().join("host.yaml"),
         format!("providers:\n  default:\n    api: {api}\n    baseUrl: http://{sim_addr}/v1\n    apiKeyEnv: {KEY_VAR}\n    model: {MODEL}\n"),
     )
     .unwrap();
-    let composition = dir.0.join("composition.yaml");
+    let composition = dir.path().join("composition.yaml");
     std::fs::write(
         &composition,
         "name: route-sdk\nprovider: default\nlimits:\n  timeoutMs: 60000\n  maxTurns: 4\n  maxOutputTokens: 256\n  sourceReadBytes: 65536\nsteps:\n  - id: outline\n    access: read-only\n    instructions: Survey the code.\n    tools: [list_files]\n    contract:\n      schema:\n        type: object\n",
@@ -126,7 +84,7 @@ async fn stack(bin: &Path, api: &str) -> Stack {
         Command::new(bin)
             .args(["route", "serve", "--listen", "127.0.0.1:0", "--composition"])
             .arg(&composition)
-            .env("DOCSFAB_HOME", &dir.0)
+            .env("DOCSFAB_HOME", dir.path())
             .env(KEY_VAR, KEY),
     )
     .await;
@@ -195,9 +153,9 @@ fn delta_text(event: &Value) -> String {
 async fn real_sdks_stream_through_the_route_and_get_a_clear_refusal_bnd_1_bnd_4() {
     let root = repo_root();
     install_clients(&root);
-    let bin = docsfab_bin();
+    let bin = Path::new(env!("CARGO_BIN_EXE_docsfab"));
     for api in ["openai-chat", "anthropic-messages"] {
-        let s = stack(&bin, api).await;
+        let s = stack(bin, api).await;
         // The openai SDK appends /chat/completions to its base URL; the anthropic SDK /v1/messages.
         let base_url = match api {
             "openai-chat" => format!("http://{}/v1", s.route_addr),
@@ -243,33 +201,5 @@ async fn real_sdks_stream_through_the_route_and_get_a_clear_refusal_bnd_1_bnd_4(
         assert!(message.contains("model-mismatch"), "{api}: {message}");
         assert!(!message.contains("hidden text"), "{api}: {message}");
         assert!(!message.contains(KEY));
-    }
-}
-
-/// A temporary directory without a dependency on `tempfile` (not a dependency of this crate).
-mod tempfile_free {
-    use std::path::PathBuf;
-
-    pub struct Dir(pub PathBuf);
-
-    impl Dir {
-        pub fn new(label: &str) -> Dir {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            let path = std::env::temp_dir().join(format!(
-                "docsfab-route-sdk-{label}-{}-{nanos}",
-                std::process::id()
-            ));
-            std::fs::create_dir_all(&path).unwrap();
-            Dir(path)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
     }
 }

@@ -1,5 +1,4 @@
-//! Shared by the `docsfab run`, `runs`, signal, `sim serve` and demo tests (a directory module, so
-//! cargo does not build it as a test of its own): the simulator as a real `docsfab sim serve` process, a
+//! Shared by the `docsfab run`, `runs`, signal, `sim serve` and demo tests: the simulator as a real `docsfab sim serve` process, a
 //! temporary DOCSFAB_HOME with a host.yaml pointing at it, a small workspace, and a reader that
 //! waits for a line on a child's stderr.
 #![allow(dead_code)] // each test file uses a different part
