@@ -13,10 +13,6 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn is_pass(&self) -> bool {
-        matches!(self, Verdict::Pass(_))
-    }
-
     /// The refusal, when the body was refused.
     pub fn refusal(&self) -> Option<&Refusal> {
         match self {

@@ -632,6 +632,9 @@ fn host_origin(host: &HostConfig, key: &str, raw: &RawValue) -> Origin {
     }
 }
 
+/// One effective value per limit, indexed by [`Limit::index`].
+type Values = [Effective; Limit::ALL.len()];
+
 /// Resolves every limit from the catalog, `host`, and `env` (the `DOCSFAB_` environment
 /// variables; other entries are ignored). See the module documentation for the order.
 pub fn resolve(
@@ -639,8 +642,20 @@ pub fn resolve(
     env: &BTreeMap<String, String>,
 ) -> Result<EffectiveLimits, ConfigError> {
     let mut values = EffectiveLimits::catalog_defaults().values;
+    apply_host_catalog(host, &mut values)?;
+    let configured_max_retries = values[Limit::MaxRetries.index()].value;
+    apply_env(host, env, &mut values)?;
+    let shadowed_env_max_retries = apply_host_override(host, configured_max_retries, &mut values)?;
+    clamp_condition_budgets(&mut values)?;
+    Ok(EffectiveLimits {
+        values,
+        configured_max_retries: small(configured_max_retries),
+        shadowed_env_max_retries,
+    })
+}
 
-    // 2. host catalog lowerings (keys are visited in sorted order, so the first error is stable)
+/// Phase 2, host catalog lowerings (keys are visited in sorted order, so the first error is stable)
+fn apply_host_catalog(host: &HostConfig, values: &mut Values) -> Result<(), ConfigError> {
     for (key, raw) in &host.catalog {
         let limit = match Limit::from_key(key).filter(|l| l.in_host_catalog()) {
             Some(l) => l,
@@ -673,9 +688,15 @@ pub fn resolve(
             source: Source::HostCatalog,
         };
     }
-    let configured_max_retries = values[Limit::MaxRetries.index()].value;
+    Ok(())
+}
 
-    // 3. environment
+/// Phase 3, the environment.
+fn apply_env(
+    host: &HostConfig,
+    env: &BTreeMap<String, String>,
+    values: &mut Values,
+) -> Result<(), ConfigError> {
     for limit in Limit::ALL {
         let Some(var) = limit.env_var() else { continue };
         let Some(text) = env.get(var) else { continue };
@@ -700,35 +721,44 @@ pub fn resolve(
             source: Source::Environment,
         };
     }
+    Ok(())
+}
 
-    // 4. the explicit host override of retry.maxRetries
-    let mut shadowed_env_max_retries = None;
-    if let Some(raw) = &host.read_only_max_retries {
-        let limit = Limit::MaxRetries;
-        let origin = host_origin(host, HOST_OVERRIDE_KEY, raw);
-        let v = read_in_range(limit, &origin, &raw.text, raw.kind == RawKind::Number)?;
-        if v > configured_max_retries {
-            return Err(ConfigError::AboveHostCatalog {
-                origin,
-                key: limit.key(),
-                value: v,
-                min: limit.min(),
-                ceiling: configured_max_retries,
-                path: host.path.clone(),
-            });
-        }
-        let current = values[limit.index()];
-        if current.source == Source::Environment {
-            shadowed_env_max_retries = Some(small(current.value));
-        }
-        values[limit.index()] = Effective {
+/// Phase 4, the explicit host override of retry.maxRetries; returns the environment value it
+/// shadowed, if any.
+fn apply_host_override(
+    host: &HostConfig,
+    configured_max_retries: u64,
+    values: &mut Values,
+) -> Result<Option<u32>, ConfigError> {
+    let Some(raw) = &host.read_only_max_retries else {
+        return Ok(None);
+    };
+    let limit = Limit::MaxRetries;
+    let origin = host_origin(host, HOST_OVERRIDE_KEY, raw);
+    let v = read_in_range(limit, &origin, &raw.text, raw.kind == RawKind::Number)?;
+    if v > configured_max_retries {
+        return Err(ConfigError::AboveHostCatalog {
+            origin,
+            key: limit.key(),
             value: v,
-            source: Source::HostOverride,
-        };
+            min: limit.min(),
+            ceiling: configured_max_retries,
+            path: host.path.clone(),
+        });
     }
+    let current = values[limit.index()];
+    let shadowed = (current.source == Source::Environment).then(|| small(current.value));
+    values[limit.index()] = Effective {
+        value: v,
+        source: Source::HostOverride,
+    };
+    Ok(shadowed)
+}
 
-    // Condition budgets live inside retry.maxRetries: an explicit one above it is refused, a
-    // default one is lowered to it and then takes the source of the value that lowered it.
+/// Condition budgets live inside retry.maxRetries: an explicit one above it is refused, a
+/// default one is lowered to it and then takes the source of the value that lowered it.
+fn clamp_condition_budgets(values: &mut Values) -> Result<(), ConfigError> {
     let max_retries = values[Limit::MaxRetries.index()];
     for limit in Limit::ALL.into_iter().filter(|l| l.is_condition_budget()) {
         let current = values[limit.index()];
@@ -745,10 +775,5 @@ pub fn resolve(
         }
         values[limit.index()] = max_retries;
     }
-
-    Ok(EffectiveLimits {
-        values,
-        configured_max_retries: small(configured_max_retries),
-        shadowed_env_max_retries,
-    })
+    Ok(())
 }

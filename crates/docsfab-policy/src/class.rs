@@ -99,18 +99,6 @@ impl ProviderFailure {
         }
     }
 
-    /// The same failure, recording whether answer content had been published before it.
-    pub fn with_content_published(mut self, published: bool) -> Self {
-        self.content_published = published;
-        self
-    }
-
-    /// The same failure, recording the provider's Retry-After in milliseconds.
-    pub fn with_retry_after_ms(mut self, retry_after_ms: Option<u64>) -> Self {
-        self.retry_after_ms = retry_after_ms;
-        self
-    }
-
     /// HTTP 429 on the response head: the failure that the throttle window judges (REP-7).
     pub fn is_throttled(&self) -> bool {
         self.class == ProviderErrorClass::RateLimit && self.http_status == Some(429)

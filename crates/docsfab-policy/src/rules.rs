@@ -350,7 +350,22 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
             ),
         ));
     }
+    check_unique_ids(&raw, source)?;
+    check_class_rules(&raw.class_rules, source)?;
+    let condition_rules = check_condition_rules(&raw.condition_rules, source)?;
+    let text_needles = check_text_rules(&raw.text_rules, source)?;
+    Ok(RulesTable {
+        class_rules: raw.class_rules,
+        condition_rules,
+        text_rules: raw.text_rules,
+        text_needles,
+        default_rule: raw.default_rule,
+        write_rules: raw.write_rules,
+    })
+}
 
+/// Every rule has a non-empty id of its own.
+fn check_unique_ids(raw: &RawTable, source: &str) -> Result<(), RulesError> {
     let mut ids: Vec<&str> = Vec::new();
     let all_ids = raw
         .class_rules
@@ -375,12 +390,14 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
         }
         ids.push(id);
     }
+    Ok(())
+}
 
-    // Every class, without a status, with HTTP 429 and with every status a rule names for it,
-    // must meet a rule that agrees with the class policy.
+/// Every class, without a status, with HTTP 429 and with every status a rule names for it,
+/// must meet a rule that agrees with the class policy.
+fn check_class_rules(rules: &[ClassRule], source: &str) -> Result<(), RulesError> {
     for class in ProviderErrorClass::ALL {
-        let named = raw
-            .class_rules
+        let named = rules
             .iter()
             .filter(|r| r.class == class)
             .filter_map(|r| r.http_status);
@@ -391,52 +408,68 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
             }
         }
         for status in statuses {
-            let Some(rule) = find_class_rule(&raw.class_rules, class, status) else {
-                return Err(RulesError::invalid(
-                    source,
-                    format!("no class rule matches class `{class}`; add one without httpStatus"),
-                ));
-            };
-            let probe = ProviderFailure {
-                class,
-                http_status: status,
-                ..ProviderFailure::from_http_status(status.unwrap_or(0), None)
-            };
-            let required = if probe.is_transport_retryable() {
-                Some(RuleAction::Transport)
-            } else if class == ProviderErrorClass::Unknown {
-                None
-            } else {
-                Some(RuleAction::Terminal)
-            };
-            let allowed = match required {
-                Some(action) => rule.action == action,
-                None => rule.action != RuleAction::Contract,
-            };
-            if !allowed {
-                let seen = match status {
-                    Some(s) => format!("class `{class}` with HTTP {s}"),
-                    None => format!("class `{class}` without HTTP status"),
-                };
-                let must = match required {
-                    Some(RuleAction::Transport) => "must be `transport`: it is always retryable",
-                    Some(_) => "must be `terminal`: it is never retried",
-                    None => "must be `transport` or `terminal`",
-                };
-                return Err(RulesError::invalid(
-                    source,
-                    format!("rule `{}` for {seen} {must}", rule.id),
-                ));
-            }
+            check_class_status(rules, class, status, source)?;
         }
     }
+    Ok(())
+}
 
+/// The rule that `class` with `status` meets exists and agrees with the class policy.
+fn check_class_status(
+    rules: &[ClassRule],
+    class: ProviderErrorClass,
+    status: Option<u16>,
+    source: &str,
+) -> Result<(), RulesError> {
+    let Some(rule) = find_class_rule(rules, class, status) else {
+        return Err(RulesError::invalid(
+            source,
+            format!("no class rule matches class `{class}`; add one without httpStatus"),
+        ));
+    };
+    let probe = ProviderFailure {
+        class,
+        http_status: status,
+        ..ProviderFailure::from_http_status(status.unwrap_or(0), None)
+    };
+    let required = if probe.is_transport_retryable() {
+        Some(RuleAction::Transport)
+    } else if class == ProviderErrorClass::Unknown {
+        None
+    } else {
+        Some(RuleAction::Terminal)
+    };
+    let allowed = match required {
+        Some(action) => rule.action == action,
+        None => rule.action != RuleAction::Contract,
+    };
+    if allowed {
+        return Ok(());
+    }
+    let seen = match status {
+        Some(s) => format!("class `{class}` with HTTP {s}"),
+        None => format!("class `{class}` without HTTP status"),
+    };
+    let must = match required {
+        Some(RuleAction::Transport) => "must be `transport`: it is always retryable",
+        Some(_) => "must be `terminal`: it is never retried",
+        None => "must be `transport` or `terminal`",
+    };
+    Err(RulesError::invalid(
+        source,
+        format!("rule `{}` for {seen} {must}", rule.id),
+    ))
+}
+
+/// Exactly one rule per condition, each with an action the condition allows; returned in the
+/// order of [`Condition::ALL`].
+fn check_condition_rules(
+    rules: &[ConditionRule],
+    source: &str,
+) -> Result<[ConditionRule; Condition::ALL.len()], RulesError> {
     let mut by_condition = Vec::with_capacity(Condition::ALL.len());
     for condition in Condition::ALL {
-        let mut matching = raw
-            .condition_rules
-            .iter()
-            .filter(|r| r.condition == condition);
+        let mut matching = rules.iter().filter(|r| r.condition == condition);
         let Some(rule) = matching.next() else {
             return Err(RulesError::invalid(
                 source,
@@ -449,41 +482,54 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
                 format!("condition `{}` has more than one rule", condition.as_str()),
             ));
         }
-        if condition.always_terminal() && rule.action != RuleAction::Terminal {
-            return Err(RulesError::invalid(
-                source,
-                format!(
-                    "rule `{}` for `{}` must be `terminal`: it is never retried",
-                    rule.id,
-                    condition.as_str()
-                ),
-            ));
-        }
-        // A judged attempt delivered an answer, so its retry is a correction, never transport.
-        if rule.action == RuleAction::Transport {
-            return Err(RulesError::invalid(
-                source,
-                format!(
-                    "rule `{}` for `{}` must be `contract` or `terminal`",
-                    rule.id,
-                    condition.as_str()
-                ),
-            ));
-        }
-        if rule.feedback.is_some() && rule.action != RuleAction::Contract {
-            return Err(RulesError::invalid(
-                source,
-                format!("rule `{}` gives feedback but does not retry", rule.id),
-            ));
-        }
+        check_condition_action(rule, condition, source)?;
         by_condition.push(rule.clone());
     }
-    let condition_rules: [ConditionRule; Condition::ALL.len()] = by_condition
+    by_condition
         .try_into()
-        .map_err(|_| RulesError::invalid(source, "condition rules are incomplete"))?;
+        .map_err(|_| RulesError::invalid(source, "condition rules are incomplete"))
+}
 
-    let mut text_needles = Vec::with_capacity(raw.text_rules.len());
-    for rule in &raw.text_rules {
+/// The action of the one rule for `condition` is one that condition allows.
+fn check_condition_action(
+    rule: &ConditionRule,
+    condition: Condition,
+    source: &str,
+) -> Result<(), RulesError> {
+    if condition.always_terminal() && rule.action != RuleAction::Terminal {
+        return Err(RulesError::invalid(
+            source,
+            format!(
+                "rule `{}` for `{}` must be `terminal`: it is never retried",
+                rule.id,
+                condition.as_str()
+            ),
+        ));
+    }
+    // A judged attempt delivered an answer, so its retry is a correction, never transport.
+    if rule.action == RuleAction::Transport {
+        return Err(RulesError::invalid(
+            source,
+            format!(
+                "rule `{}` for `{}` must be `contract` or `terminal`",
+                rule.id,
+                condition.as_str()
+            ),
+        ));
+    }
+    if rule.feedback.is_some() && rule.action != RuleAction::Contract {
+        return Err(RulesError::invalid(
+            source,
+            format!("rule `{}` gives feedback but does not retry", rule.id),
+        ));
+    }
+    Ok(())
+}
+
+/// Every text rule has non-empty fragments; returns them lowercased, one list per rule.
+fn check_text_rules(rules: &[TextRule], source: &str) -> Result<Vec<Vec<String>>, RulesError> {
+    let mut text_needles = Vec::with_capacity(rules.len());
+    for rule in rules {
         if rule.contains.is_empty() || rule.contains.iter().any(|n| n.trim().is_empty()) {
             return Err(RulesError::invalid(
                 source,
@@ -495,13 +541,5 @@ fn validate(raw: RawTable, source: &str) -> Result<RulesTable, RulesError> {
         }
         text_needles.push(rule.contains.iter().map(|n| n.to_lowercase()).collect());
     }
-
-    Ok(RulesTable {
-        class_rules: raw.class_rules,
-        condition_rules,
-        text_rules: raw.text_rules,
-        text_needles,
-        default_rule: raw.default_rule,
-        write_rules: raw.write_rules,
-    })
+    Ok(text_needles)
 }

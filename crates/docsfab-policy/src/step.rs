@@ -132,11 +132,6 @@ impl WriteSettlement {
         }
     }
 
-    /// The `writeSettlement` value recorded on the attempt (WRT-3).
-    pub fn record_value(self) -> &'static str {
-        self.recorded().as_str()
-    }
-
     /// Whether a retry is safe: nothing was written, or it was undone.
     fn permits_retry(self) -> bool {
         matches!(
@@ -156,7 +151,10 @@ pub use docsfab_record::{
 pub enum ValidatorRefusal {
     /// The answer contained credential material.
     CredentialMaterial,
-    /// The answer asked for authority the step does not have.
+    /// The answer asked for authority the step does not have. STP-14 names this refusal, but no
+    /// validator in docsfab produces it yet (the runtime only refuses credential material); a
+    /// validator that judges an answer's requests against the step's access would, and the
+    /// policy already keeps it terminal.
     AuthorityRefusal,
 }
 
@@ -358,52 +356,6 @@ impl StepDecision {
             StepDecision::Retry { timeout_kind, .. } | StepDecision::End { timeout_kind, .. } => {
                 *timeout_kind
             }
-        }
-    }
-}
-
-/// The record fields of one decided attempt, flat and camelCase, as the run record stores them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DecisionRecord {
-    pub retry_decision: RetryDecision,
-    pub retry_rule: Option<String>,
-    pub retry_scheduled: bool,
-    pub wait_ms: Option<u64>,
-    /// The budget of the next attempt, when one follows.
-    pub next_budget: Option<RetryBudget>,
-    pub feedback: Option<Feedback>,
-    pub timeout_kind: Option<TimeoutKind>,
-    pub failure: Option<StepFailure>,
-}
-
-impl DecisionRecord {
-    /// The record of an attempt that succeeded: nothing was decided.
-    pub fn succeeded() -> DecisionRecord {
-        DecisionRecord {
-            retry_decision: RetryDecision::None,
-            retry_rule: None,
-            retry_scheduled: false,
-            wait_ms: None,
-            next_budget: None,
-            feedback: None,
-            timeout_kind: None,
-            failure: None,
-        }
-    }
-}
-
-impl From<&StepDecision> for DecisionRecord {
-    fn from(d: &StepDecision) -> DecisionRecord {
-        DecisionRecord {
-            retry_decision: d.retry_decision(),
-            retry_rule: Some(d.retry_rule().to_string()),
-            retry_scheduled: d.retry_scheduled(),
-            wait_ms: d.wait_ms(),
-            next_budget: d.next_budget(),
-            feedback: d.feedback(),
-            timeout_kind: d.timeout_kind(),
-            failure: d.failure().cloned(),
         }
     }
 }

@@ -39,7 +39,12 @@ fn provider_failure() -> impl Strategy<Value = ProviderFailure> {
             f
         }),
     ]
-    .prop_flat_map(|f| any::<bool>().prop_map(move |p| f.with_content_published(p)))
+    .prop_flat_map(|f| {
+        any::<bool>().prop_map(move |p| ProviderFailure {
+            content_published: p,
+            ..f
+        })
+    })
 }
 
 fn attempt_failure() -> impl Strategy<Value = AttemptFailure> {
@@ -219,7 +224,7 @@ proptest! {
             max_throttled_total_delay_ms: throttled_total,
         };
         let past: Vec<_> = waits.iter().map(|&wait_ms| PastReplay { failure, wait_ms }).collect();
-        let failure = failure.with_retry_after_ms(retry_after);
+        let failure = ProviderFailure { retry_after_ms: retry_after, ..failure };
         let _ = replay::decide(&limits, &past, &failure, now, deadline);
     }
 

@@ -337,7 +337,10 @@ fn wait_crossing_deadline_is_not_started_rep_10() {
 #[test]
 fn published_content_is_never_replayed_rep_14() {
     let limits = ReplayLimits::default();
-    let f = ProviderFailure::from_fault(FaultKind::ConnectionDropped).with_content_published(true);
+    let f = ProviderFailure {
+        content_published: true,
+        ..ProviderFailure::from_fault(FaultKind::ConnectionDropped)
+    };
     assert_eq!(
         decide(&limits, &[], &f, 0, None),
         ReplayDecision::Stop {
@@ -356,7 +359,16 @@ fn stream_incomplete_before_text_is_replayed_after_text_is_not_cls_4() {
         ReplayDecision::Replay { .. }
     ));
     assert_eq!(
-        decide(&limits, &[], &f.with_content_published(true), 0, None),
+        decide(
+            &limits,
+            &[],
+            &ProviderFailure {
+                content_published: true,
+                ..f
+            },
+            0,
+            None
+        ),
         ReplayDecision::Stop {
             reason: StopReason::ContentPublished
         }

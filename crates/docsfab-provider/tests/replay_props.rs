@@ -40,7 +40,7 @@ fn arb_failure() -> impl Strategy<Value = ProviderFailure> {
         Just(504),
     ];
     let by_status = (status, proptest::option::of(0u64..100_000))
-        .prop_map(|(s, ra)| ProviderFailure::from_http_status(s, None).with_retry_after_ms(ra));
+        .prop_map(|(s, ra)| ProviderFailure::from_http_status(s, ra));
     let fault = prop_oneof![
         Just(FaultKind::ConnectRefused),
         Just(FaultKind::ConnectionDropped),
@@ -54,7 +54,10 @@ fn arb_failure() -> impl Strategy<Value = ProviderFailure> {
         prop_oneof![3 => by_status, 1 => fault],
         prop::bool::weighted(0.1),
     )
-        .prop_map(|(f, published)| f.with_content_published(published))
+        .prop_map(|(f, published)| ProviderFailure {
+            content_published: published,
+            ..f
+        })
 }
 
 fn arb_step() -> impl Strategy<Value = Option<ProviderFailure>> {

@@ -440,12 +440,18 @@ async fn replayable_faults_are_replayed_rep_2() {
 // Proves REP-14, CLS-4.
 #[tokio::test(start_paused = true)]
 async fn published_content_is_never_replayed_rep_14_cls_4() {
-    let f = ProviderFailure::from_fault(FaultKind::StreamIncomplete).with_content_published(true);
+    let f = ProviderFailure {
+        content_published: true,
+        ..ProviderFailure::from_fault(FaultKind::StreamIncomplete)
+    };
     assert_eq!(
         one_failure(f).await,
         (1, Some(StopReason::ContentPublished))
     );
-    let f = ProviderFailure::from_fault(FaultKind::BodyCut).with_content_published(true);
+    let f = ProviderFailure {
+        content_published: true,
+        ..ProviderFailure::from_fault(FaultKind::BodyCut)
+    };
     assert_eq!(
         one_failure(f).await,
         (1, Some(StopReason::ContentPublished))

@@ -331,6 +331,21 @@ impl Composition {
     }
 }
 
+/// Where a step check reports: the step's index in the file, its id as messages show it (cut
+/// short, and withheld if key-shaped), and the error builder of the file.
+struct StepSite<'a, E> {
+    i: usize,
+    shown_id: String,
+    err: &'a E,
+}
+
+impl<E: Fn(u64, String, String) -> CompositionError> StepSite<'_, E> {
+    /// The error at `line` about field `f` of this step.
+    fn fail(&self, line: u64, f: &str, message: String) -> CompositionError {
+        (self.err)(line, format!("steps[{}].{f}", self.i), message)
+    }
+}
+
 /// Checks step `i` of the file against the steps before it (`earlier`); `all_ids` are the ids of
 /// every step, to say whether a reference to a step not yet run names a later one.
 fn check_step(
@@ -342,40 +357,93 @@ fn check_step(
 ) -> Result<Step, CompositionError> {
     let line = s.id.defined.line();
     let id = s.id.value.trim().to_string();
-    let at = |f: &str| format!("steps[{i}].{f}");
     // Every message below names the step by this form: cut short, and withheld if key-shaped.
-    let shown_id = shown_value(&id);
-    if !valid_id(&id) {
-        return Err(err(
+    let site = StepSite {
+        i,
+        shown_id: shown_value(&id),
+        err,
+    };
+    check_id(&site, &id, line, earlier)?;
+    check_instructions(&site, &id, &s.instructions, earlier, all_ids)?;
+    let tools = check_tools(&site, &s.tools, s.access)?;
+    let write_roots = check_write_roots(&site, s.write_roots, s.access)?;
+    if s.access == Access::Write && tools.contains(&Tool::WriteFile) && write_roots.is_empty() {
+        return Err(site.fail(
             line,
-            at("id"),
+            "writeRoots",
+            format!(
+                "write step {shown_id} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]",
+                shown_id = site.shown_id
+            ),
+        ));
+    }
+    let contract = match s.contract {
+        Some(c) => Some(check_contract(&site, c)?),
+        None => None,
+    };
+
+    Ok(Step {
+        id,
+        access: s.access,
+        instructions: s.instructions.value,
+        tools,
+        contract,
+        write_roots,
+        line,
+    })
+}
+
+/// The id is well formed and not used by an earlier step.
+fn check_id<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    id: &str,
+    line: u64,
+    earlier: &[Step],
+) -> Result<(), CompositionError> {
+    let shown_id = &site.shown_id;
+    if !valid_id(id) {
+        return Err(site.fail(
+            line,
+            "id",
             format!(
                 "step id {shown_id} must start with a letter or digit and use only letters, digits, _ and -; rename it"
             ),
         ));
     }
     if let Some(first) = earlier.iter().find(|e| e.id == id) {
-        return Err(err(
+        return Err(site.fail(
             line,
-            at("id"),
+            "id",
             format!(
                 "step id {shown_id} is already used by the step on line {}; give each step its own id",
                 first.line
             ),
         ));
     }
+    Ok(())
+}
 
-    if s.instructions.value.trim().is_empty() {
-        return Err(err(
-            s.instructions.defined.line(),
-            at("instructions"),
+/// The instructions are not empty and refer only to the outputs of earlier steps.
+fn check_instructions<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    id: &str,
+    instructions: &Spanned<String>,
+    earlier: &[Step],
+    all_ids: &[String],
+) -> Result<(), CompositionError> {
+    let shown_id = &site.shown_id;
+    let line = instructions.defined.line();
+    if instructions.value.trim().is_empty() {
+        return Err(site.fail(
+            line,
+            "instructions",
             format!("step {shown_id} has empty instructions; say what the step must do"),
         ));
     }
-    let refs = output_references(&s.instructions.value).map_err(|m| {
-        err(
-            s.instructions.defined.line(),
-            at("instructions"),
+    let refs = output_references(&instructions.value).map_err(|m| {
+        site.fail(
+            line,
+            "instructions",
             format!(
                 "in step {shown_id} {m}; use {{{{steps.ID.output}}}} to insert an earlier step's answer"
             ),
@@ -390,9 +458,9 @@ fn check_step(
             } else {
                 "a step that does not exist"
             };
-            return Err(err(
-                s.instructions.defined.line(),
-                at("instructions"),
+            return Err(site.fail(
+                line,
+                "instructions",
                 format!(
                     "step {shown_id} refers to the output of step {}, {why}; refer only to steps listed before it",
                     shown_value(&r.step_id)
@@ -400,23 +468,32 @@ fn check_step(
             ));
         }
     }
+    Ok(())
+}
 
+/// Each tool is listed once, and a writing tool only on a write step.
+fn check_tools<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    listed: &[Spanned<Tool>],
+    access: Access,
+) -> Result<Vec<Tool>, CompositionError> {
+    let shown_id = &site.shown_id;
     let mut tools: Vec<Tool> = Vec::new();
-    for t in &s.tools {
+    for t in listed {
         if tools.contains(&t.value) {
-            return Err(err(
+            return Err(site.fail(
                 t.defined.line(),
-                at("tools"),
+                "tools",
                 format!(
                     "step {shown_id} lists {} twice; list each tool once",
                     t.value.name()
                 ),
             ));
         }
-        if t.value.writes() && s.access != Access::Write {
-            return Err(err(
+        if t.value.writes() && access != Access::Write {
+            return Err(site.fail(
                 t.defined.line(),
-                at("tools"),
+                "tools",
                 format!(
                     "read-only step {shown_id} lists {}, which only write steps may use; remove it or make the step access: write",
                     t.value.name()
@@ -425,79 +502,73 @@ fn check_step(
         }
         tools.push(t.value);
     }
+    Ok(tools)
+}
 
+/// Write roots appear only on a write step, each a path inside the workspace.
+fn check_write_roots<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    roots: Option<Spanned<Vec<Spanned<String>>>>,
+    access: Access,
+) -> Result<Vec<String>, CompositionError> {
+    let shown_id = &site.shown_id;
     let mut write_roots = Vec::new();
-    if let Some(roots) = s.write_roots {
-        if s.access != Access::Write {
-            return Err(err(
-                roots.defined.line(),
-                at("writeRoots"),
-                format!(
-                    "read-only step {shown_id} has writeRoots, which only write steps may have; remove them or make the step access: write"
-                ),
-            ));
-        }
-        for r in roots.value {
-            if let Some(problem) = write_root_problem(&r.value) {
-                return Err(err(
-                    r.defined.line(),
-                    at("writeRoots"),
-                    format!(
-                        "write root {} of step {shown_id} {problem}; give a path relative to the workspace, such as docs/",
-                        shown_value(&r.value)
-                    ),
-                ));
-            }
-            write_roots.push(r.value);
-        }
-    }
-    if s.access == Access::Write && tools.contains(&Tool::WriteFile) && write_roots.is_empty() {
-        return Err(err(
-            line,
-            at("writeRoots"),
+    let Some(roots) = roots else {
+        return Ok(write_roots);
+    };
+    if access != Access::Write {
+        return Err(site.fail(
+            roots.defined.line(),
+            "writeRoots",
             format!(
-                "write step {shown_id} offers write_file but has no writeRoots; list the paths it may write, such as [docs/]"
+                "read-only step {shown_id} has writeRoots, which only write steps may have; remove them or make the step access: write"
             ),
         ));
     }
-
-    let contract = match s.contract {
-        Some(c) => {
-            let c_line = c.defined.line();
-            let schema = c.value.schema;
-            if !(schema.is_object() || schema.is_boolean()) {
-                return Err(err(
-                    c_line,
-                    at("contract.schema"),
-                    format!(
-                        "the contract schema of step {shown_id} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
-                    ),
-                ));
-            }
-            if let Err(e) = jsonschema::validator_for(&schema) {
-                return Err(err(
-                    c_line,
-                    at("contract.schema"),
-                    format!(
-                        "the contract schema of step {shown_id} is not a valid JSON Schema ({}); correct it",
-                        shown_value(&e.to_string())
-                    ),
-                ));
-            }
-            Some(Contract { schema })
+    for r in roots.value {
+        if let Some(problem) = write_root_problem(&r.value) {
+            return Err(site.fail(
+                r.defined.line(),
+                "writeRoots",
+                format!(
+                    "write root {} of step {shown_id} {problem}; give a path relative to the workspace, such as docs/",
+                    shown_value(&r.value)
+                ),
+            ));
         }
-        None => None,
-    };
+        write_roots.push(r.value);
+    }
+    Ok(write_roots)
+}
 
-    Ok(Step {
-        id,
-        access: s.access,
-        instructions: s.instructions.value,
-        tools,
-        contract,
-        write_roots,
-        line,
-    })
+/// The contract schema is a JSON Schema object (or boolean) that compiles.
+fn check_contract<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    c: Spanned<RawContract>,
+) -> Result<Contract, CompositionError> {
+    let shown_id = &site.shown_id;
+    let c_line = c.defined.line();
+    let schema = c.value.schema;
+    if !(schema.is_object() || schema.is_boolean()) {
+        return Err(site.fail(
+            c_line,
+            "contract.schema",
+            format!(
+                "the contract schema of step {shown_id} must be a JSON Schema object; write it as a mapping such as {{type: object}}"
+            ),
+        ));
+    }
+    if let Err(e) = jsonschema::validator_for(&schema) {
+        return Err(site.fail(
+            c_line,
+            "contract.schema",
+            format!(
+                "the contract schema of step {shown_id} is not a valid JSON Schema ({}); correct it",
+                shown_value(&e.to_string())
+            ),
+        ));
+    }
+    Ok(Contract { schema })
 }
 
 fn check_limits(

@@ -9,8 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use crate::ledger::{CallOutcome, ToolBatch};
 use crate::record::{AttemptRecord, LeaseRecord, RecordedSettlement};
 use crate::tools::tool_named;
@@ -106,34 +104,4 @@ pub fn settle_attempt(attempt: &AttemptRecord) -> Settlement {
         ));
     }
     settle(attempt.turns.iter().map(|t| &t.tool_batch), &attempt.lease)
-}
-
-/// Settles an attempt from its stored JSON; a ledger that cannot be read is `unavailable`.
-pub fn settle_json(attempt: &Value) -> Settlement {
-    match serde_json::from_value::<AttemptRecord>(attempt.clone()) {
-        Ok(record) => settle_attempt(&record),
-        Err(e) => Settlement::unavailable(format!("the attempt's ledger is unreadable: {e}")),
-    }
-}
-
-/// What a failed write step may do about a transport retry (WRT-1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteRetryGate {
-    /// No write ran: the retry may start as it is.
-    Retry,
-    /// Writes ran: restore the workspace from the attempt's snapshots and verify it; retry only
-    /// when that succeeds, else decline.
-    RestoreThenRetry,
-    /// Nothing can be proven: `declined-write-step`.
-    Decline,
-}
-
-impl WriteRetryGate {
-    pub fn for_settlement(settlement: RecordedSettlement) -> WriteRetryGate {
-        match settlement {
-            RecordedSettlement::NoWrite => WriteRetryGate::Retry,
-            RecordedSettlement::WriteExecuted => WriteRetryGate::RestoreThenRetry,
-            RecordedSettlement::Unavailable => WriteRetryGate::Decline,
-        }
-    }
 }

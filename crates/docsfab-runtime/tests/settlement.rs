@@ -2,18 +2,23 @@
 
 use std::fs;
 
+use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::rules::RulesTable;
+use docsfab_policy::step::{self, AttemptFailure, StepBudgets, WritePlan};
 use docsfab_runtime::batch::{RequestedCall, run_batch};
 use docsfab_runtime::composition::Tool;
 use docsfab_runtime::ledger::{
     BatchBuilder, CallOutcome, CallResult, Checkpoint, ExecutionLease, RejectReason, ToolBatch,
     TurnEvidence,
 };
-use docsfab_runtime::record::{LeaseRecord, RecordedSettlement};
-use docsfab_runtime::settlement::{WriteRetryGate, settle, settle_json};
+use docsfab_runtime::record::{
+    AttemptRecord, AttemptStatus, Budget, LeaseRecord, RecordedSettlement, Retry, RetryDecision,
+    TurnRecord, TurnStatus, Usage,
+};
+use docsfab_runtime::settlement::{settle, settle_attempt};
 use docsfab_runtime::tools::{StepTools, ToolPolicy};
 use docsfab_runtime::workspace::Workspace;
 use proptest::prelude::*;
-use serde_json::json;
 
 fn call(id: &str, name: &str, arguments: &str) -> RequestedCall {
     RequestedCall {
@@ -69,10 +74,7 @@ fn an_attempt_that_only_read_settles_as_no_write_wrt_2_wrt_3() {
     ]);
     let s = settle(&batches, &lease);
     assert_eq!(s.settlement, RecordedSettlement::NoWrite, "{:?}", s.reason);
-    assert_eq!(
-        WriteRetryGate::for_settlement(s.settlement),
-        WriteRetryGate::Retry
-    );
+    assert_eq!(next_move(s.settlement), "retry");
 }
 
 /// Requirement: WRT-1, WRT-3.
@@ -84,10 +86,7 @@ fn an_executed_write_settles_as_write_executed_and_needs_a_restore_wrt_1_wrt_3()
     ]]);
     let s = settle(&batches, &lease);
     assert_eq!(s.settlement, RecordedSettlement::WriteExecuted);
-    assert_eq!(
-        WriteRetryGate::for_settlement(s.settlement),
-        WriteRetryGate::RestoreThenRetry
-    );
+    assert_eq!(next_move(s.settlement), "restore-then-retry");
 }
 
 fn written() -> (Vec<ToolBatch>, LeaseRecord) {
@@ -104,10 +103,7 @@ fn written() -> (Vec<ToolBatch>, LeaseRecord) {
 fn assert_unavailable(batches: &[ToolBatch], lease: &LeaseRecord, why: &str) {
     let s = settle(batches, lease);
     assert_eq!(s.settlement, RecordedSettlement::Unavailable, "{why}");
-    assert_eq!(
-        WriteRetryGate::for_settlement(s.settlement),
-        WriteRetryGate::Decline
-    );
+    assert_eq!(next_move(s.settlement), "decline");
     assert!(s.reason.is_some());
 }
 
@@ -167,12 +163,82 @@ fn a_missing_turn_is_unavailable_wrt_2() {
     assert_unavailable(&batches[..1], &lease, "a turn's batch missing");
 }
 
+/// What the executor does after a transport failure of a write step whose attempt settled so:
+/// it asks the step policy, as production does (WRT-1).
+fn next_move(settlement: RecordedSettlement) -> &'static str {
+    let table = RulesTable::embedded().expect("the shipped table is valid");
+    let failure = AttemptFailure::Provider {
+        failure: ProviderFailure::from_fault(FaultKind::ConnectionDropped),
+    };
+    match step::decide_write(
+        &table,
+        &StepBudgets::default(),
+        &[],
+        &failure,
+        10,
+        settlement,
+    ) {
+        WritePlan::RestoreFirst(_) => "restore-then-retry",
+        WritePlan::Decided(d) if d.decision.retry_scheduled() => "retry",
+        WritePlan::Decided(_) => "decline",
+    }
+}
+
+/// The failed attempt record the executor settles: one turn per batch, and the lease.
+fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord {
+    let turns = batches
+        .into_iter()
+        .zip(1..)
+        .map(|(tool_batch, turn)| TurnRecord {
+            turn,
+            status: TurnStatus::Completed,
+            replays: vec![],
+            tool_batch,
+            usage: Usage::default(),
+        })
+        .collect();
+    AttemptRecord {
+        attempt: 1,
+        budget: Budget::Initial,
+        status: AttemptStatus::Failed,
+        started_at: "2026-11-29T20:00:00.000Z".into(),
+        provider_error_class: None,
+        http_status: None,
+        retry_after_ms: None,
+        failure_category: None,
+        failure_class: None,
+        code: None,
+        message: None,
+        timeout_kind: None,
+        retry_rule: None,
+        retry: Retry {
+            decision: RetryDecision::None,
+        },
+        wait_ms: None,
+        write_settlement: None,
+        write_restore: None,
+        usage: Usage::default(),
+        duration_ms: 10,
+        lease,
+        turns,
+    }
+}
+
 /// Requirement: WRT-2.
 #[test]
-fn an_unreadable_ledger_is_unavailable_wrt_2() {
-    let s = settle_json(&json!({"attempt": 1, "turns": "garbage"}));
+fn an_attempt_whose_turns_disagree_with_its_lease_is_unavailable_wrt_2() {
+    let (batches, lease) = written();
+    let mut attempt = attempt_record(batches, lease);
+    assert_eq!(
+        settle_attempt(&attempt).settlement,
+        RecordedSettlement::WriteExecuted
+    );
+    // A turn lost from the record: the lease still counts it.
+    attempt.turns.pop();
+    let s = settle_attempt(&attempt);
     assert_eq!(s.settlement, RecordedSettlement::Unavailable);
-    assert!(s.reason.unwrap().contains("unreadable"));
+    let reason = s.reason.expect("an unavailable settlement says why");
+    assert!(reason.contains("its lease 2"), "{reason}");
 }
 
 proptest! {
