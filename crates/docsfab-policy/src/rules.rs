@@ -18,8 +18,10 @@ use crate::host::{from_yaml, yaml_error_parts};
 
 /// The shipped table, as text.
 pub const EMBEDDED_SOURCE: &str = include_str!("../retry-policy.yaml");
-/// The name the embedded table reports in errors.
-pub const EMBEDDED_NAME: &str = "crates/docsfab-policy/retry-policy.yaml";
+/// The name the embedded table reports in errors and doctor shows for the embedded table: the path the retry spec and the docs use. In the
+/// source tree it is a symbolic link to the crate's own copy, which is what `include_str!` reads,
+/// so the crate builds from its own directory.
+pub const EMBEDDED_NAME: &str = "config/model-output/retry-policy.yaml";
 /// The file name of the operator copy inside `DOCSFAB_HOME`.
 pub const OPERATOR_FILE_NAME: &str = "retry-policy.yaml";
 
