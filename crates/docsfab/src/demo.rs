@@ -32,24 +32,24 @@ use crate::home::Home;
 use crate::run::{conclude, execute, load_record, runtime};
 use crate::runs::{STORE_FILE_NAME, open_store, render_run};
 
-const COMPOSITION: &str = include_str!("../../../examples/quickstart/composition.yaml");
-const SCENARIO: &str = include_str!("../../../examples/quickstart/scenario.yaml");
+const COMPOSITION: &str = include_str!("../quickstart/composition.yaml");
+const SCENARIO: &str = include_str!("../quickstart/scenario.yaml");
 const WORKSPACE: [(&str, &str); 4] = [
     (
         "Cargo.toml",
-        include_str!("../../../examples/quickstart/workspace/Cargo.toml"),
+        include_str!("../quickstart/workspace/Cargo.toml"),
     ),
     (
         "src/lib.rs",
-        include_str!("../../../examples/quickstart/workspace/src/lib.rs"),
+        include_str!("../quickstart/workspace/src/lib.rs"),
     ),
     (
         "src/count.rs",
-        include_str!("../../../examples/quickstart/workspace/src/count.rs"),
+        include_str!("../quickstart/workspace/src/count.rs"),
     ),
     (
         "src/report.rs",
-        include_str!("../../../examples/quickstart/workspace/src/report.rs"),
+        include_str!("../quickstart/workspace/src/report.rs"),
     ),
 ];
 
