@@ -16,14 +16,11 @@
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
+pub use crate::scan::KEY_PIECE_LEN;
 use crate::scan::{Scanner, Secret, credential_end};
 
 /// What replaces a credential.
 pub const REDACTED: &str = "<redacted>";
-
-/// The shortest piece of a host key that is removed wherever it appears. Any run of this many
-/// bytes of a long key is treated as the key; shorter keys are removed whole.
-pub const KEY_PIECE_LEN: usize = 16;
 
 /// The default cap of [`Redactor::line`], in characters: enough for any message docsfab builds,
 /// far below what a hostile provider might send.

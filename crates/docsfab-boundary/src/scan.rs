@@ -10,8 +10,11 @@ use aho_corasick::{AhoCorasick, Input, MatchKind};
 use memchr::memmem;
 use std::sync::Arc;
 
-use crate::redact::KEY_PIECE_LEN;
 use crate::verdict::CredentialKind;
+
+/// The shortest piece of a host key that is removed wherever it appears. Any run of this many
+/// bytes of a long key is treated as the key; shorter keys are removed whole.
+pub const KEY_PIECE_LEN: usize = 16;
 
 /// A secret value of the host (an API key read from the environment by the caller), with a
 /// label that a refusal may show instead of it.
