@@ -27,11 +27,6 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// Every environment variable docsfab reads for limits.
-fn known_limit_vars() -> Vec<&'static str> {
-    Limit::ALL.into_iter().filter_map(Limit::env_var).collect()
-}
-
 struct Report {
     ctx: HostContext,
     /// The composition with the model it runs on (when host.yaml exists to say).
@@ -115,17 +110,7 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
             ctx.host.path
         ));
     }
-    let known = known_limit_vars();
-    for var in ctx.env.keys() {
-        let looks_like_limit =
-            var.starts_with("DOCSFAB_READ_ONLY_") || var.starts_with("DOCSFAB_RETRY_");
-        if looks_like_limit && !known.contains(&var.as_str()) {
-            warnings.push(format!(
-                "{var} is not a variable docsfab reads, so it has no effect; check its spelling (known: {}).",
-                known.join(", ")
-            ));
-        }
-    }
+    warnings.extend(ctx.unknown_env_warnings());
 
     let timer_ms = composition
         .as_ref()

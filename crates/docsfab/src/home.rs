@@ -240,6 +240,20 @@ impl HostContext {
     }
 }
 
+impl HostContext {
+    /// A warning for each set `DOCSFAB_` variable docsfab does not read (names only, never
+    /// values); the key variables host.yaml names count as read.
+    pub fn unknown_env_warnings(&self) -> Vec<String> {
+        let key_vars: Vec<&str> = self
+            .host
+            .providers
+            .values()
+            .map(|p| p.api_key_env.as_str())
+            .collect();
+        crate::env_names::unknown_warnings(self.env.keys().map(String::as_str), &key_vars)
+    }
+}
+
 /// The provider and model a composition runs on.
 #[derive(Debug, Clone, Copy)]
 pub struct Selected<'a> {

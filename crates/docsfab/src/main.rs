@@ -4,6 +4,7 @@
 
 mod demo;
 mod doctor;
+mod env_names;
 mod error;
 mod home;
 mod progress;

@@ -69,6 +69,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
     let path = &args.composition;
     let (ctx, composition) = validate_run_inputs(path, "`docsfab run`", true)?;
+    for warning in ctx.unknown_env_warnings() {
+        // Not eprintln!: a closed stderr must not stop the run.
+        let _ = writeln!(std::io::stderr(), "warning: {warning}");
+    }
     let selected = ctx.select_provider(&composition, path)?;
     let api_key = read_key(&selected)?;
     let workspace = match &args.workspace {

@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Output;
 
-use support::run::docsfab_at;
+use support::run::{FAST_CATALOG, ONE_STEP, SECRET, Setup, Sim, docsfab_at};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -80,4 +80,63 @@ fn man_page_is_roff_naming_every_subcommand() {
     ] {
         assert!(page.contains(sub), "man page lacks {sub}");
     }
+}
+
+/// A misspelt limit variable is named on stderr with the closest known name, once, on a run that
+/// still succeeds; its value, the key variable (host.yaml names it) and known variables are not.
+#[test]
+fn hardening_unknown_env_var_run_warns_with_closest_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer:\n      json: {modules: [lib, count]}\n",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let comp = s.composition(ONE_STEP);
+    let out = s
+        .run_command(&comp)
+        .env("DOCSFAB_READ_ONLY_MAX_RETRIE", "value-never-shown-7731")
+        .env("DOCSFAB_ROUTE_MAX_CONECTIONS", "8")
+        .env("DOCSFAB_READ_ONLY_MAX_RETRIES", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: DOCSFAB_READ_ONLY_MAX_RETRIE is not a variable docsfab reads, so it has no effect; did you mean DOCSFAB_READ_ONLY_MAX_RETRIES?",
+            "warning: DOCSFAB_ROUTE_MAX_CONECTIONS is not a variable docsfab reads, so it has no effect; did you mean DOCSFAB_ROUTE_MAX_CONNECTIONS?",
+        ],
+        "{stderr}"
+    );
+    for secret in ["value-never-shown-7731", SECRET] {
+        assert!(!stdout.contains(secret) && !stderr.contains(secret));
+    }
+}
+
+/// Doctor lists the same warning in its report (exit 0: a warning, not an error), and a clean
+/// environment gets none.
+#[test]
+fn hardening_unknown_env_var_doctor_warns_with_closest_name() {
+    let home = tempfile::tempdir().unwrap();
+    let out = docsfab_at(home.path())
+        .arg("doctor")
+        .env("DOCSFAB_HOMME", "/secret/path-never-shown")
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("warning: DOCSFAB_HOMME is not a variable docsfab reads, so it has no effect; did you mean DOCSFAB_HOME?"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("path-never-shown"));
+
+    let clean = docsfab_at(home.path()).arg("doctor").output().unwrap();
+    assert!(!text(&clean.stdout).contains("is not a variable docsfab reads"));
 }
