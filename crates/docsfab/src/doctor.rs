@@ -89,6 +89,11 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
             "{} does not exist, so the catalog defaults apply and no provider is configured; run `docsfab setup` to create it.",
             ctx.host.path
         ));
+    } else if ctx.host_file_empty {
+        warnings.push(format!(
+            "{} is empty: no providers are configured; run `docsfab setup` to write it.",
+            ctx.host.path
+        ));
     } else if ctx.host.providers.is_empty() {
         warnings.push(format!(
             "{} defines no provider; run `docsfab setup` to add the default one.",
@@ -203,7 +208,9 @@ fn to_text(r: &Report) -> String {
     line(format!(
         "Host file: {} ({})",
         ctx.host.path,
-        if ctx.host_file_exists {
+        if ctx.host_file_empty {
+            "empty: no providers are configured"
+        } else if ctx.host_file_exists {
             "valid"
         } else {
             "absent: catalog defaults"
@@ -335,7 +342,7 @@ fn to_json(r: &Report) -> Value {
     json!({
         "valid": true,
         "home": ctx.home.dir.display().to_string(),
-        "hostFile": {"path": ctx.host.path, "exists": ctx.host_file_exists},
+        "hostFile": {"path": ctx.host.path, "exists": ctx.host_file_exists, "empty": ctx.host_file_empty},
         "providers": providers,
         "rulesTable": match &ctx.rules_path {
             Some(p) => json!({"source": "operator", "path": p.display().to_string()}),

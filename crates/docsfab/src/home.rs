@@ -180,12 +180,43 @@ fn check_transport(selected: &Selected<'_>) -> Result<(), CliError> {
 
 /// The host configuration, and whether a `host.yaml` exists.
 pub fn load_host(home: &Home) -> Result<(HostConfig, bool), CliError> {
+    let (host, file) = load_host_file(home)?;
+    Ok((host, file != HostFile::Absent))
+}
+
+/// What is at `DOCSFAB_HOME/host.yaml`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostFile {
+    Absent,
+    /// Present but with nothing in it (zero bytes, blank lines, comments): a file `setup` never
+    /// writes, so most likely truncated or emptied by hand, and worth saying so.
+    Empty,
+    Written,
+}
+
+/// The host configuration, and what kind of file it came from.
+pub fn load_host_file(home: &Home) -> Result<(HostConfig, HostFile), CliError> {
     let path = home.host_file();
     let shown = path.display().to_string();
     match read_optional(&path, "host configuration")? {
-        Some(text) => Ok((HostConfig::parse(&text, &shown)?, true)),
-        None => Ok((HostConfig::empty(shown), false)),
+        Some(text) => {
+            let kind = if is_blank_yaml(&text) {
+                HostFile::Empty
+            } else {
+                HostFile::Written
+            };
+            Ok((HostConfig::parse(&text, &shown)?, kind))
+        }
+        None => Ok((HostConfig::empty(shown), HostFile::Absent)),
     }
+}
+
+/// True when YAML text holds no content: only whitespace, comments and document markers.
+fn is_blank_yaml(text: &str) -> bool {
+    text.trim_start_matches('\u{feff}').lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#') || line == "---" || line == "..."
+    })
 }
 
 /// The `DOCSFAB_` environment variables. A value that is not UTF-8 is kept lossily, so it is
@@ -206,6 +237,8 @@ pub struct HostContext {
     pub home: Home,
     pub host: HostConfig,
     pub host_file_exists: bool,
+    /// `host.yaml` exists but says nothing (see [`HostFile::Empty`]).
+    pub host_file_empty: bool,
     pub env: BTreeMap<String, String>,
     pub limits: EffectiveLimits,
     pub rules: RulesTable,
@@ -217,7 +250,7 @@ impl HostContext {
     /// Reads and validates `host.yaml`, the environment and the rules table.
     pub fn load() -> Result<HostContext, CliError> {
         let home = Home::locate()?;
-        let (host, host_file_exists) = load_host(&home)?;
+        let (host, host_file) = load_host_file(&home)?;
         let env = docsfab_env();
         let limits = resolve(&host, &env)?;
         let rules_file = home.rules_file();
@@ -231,7 +264,8 @@ impl HostContext {
         Ok(HostContext {
             home,
             host,
-            host_file_exists,
+            host_file_exists: host_file != HostFile::Absent,
+            host_file_empty: host_file == HostFile::Empty,
             env,
             limits,
             rules,
@@ -272,6 +306,12 @@ impl HostContext {
     ) -> Result<Selected<'a>, CliError> {
         let Some((name, provider)) = self.host.providers.get_key_value(&composition.provider)
         else {
+            if self.host_file_empty {
+                return Err(CliError::bad_input(format!(
+                    "{} is empty, so no provider is configured; run `docsfab setup` to write it, then run again.",
+                    self.host.path
+                )));
+            }
             let known: Vec<&str> = self.host.providers.keys().map(String::as_str).collect();
             let hint = if self.host_file_exists {
                 "add the provider to host.yaml or name a defined one"

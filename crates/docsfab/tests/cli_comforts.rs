@@ -140,3 +140,60 @@ fn hardening_unknown_env_var_doctor_warns_with_closest_name() {
     let clean = docsfab_at(home.path()).arg("doctor").output().unwrap();
     assert!(!text(&clean.stdout).contains("is not a variable docsfab reads"));
 }
+
+/// An empty host.yaml (zero bytes, or only comments) is called empty by doctor rather than
+/// valid, and `run` refuses it in one sentence, exit 2, recording nothing.
+#[test]
+fn hardening_empty_host_yaml_doctor_says_empty_and_run_refuses() {
+    for content in [
+        "",
+        "# written by hand, then emptied\n\n  # another comment\n",
+    ] {
+        let s = Setup::new("http://127.0.0.1:9/v1", "");
+        std::fs::write(s.home().join("host.yaml"), content).unwrap();
+
+        let out = s.docsfab().arg("doctor").output().unwrap();
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        assert!(
+            stdout.contains("(empty: no providers are configured)"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(
+                "host.yaml is empty: no providers are configured; run `docsfab setup` to write it."
+            ),
+            "{stdout}"
+        );
+        assert!(!stdout.contains("(valid)"), "{stdout}");
+
+        let json = s.docsfab().args(["doctor", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert_eq!(v["hostFile"]["empty"], true);
+
+        let comp = s.composition(ONE_STEP);
+        let out = s.run_command(&comp).output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(out.stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("host.yaml is empty, so no provider is configured; run `docsfab setup` to write it, then run again."),
+            "{stderr}"
+        );
+        assert!(
+            !s.store().exists(),
+            "a refused run must not create the store"
+        );
+    }
+}
+
+/// A host.yaml with content is still plain "valid".
+#[test]
+fn hardening_empty_host_yaml_written_file_is_valid() {
+    let s = Setup::new("http://127.0.0.1:9/v1", "");
+    let out = s.docsfab().arg("doctor").output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("host.yaml (valid)"), "{stdout}");
+    assert!(!stdout.contains("is empty"), "{stdout}");
+}
