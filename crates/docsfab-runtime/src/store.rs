@@ -602,6 +602,12 @@ impl RunStore {
         self.retrying("listing runs", list_runs)
     }
 
+    /// The newest `limit` runs, newest first, each with its step and attempt counts and its
+    /// duration, for `docsfab runs list`.
+    pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
+        self.retrying("listing runs", |conn| list_run_rows(conn, limit))
+    }
+
     /// The full record of one run, or `None` when there is no such run.
     pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         // One read transaction, so the record is one consistent snapshot even while its run
@@ -638,6 +644,62 @@ fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
             composition,
             started_at,
             ended_at,
+        });
+    }
+    Ok(runs)
+}
+
+/// One line of `docsfab runs list`: the summary plus figures counted in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunListing {
+    pub summary: RunSummary,
+    /// Steps recorded (started) for the run.
+    pub steps: u64,
+    /// Attempts recorded across all its steps.
+    pub attempts: u64,
+    /// From start to end; `None` while the run has not ended.
+    pub duration_ms: Option<u64>,
+}
+
+fn list_run_rows(conn: &Connection, limit: u32) -> Result<Vec<RunListing>, StoreError> {
+    // julianday() reads the stored RFC 3339 times (`...T20:35:01.123Z`) to the millisecond, so
+    // the duration needs no second column and works on stores written before this query.
+    let mut stmt = conn.prepare(
+        "SELECT r.run_id, r.composition, r.status, r.started_at, r.ended_at,
+                (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id),
+                (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id),
+                CAST(ROUND((julianday(r.ended_at) - julianday(r.started_at)) * 86400000.0) AS INTEGER)
+             FROM runs r ORDER BY r.started_ms DESC, r.rowid DESC LIMIT ?1",
+    )?;
+    let rows = stmt.query_map([limit], |r| {
+        Ok((
+            (
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Option<String>>(4)?,
+            ),
+            r.get::<_, i64>(5)?,
+            r.get::<_, i64>(6)?,
+            r.get::<_, Option<i64>>(7)?,
+        ))
+    })?;
+    let mut runs = Vec::new();
+    for row in rows {
+        let ((run_id, composition, status, started_at, ended_at), steps, attempts, duration) = row?;
+        runs.push(RunListing {
+            summary: RunSummary {
+                status: parse_status(&status)?,
+                run_id,
+                composition,
+                started_at,
+                ended_at,
+            },
+            steps: u64::try_from(steps).unwrap_or(0),
+            attempts: u64::try_from(attempts).unwrap_or(0),
+            // A clock stepped backwards could make it negative: shown as zero, not wrapped.
+            duration_ms: duration.map(|d| u64::try_from(d).unwrap_or(0)),
         });
     }
     Ok(runs)

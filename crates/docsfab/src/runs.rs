@@ -10,7 +10,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 use docsfab_runtime::record::{AttemptRecord, RunRecord, StepRecord, TurnRecord};
-use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions};
+use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
 use crate::error::{CliError, emit, plain_reason};
@@ -27,11 +27,14 @@ pub struct RunsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
-    /// Recent runs, newest first.
+    /// Recent runs, newest first: id, status, composition, start, duration, steps, attempts.
     List {
         /// Print an array of {runId, composition, status, startedAt, endedAt}.
         #[arg(long)]
         json: bool,
+        /// Show at most N runs (the newest).
+        #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
     },
     /// One run: its steps, attempts, turns and each attempt's retry decision.
     Show {
@@ -47,7 +50,7 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     let home = Home::locate()?;
     let path = home.dir.join(STORE_FILE_NAME);
     match &args.command {
-        RunsCommand::List { json } => list(&path, *json),
+        RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json } => show(&path, id, *json),
     }
 }
@@ -106,17 +109,18 @@ fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
     ))
 }
 
-fn list(path: &Path, json: bool) -> Result<(), CliError> {
+fn list(path: &Path, json: bool, limit: u32) -> Result<(), CliError> {
     // Listing must not create a store where there is none.
     let runs = if path.exists() {
         open_store(path)?
-            .list_runs()
+            .list_run_rows(limit)
             .map_err(|e| read_failed(path, e))?
     } else {
         Vec::new()
     };
     if json {
-        return emit(&format!("{}\n", to_json(&runs)?));
+        let summaries: Vec<_> = runs.iter().map(|r| &r.summary).collect();
+        return emit(&format!("{}\n", to_json(&summaries)?));
     }
     if runs.is_empty() {
         return emit(&format!(
@@ -124,19 +128,74 @@ fn list(path: &Path, json: bool) -> Result<(), CliError> {
             path.display()
         ));
     }
-    let mut out = String::new();
-    for r in &runs {
-        let _ = writeln!(
-            out,
-            "{}  {:<11}  {}  {} -> {}",
-            r.run_id,
-            r.status.as_str(),
-            r.composition,
-            r.started_at,
-            r.ended_at.as_deref().unwrap_or("(running)")
-        );
+    emit(&render_list(&runs))
+}
+
+const LIST_HEADER: [&str; 7] = [
+    "RUN ID",
+    "STATUS",
+    "COMPOSITION",
+    "STARTED",
+    "DURATION",
+    "STEPS",
+    "ATTEMPTS",
+];
+
+/// The `runs list` table: a header, then one row per run, columns padded to their widest cell.
+fn render_list(runs: &[RunListing]) -> String {
+    let mut rows: Vec<[String; 7]> = vec![LIST_HEADER.map(str::to_owned)];
+    for r in runs {
+        let s = &r.summary;
+        rows.push([
+            s.run_id.clone(),
+            s.status.as_str().to_owned(),
+            shown(&s.composition),
+            s.started_at.clone(),
+            r.duration_ms.map_or_else(|| "-".to_owned(), human_duration),
+            r.steps.to_string(),
+            r.attempts.to_string(),
+        ]);
     }
-    emit(&out)
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            // Counts read best right-aligned; text left-aligned.
+            if i >= 5 {
+                let _ = write!(line, "{cell:>w$}");
+            } else {
+                let _ = write!(line, "{cell:<w$}");
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out
+}
+
+/// A duration in the two largest human units: `850ms`, `42s`, `3m 12s`, `2h 05m`, `3d 04h`.
+fn human_duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86_400);
+    if secs == 0 {
+        format!("{ms}ms")
+    } else if m == 0 {
+        format!("{secs}s")
+    } else if h == 0 {
+        format!("{m}m {:02}s", secs % 60)
+    } else if d == 0 {
+        format!("{h}h {:02}m", m % 60)
+    } else {
+        format!("{d}d {:02}h", h % 24)
+    }
 }
 
 fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
@@ -368,6 +427,16 @@ mod tests {
 
     /// Issue 9, finding 2: a record stored before provider text was redacted still prints as
     /// one line without terminal escapes.
+    #[test]
+    fn hardening_runs_list_duration_is_in_human_units() {
+        assert_eq!(human_duration(0), "0ms");
+        assert_eq!(human_duration(850), "850ms");
+        assert_eq!(human_duration(42_300), "42s");
+        assert_eq!(human_duration(192_000), "3m 12s");
+        assert_eq!(human_duration(7_500_000), "2h 05m");
+        assert_eq!(human_duration(273_600_000), "3d 04h");
+    }
+
     #[test]
     fn hardening_terminal_an_old_record_message_is_shown_escaped() {
         assert_eq!(

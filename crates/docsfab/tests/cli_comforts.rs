@@ -197,3 +197,105 @@ fn hardening_empty_host_yaml_written_file_is_valid() {
     assert!(stdout.contains("host.yaml (valid)"), "{stdout}");
     assert!(!stdout.contains("is empty"), "{stdout}");
 }
+
+/// `runs list`: a header, then per run its status, duration in human units, step and attempt
+/// counts, newest first; `--limit` caps the rows (default 20) and the `--json` array, whose
+/// documented fields stay exactly as they were.
+#[test]
+fn hardening_runs_list_table_has_header_duration_counts_and_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Run 1: a contract retry (prose, then JSON) = 1 step, 2 attempts. Run 2: one attempt.
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer:\n      text: not json at all\n  - answer:\n      json: {modules: [lib]}\n  - answer:\n      json: {modules: [lib, count]}\n",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let comp = s.composition(ONE_STEP);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let out = s.run_command(&comp).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        ids.push(text(&out.stdout).lines().next().unwrap().to_owned());
+    }
+
+    let out = s.docsfab().args(["runs", "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), 3, "{listing}");
+    let header: Vec<&str> = lines[0]
+        .split("  ")
+        .filter(|c| !c.is_empty())
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "RUN ID",
+            "STATUS",
+            "COMPOSITION",
+            "STARTED",
+            "DURATION",
+            "STEPS",
+            "ATTEMPTS"
+        ],
+        "{listing}"
+    );
+    // Newest first: the second run (one attempt), then the first (two).
+    for (line, id, attempts) in [(lines[1], &ids[1], "1"), (lines[2], &ids[0], "2")] {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(cells[0], id, "{listing}");
+        assert_eq!(cells[1], "succeeded", "{listing}");
+        assert_eq!(cells[2], "small", "{listing}");
+        let duration = cells[4];
+        assert!(
+            duration.ends_with("ms") || duration.ends_with('s'),
+            "duration {duration:?} in {listing}"
+        );
+        assert!(
+            duration.starts_with(|c: char| c.is_ascii_digit()),
+            "{listing}"
+        );
+        assert_eq!(cells[cells.len() - 2], "1", "steps: {listing}");
+        assert_eq!(cells[cells.len() - 1], attempts, "attempts: {listing}");
+    }
+
+    let limited = s
+        .docsfab()
+        .args(["runs", "list", "--limit", "1"])
+        .output()
+        .unwrap();
+    let limited = text(&limited.stdout);
+    assert_eq!(limited.lines().count(), 2, "{limited}");
+    assert!(
+        limited.contains(&ids[1]) && !limited.contains(&ids[0]),
+        "{limited}"
+    );
+
+    let json = s
+        .docsfab()
+        .args(["runs", "list", "--json", "--limit", "1"])
+        .output()
+        .unwrap();
+    let v: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0]["runId"], ids[1].as_str());
+    let mut keys: Vec<&str> = v[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["composition", "endedAt", "runId", "startedAt", "status"]
+    );
+
+    let zero = s
+        .docsfab()
+        .args(["runs", "list", "--limit", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero.stderr));
+}
