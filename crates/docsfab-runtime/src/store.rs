@@ -621,32 +621,12 @@ impl RunStore {
     }
 }
 
+/// Every run's summary, newest first: the listing without its counted figures.
 fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT run_id, composition, status, started_at, ended_at FROM runs
-             ORDER BY started_ms DESC, rowid DESC",
-    )?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            r.get::<_, String>(2)?,
-            r.get::<_, String>(3)?,
-            r.get::<_, Option<String>>(4)?,
-        ))
-    })?;
-    let mut runs = Vec::new();
-    for row in rows {
-        let (run_id, composition, status, started_at, ended_at) = row?;
-        runs.push(RunSummary {
-            status: parse_status(&status)?,
-            run_id,
-            composition,
-            started_at,
-            ended_at,
-        });
-    }
-    Ok(runs)
+    Ok(list_run_rows(conn, u32::MAX)?
+        .into_iter()
+        .map(|row| row.summary)
+        .collect())
 }
 
 /// One line of `docsfab runs list`: the summary plus figures counted in the store.
