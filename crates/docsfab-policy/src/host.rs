@@ -15,6 +15,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
+use crate::indent;
+
 /// The wire protocol a provider speaks: the one `Api` of docsfab, owned by the record crate.
 pub use docsfab_record::Api;
 
@@ -683,6 +685,23 @@ pub fn yaml_error_parts(e: &serde_saphyr::Error, text: &str) -> (u64, u64, Strin
         .map(|l| (l.line(), l.column()))
         .filter(|&(l, _)| l > 0)
         .unwrap_or((1, 1));
+    // The library names where it gave up. A mis-indented line above that is the real fault;
+    // so is one inside the node the library complains about (a key indented under a value reads
+    // as more of that value), and one anywhere when a required key is "missing", since the
+    // library notices that where the mapping ends, often before the misplaced key.
+    let missing = match inner {
+        serde_saphyr::Error::SerdeMissingField { field, .. } => Some(*field),
+        _ => None,
+    };
+    let misplaced = missing.and_then(|field| indent::misplaced_key(text, field, column));
+    let misaligned = || {
+        indent::first_misalignment(text).filter(|m| {
+            missing.is_some() || m.line <= line || indent::inside_node(text, line, m.line)
+        })
+    };
+    if let Some(m) = misplaced.or_else(misaligned) {
+        return (m.line, m.column, m.message);
+    }
     (line, column, problem_in_words(inner, text, line))
 }
 

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod class;
 pub mod envelope;
 pub mod host;
+pub mod indent;
 pub mod replay;
 pub mod retry_after;
 pub mod rules;
