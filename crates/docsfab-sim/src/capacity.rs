@@ -230,6 +230,50 @@ impl Limiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the arrival pattern, no span of time admits more than a full bucket plus what
+        /// refilled during it, and every refusal's wait is enough: a retry after exactly that
+        /// wait (with nothing else in between) is admitted.
+        #[test]
+        fn admissions_never_exceed_burst_plus_refill(
+            rpm in 1u64..600,
+            burst_pick in 0u64..600,
+            scale in prop::sample::select(vec![0.5, 1.0, 10.0, 60.0]),
+            gaps_ms in prop::collection::vec(0u64..400, 1..80),
+        ) {
+            let burst = 1 + burst_pick % rpm;
+            let capacity = Capacity::check(rpm, None, Some(burst), Some(scale)).unwrap();
+            let start = Instant::now();
+            let mut limiter = Limiter::new(&capacity, start);
+            let mut now = start;
+            let mut admitted_at = Vec::new();
+            for gap in gaps_ms {
+                now += Duration::from_millis(gap);
+                let v = limiter.admit(now, 1);
+                match v.refused {
+                    None => admitted_at.push(now),
+                    Some(r) => {
+                        prop_assert!(r.wait > Duration::ZERO);
+                        let mut probe = Limiter { requests: Bucket { ..limiter.requests }, tokens: None, last: limiter.last };
+                        prop_assert!(probe.admit(now + r.wait, 1).refused.is_none());
+                    }
+                }
+                prop_assert!(v.requests.remaining <= burst);
+            }
+            let per_second = rpm as f64 / 60.0 * scale;
+            for (i, first) in admitted_at.iter().enumerate() {
+                for (j, last) in admitted_at.iter().enumerate().skip(i) {
+                    let span = last.duration_since(*first).as_secs_f64();
+                    let allowed = burst as f64 + per_second * span + 1e-6;
+                    prop_assert!((j - i + 1) as f64 <= allowed, "{} admitted in {span} s", j - i + 1);
+                }
+            }
+        }
+    }
 
     fn cap(rpm: u64, tpm: Option<u64>, burst: Option<u64>, scale: Option<f64>) -> Capacity {
         Capacity::check(rpm, tpm, burst, scale).unwrap()
