@@ -358,3 +358,69 @@ fn issue12_a_bad_capacity_is_refused_with_one_sentence_naming_the_field() {
         assert!(!e.contains('\n'), "one sentence: {e}");
     }
 }
+
+/// The benchmark's shape in miniature, with a real HTTP client: 16 concurrent clients against a
+/// small bucket, each honouring `retry-after-ms` until it is answered. Everyone gets through, and
+/// the log holds exactly one admitted request per client plus every refusal.
+#[tokio::test]
+async fn issue12_concurrent_clients_that_honour_retry_after_all_get_through() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .retry(reqwest::retry::never())
+        .build()
+        .unwrap();
+    // 60 rpm at 6x: 6 requests per real second, 4 at once, so 16 at once must meet 429s.
+    let server = start(
+        "capacity: {requestsPerMinute: 60, burst: 4, timeScale: 6}\nresponses:\n  - answer: {text: hi}\n",
+    )
+    .await;
+    let url = format!("{}/chat/completions", server.base_url());
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut refusals = 0u32;
+                loop {
+                    let response = client
+                        .post(&url)
+                        .header("content-type", "application/json")
+                        .body(openai_body("m", false))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert!(
+                        response
+                            .headers()
+                            .contains_key("x-ratelimit-remaining-requests")
+                    );
+                    if response.status() == 200 {
+                        return refusals;
+                    }
+                    assert_eq!(response.status(), 429);
+                    let wait: u64 = response.headers()["retry-after-ms"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    refusals += 1;
+                    assert!(refusals < 1000, "never admitted");
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                }
+            })
+        })
+        .collect();
+    let mut refusals = 0;
+    for task in tasks {
+        refusals += task.await.unwrap();
+    }
+    let log = server.requests();
+    let refused_in_log = log.iter().filter(|e| e.entry == "capacity (429)").count();
+    assert_eq!(refused_in_log, refusals as usize);
+    assert_eq!(log.len() - refused_in_log, 16);
+    assert!(
+        refusals > 0,
+        "16 clients at once against a bucket of 4 must meet a 429"
+    );
+    server.shutdown().await;
+}
