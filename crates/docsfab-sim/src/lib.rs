@@ -5,7 +5,9 @@
 //! any HTTP status, a dropped connection, a reset or clean close at an exact body byte, a stall,
 //! a streamed or JSON answer with text, JSON or tool calls, and faults inside the stream. Every
 //! request is recorded in a [`RequestLogEntry`] with the SHA-256 of its body, so tests can prove
-//! that a replay sent the same bytes. The format is described in `docs/simulator.md`.
+//! that a replay sent the same bytes. A scenario may also give the provider a capacity (token
+//! buckets for requests and tokens): requests over it get 429 with an honest Retry-After, and every
+//! response carries the API's rate-limit headers. The format is described in `docs/simulator.md`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), docsfab_sim::SimError> {
@@ -20,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod capacity;
 mod error;
 mod http;
 mod render;
@@ -29,4 +32,4 @@ mod server;
 
 pub use error::SimError;
 pub use scenario::Scenario;
-pub use server::{RequestLogEntry, SimServer, serve_command};
+pub use server::{CAPACITY_ENTRY, RequestLogEntry, SimServer, serve_command};

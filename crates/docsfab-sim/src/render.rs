@@ -4,10 +4,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::capacity::{Dimension, Gauge, Refusal, Verdict};
 use crate::http::{Framing, Outgoing};
 use crate::scenario::{
-    Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
-    StatusReply, StreamErrorReply, StreamFaults, ToolCall,
+    Action, Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
+    StatusReply, Step, StreamErrorReply, StreamFaults, ToolCall,
 };
 
 /// Which provider API a request addressed (chosen by its path): docsfab's one `Api`.
@@ -50,7 +51,13 @@ pub(crate) struct RequestInfo {
 /// Used when neither the scenario nor the request names a model.
 const DEFAULT_MODEL: &str = "sim-model";
 
-pub(crate) fn outgoing(response: &Response, req: &RequestInfo) -> Outgoing {
+/// The response to a scripted entry. `limits`, when the scenario has a capacity, adds the
+/// rate-limit headers; the entry's own headers still replace any default of the same name.
+pub(crate) fn outgoing(
+    response: &Response,
+    req: &RequestInfo,
+    limits: Option<&Verdict>,
+) -> Outgoing {
     let mut out = match &response.reply {
         Reply::Status(status) => status_reply(status, req),
         Reply::Answer(answer) if req.body.stream => match req.api {
@@ -60,6 +67,10 @@ pub(crate) fn outgoing(response: &Response, req: &RequestInfo) -> Outgoing {
         Reply::Answer(answer) => json_reply(answer, req),
         Reply::StreamError(reply) => stream_error(reply, req),
     };
+    if let Some(verdict) = limits {
+        out.headers
+            .extend(rate_limit_headers(req.api, verdict, SystemTime::now()));
+    }
     // Scenario headers replace a default of the same name.
     out.headers.retain(|(name, _)| {
         !response
@@ -314,11 +325,15 @@ fn truncated_arguments(call: &ToolCall) -> &str {
 }
 
 fn usage_of(answer: &Answer, req: &RequestInfo) -> (u64, u64) {
+    usage_for(answer, &req.body)
+}
+
+fn usage_for(answer: &Answer, body: &BodyFacts) -> (u64, u64) {
     if let Some(u) = answer.usage {
         return (u.input_tokens, u.output_tokens);
     }
     // A rough chars/4 estimate: deterministic and plausible is all a test needs.
-    let input = (req.body.len as u64 / 4).max(1);
+    let input = input_estimate(body);
     let produced: usize = answer.content.as_deref().map_or(0, str::len)
         + answer
             .tool_calls
@@ -326,6 +341,191 @@ fn usage_of(answer: &Answer, req: &RequestInfo) -> (u64, u64) {
             .map(|c| c.arguments.len() + c.name.len())
             .sum::<usize>();
     (input, (produced as u64 / 4).max(1))
+}
+
+fn input_estimate(body: &BodyFacts) -> u64 {
+    (body.len as u64 / 4).max(1)
+}
+
+/// What a request costs the token budget: the usage its answer reports (input plus output, the
+/// same numbers as the body's `usage`), or the input estimate for anything that is not an answer.
+pub(crate) fn token_cost(step: &Step, body: &BodyFacts) -> u64 {
+    match &step.action {
+        Action::Respond(Response {
+            reply: Reply::Answer(answer),
+            ..
+        }) => {
+            let (input, output) = usage_for(answer, body);
+            input.saturating_add(output)
+        }
+        _ => input_estimate(body),
+    }
+}
+
+/// The rate-limit headers in the style of the API. Times are real time (already scaled).
+///
+/// OpenAI sends the reset as a Go-style duration until the budget is back to its initial state;
+/// Anthropic sends the RFC 3339 instant at which it is fully replenished.
+pub(crate) fn rate_limit_headers(
+    api: Api,
+    verdict: &Verdict,
+    now: SystemTime,
+) -> Vec<(String, String)> {
+    let budgets = std::iter::once(("requests", verdict.requests))
+        .chain(verdict.tokens.map(|t| ("tokens", t)));
+    let mut headers = Vec::new();
+    for (what, gauge) in budgets {
+        let Gauge {
+            limit,
+            remaining,
+            reset,
+        } = gauge;
+        let (names, reset) = match api {
+            Api::OpenaiChat => (
+                [
+                    format!("x-ratelimit-limit-{what}"),
+                    format!("x-ratelimit-remaining-{what}"),
+                    format!("x-ratelimit-reset-{what}"),
+                ],
+                go_duration(reset),
+            ),
+            Api::AnthropicMessages => (
+                [
+                    format!("anthropic-ratelimit-{what}-limit"),
+                    format!("anthropic-ratelimit-{what}-remaining"),
+                    format!("anthropic-ratelimit-{what}-reset"),
+                ],
+                rfc3339(now.checked_add(reset).unwrap_or(now)),
+            ),
+        };
+        let [limit_name, remaining_name, reset_name] = names;
+        headers.push((limit_name, limit.to_string()));
+        headers.push((remaining_name, remaining.to_string()));
+        headers.push((reset_name, reset));
+    }
+    headers
+}
+
+/// The 429 a request over capacity gets: the API's own rate-limit error body, the rate-limit
+/// headers, and a Retry-After that tells when this request would fit (whole seconds, rounded up;
+/// OpenAI style also gets the exact `retry-after-ms`).
+pub(crate) fn capacity_refusal(
+    api: Api,
+    verdict: &Verdict,
+    refusal: Refusal,
+    body: &BodyFacts,
+) -> Outgoing {
+    let wait_ms = ceil_millis(refusal.wait);
+    let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+    headers.extend(rate_limit_headers(api, verdict, SystemTime::now()));
+    headers.push(("retry-after".to_owned(), wait_ms.div_ceil(1000).to_string()));
+    let gauge = match refusal.by {
+        Dimension::Requests => verdict.requests,
+        Dimension::Tokens => verdict.tokens.unwrap_or(verdict.requests),
+    };
+    let used = gauge.limit.saturating_sub(gauge.remaining);
+    let again = go_duration(refusal.wait);
+    let text = match api {
+        Api::OpenaiChat => {
+            headers.push(("retry-after-ms".to_owned(), wait_ms.to_string()));
+            let model = body.model.as_deref().unwrap_or(DEFAULT_MODEL);
+            let (kind, per_min) = match refusal.by {
+                Dimension::Requests => ("requests", "requests per min (RPM)"),
+                Dimension::Tokens => ("tokens", "tokens per min (TPM)"),
+            };
+            let message = format!(
+                "Rate limit reached for {model} on {per_min}: Limit {}, Used {used}, Requested {}. Please try again in {again}. (simulated capacity)",
+                gauge.limit, refusal.requested
+            );
+            json!({"error": {"message": message, "type": kind, "param": null, "code": "rate_limit_exceeded"}})
+        }
+        Api::AnthropicMessages => {
+            let what = match refusal.by {
+                Dimension::Requests => "requests",
+                Dimension::Tokens => "tokens",
+            };
+            let message = format!(
+                "This request would exceed the simulated rate limit of {} {what} at once; try again in {again}.",
+                gauge.limit
+            );
+            json!({"type": "error", "error": {"type": "rate_limit_error", "message": message}})
+        }
+    };
+    Outgoing {
+        status: 429,
+        headers,
+        pieces: vec![text.to_string().into_bytes()],
+        framing: Framing::ContentLength,
+        piece_delay: Duration::ZERO,
+    }
+}
+
+/// Whole milliseconds, rounded up: waiting a fraction too little would be refused again.
+fn ceil_millis(d: Duration) -> u64 {
+    let nanos = d.as_nanos();
+    u64::try_from(nanos.div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+/// A duration as Go's `time.Duration` prints it, at millisecond resolution (rounded up), which
+/// is the form OpenAI's `x-ratelimit-reset-*` headers use: `0s`, `120ms`, `1.5s`, `6m0s`.
+fn go_duration(d: Duration) -> String {
+    let ms = ceil_millis(d);
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (hours, minutes) = (ms / 3_600_000, ms / 60_000 % 60);
+    let (secs, frac) = (ms / 1000 % 60, ms % 1000);
+    let mut seconds = secs.to_string();
+    if frac > 0 {
+        let digits = format!("{frac:03}");
+        seconds.push('.');
+        seconds.push_str(digits.trim_end_matches('0'));
+    }
+    match (hours, minutes) {
+        (0, 0) => format!("{seconds}s"),
+        (0, m) => format!("{m}m{seconds}s"),
+        (h, m) => format!("{h}h{m}m{seconds}s"),
+    }
+}
+
+/// An instant as RFC 3339 in UTC, with milliseconds only when the instant is not a whole second
+/// (rounded up, so the time named is never before the budget is full).
+fn rfc3339(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let ms = ceil_millis(since);
+    let (secs, frac) = (ms / 1000, ms % 1000);
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let time = format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    );
+    if frac == 0 {
+        format!("{time}Z")
+    } else {
+        format!("{time}.{frac:03}Z")
+    }
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day): Howard Hinnant's
+/// `civil_from_days`, valid far beyond any clock this runs on.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 fn model_of(answer: &Answer, req: &RequestInfo) -> String {
@@ -718,5 +918,33 @@ mod tests {
         let mut sse = Sse::new(&framing);
         let text = String::from_utf8(sse.event(Some("x"), "1")).unwrap();
         assert_eq!(text, "event: x\n\u{FEFF}\u{FEFF}data: 1\n\n");
+    }
+
+    #[test]
+    fn reset_durations_read_like_go_durations() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (Duration::ZERO, "0s"),
+            (Duration::from_micros(1), "1ms"),
+            (ms(120), "120ms"),
+            (ms(999), "999ms"),
+            (ms(1000), "1s"),
+            (ms(1500), "1.5s"),
+            (ms(17_342), "17.342s"),
+            (ms(360_000), "6m0s"),
+            (ms(3_723_400), "1h2m3.4s"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(go_duration(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn reset_instants_are_rfc3339_utc() {
+        let at = |ms: u64| UNIX_EPOCH + Duration::from_millis(ms);
+        assert_eq!(rfc3339(at(0)), "1970-01-01T00:00:00Z");
+        // 2024-02-29T23:59:59.5Z: a leap day, with a fraction.
+        assert_eq!(rfc3339(at(1_709_251_199_500)), "2024-02-29T23:59:59.500Z");
+        assert_eq!(rfc3339(at(1_795_972_800_000)), "2026-11-29T17:20:00Z");
     }
 }

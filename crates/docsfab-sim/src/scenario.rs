@@ -16,6 +16,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde_saphyr::Spanned;
 
 use crate::SimError;
+use crate::capacity::Capacity;
 use crate::rng::SplitMix64;
 
 /// Repeats are counted, not copied, but random models are expanded entry by entry: cap the
@@ -30,6 +31,8 @@ pub struct Scenario {
     /// `ends[i]` is the script index one past the last request answered by `slots[i]`.
     ends: Vec<u64>,
     fallback: Fallback,
+    /// The provider's rate limit, when the scenario gives one.
+    capacity: Option<Capacity>,
 }
 
 /// One scripted entry after expansion: answers `repeat` consecutive requests.
@@ -307,6 +310,11 @@ impl Scenario {
         self.name.as_deref()
     }
 
+    /// The scenario's rate limit, if any.
+    pub(crate) fn capacity(&self) -> Option<&Capacity> {
+        self.capacity.as_ref()
+    }
+
     /// How many requests the script answers before the fallback takes over.
     pub fn scripted_len(&self) -> u64 {
         self.ends.last().copied().unwrap_or(0)
@@ -404,6 +412,21 @@ struct RawScenario {
     responses: Vec<Spanned<RawEntry>>,
     #[serde(default)]
     fallback: Option<Spanned<RawFallback>>,
+    #[serde(default)]
+    capacity: Option<Spanned<RawCapacity>>,
+}
+
+/// `capacity:` keeps the camelCase names fixed in the interfaces document.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawCapacity {
+    requests_per_minute: u64,
+    #[serde(default)]
+    tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    burst: Option<u64>,
+    #[serde(default)]
+    time_scale: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -687,11 +710,27 @@ impl Resolver {
                 }
             }
         };
+        let capacity = match raw.capacity {
+            None => None,
+            Some(spanned) => {
+                let c = spanned.value;
+                Some(
+                    Capacity::check(
+                        c.requests_per_minute,
+                        c.tokens_per_minute,
+                        c.burst,
+                        c.time_scale,
+                    )
+                    .or_else(|m| invalid(spanned.referenced.line(), m))?,
+                )
+            }
+        };
         Ok(Scenario {
             name: raw.name,
             slots,
             ends,
             fallback,
+            capacity,
         })
     }
 

@@ -14,9 +14,10 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::SimError;
+use crate::capacity::{Limiter, Refusal, Verdict};
 use crate::http::{self, Ending, Framing, Outgoing, ReadError};
 use crate::render::{self, Api, BodyFacts, RequestInfo};
-use crate::scenario::{Action, CloseHow, Scenario};
+use crate::scenario::{Action, CloseHow, Pick, Scenario};
 
 /// One line of the request log: one request the simulator received in full.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,10 +35,15 @@ pub struct RequestLogEntry {
     pub model: Option<String>,
     /// The body's `stream` (false when absent or unreadable).
     pub stream: bool,
-    /// The scenario entry that answered, e.g. `responses[0]#3`, `fallback`, or `no-route` for a
-    /// request to a path the simulator does not serve (those do not consume the script).
+    /// The scenario entry that answered, e.g. `responses[0]#3`, `fallback`, `no-route` for a
+    /// request to a path the simulator does not serve, or [`CAPACITY_ENTRY`] for a request
+    /// refused with 429 because the scenario's capacity was used up (neither consumes the
+    /// script).
     pub entry: String,
 }
+
+/// The request log's `entry` for a request over the scenario's capacity.
+pub const CAPACITY_ENTRY: &str = "capacity (429)";
 
 struct Shared {
     scenario: Scenario,
@@ -53,6 +59,19 @@ struct LogState {
     next_script_index: u64,
     entries: Vec<RequestLogEntry>,
     file: Option<std::fs::File>,
+    /// The capacity's buckets. Behind the log's lock, so a request is numbered and charged in
+    /// one step and the log order is the order in which capacity was spent.
+    limiter: Option<Limiter>,
+}
+
+/// What a numbered request is answered with.
+enum Route {
+    /// A path (or method) the simulator does not serve; `Some` when the path is served.
+    Unserved(Option<Api>),
+    /// Over capacity: 429, and the script is not consumed.
+    Refused(Api, Verdict, Refusal),
+    /// The script's entry, with the capacity's state when the scenario has one.
+    Script(Api, Pick, Option<Verdict>),
 }
 
 impl Shared {
@@ -104,12 +123,16 @@ impl SimServer {
         let local = listener
             .local_addr()
             .map_err(|source| SimError::Bind { addr, source })?;
+        let limiter = scenario
+            .capacity()
+            .map(|c| Limiter::new(c, tokio::time::Instant::now()));
         let shared = Arc::new(Shared {
             scenario,
             state: Mutex::new(LogState {
                 next_script_index: 0,
                 entries: Vec::new(),
                 file,
+                limiter,
             }),
             feed: broadcast::channel(FEED_CAPACITY).0,
         });
@@ -202,14 +225,10 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let routed = api.filter(|_| request.method == "POST");
     let sha256 = hex::encode(Sha256::digest(&request.body));
     let facts = BodyFacts::read(&request.body);
-    let (index, pick) = {
+    let (index, route) = {
         let mut state = shared.lock();
         let index = state.entries.len();
-        let pick = routed.map(|api| {
-            let pick = shared.scenario.pick(state.next_script_index);
-            state.next_script_index += 1;
-            (api, pick)
-        });
+        let route = route(&shared.scenario, &mut state, api, routed, &facts);
         let entry = RequestLogEntry {
             index,
             time_unix_ms: unix_ms(),
@@ -218,9 +237,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             sha256,
             model: facts.model.clone(),
             stream: facts.stream,
-            entry: pick
-                .as_ref()
-                .map_or_else(|| "no-route".to_owned(), |(_, p)| p.label.clone()),
+            entry: match &route {
+                Route::Unserved(_) => "no-route".to_owned(),
+                Route::Refused(..) => CAPACITY_ENTRY.to_owned(),
+                Route::Script(_, pick, _) => pick.label.clone(),
+            },
         };
         if let Some(file) = state.file.as_mut() {
             // The log is a test aid: a full disk must not take the simulator down with it.
@@ -231,21 +252,30 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         // No subscriber is the common case, not an error.
         let _ = shared.feed.send(entry.clone());
         state.entries.push(entry);
-        (index, pick)
+        (index, route)
     };
 
-    let Some((api, pick)) = pick else {
-        let out = if api.is_some() {
-            plain_error(405, "use POST")
-        } else {
-            plain_error(
-                404,
-                "the simulator serves POST /v1/chat/completions and POST /v1/messages",
-            )
-        };
-        http::write_response(&mut stream, &out, None, None).await;
-        close(stream).await;
-        return;
+    let (api, pick, limits) = match route {
+        Route::Unserved(served) => {
+            let out = if served.is_some() {
+                plain_error(405, "use POST")
+            } else {
+                plain_error(
+                    404,
+                    "the simulator serves POST /v1/chat/completions and POST /v1/messages",
+                )
+            };
+            http::write_response(&mut stream, &out, None, None).await;
+            close(stream).await;
+            return;
+        }
+        Route::Refused(api, verdict, refusal) => {
+            let out = render::capacity_refusal(api, &verdict, refusal, &facts);
+            http::write_response(&mut stream, &out, None, None).await;
+            close(stream).await;
+            return;
+        }
+        Route::Script(api, pick, limits) => (api, pick, limits),
     };
     let step = pick.step;
     if step.delay_ms > 0 {
@@ -259,7 +289,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 index,
                 body: facts,
             };
-            let out = render::outgoing(response, &info);
+            let out = render::outgoing(response, &info, limits.as_ref());
             http::write_response(&mut stream, &out, response.stall, response.cut).await
         }
     };
@@ -268,6 +298,35 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         Ending::Cut(CloseHow::Reset) => reset(stream),
         Ending::PeerGone => {}
     }
+}
+
+/// Picks the answer for a numbered request and, when the scenario has a capacity, charges it.
+/// Runs under the log's lock. A refused request leaves the script where it was, so the script
+/// describes what the provider does with the requests it lets through.
+fn route(
+    scenario: &Scenario,
+    state: &mut LogState,
+    api: Option<Api>,
+    routed: Option<Api>,
+    facts: &BodyFacts,
+) -> Route {
+    let Some(api) = routed else {
+        return Route::Unserved(api);
+    };
+    let pick = scenario.pick(state.next_script_index);
+    let verdict = state.limiter.as_mut().map(|limiter| {
+        limiter.admit(
+            tokio::time::Instant::now(),
+            render::token_cost(&pick.step, facts),
+        )
+    });
+    if let Some(v) = verdict
+        && let Some(refusal) = v.refused
+    {
+        return Route::Refused(api, v, refusal);
+    }
+    state.next_script_index += 1;
+    Route::Script(api, pick, verdict)
 }
 
 /// An orderly close: FIN, then wait (briefly) for the client to close its side. Dropping a socket
