@@ -256,3 +256,32 @@ fn issue11_a_write_run_names_its_writes_and_points_to_runs_diff() {
         "{stdout}"
     );
 }
+
+/// Doctor keeps its fixed lines byte for byte and gives their times in human units beside them:
+/// the attempt timer on its line, the retry envelope on the line after it (the issue's
+/// `12600000ms` reads `3h 30m`).
+#[test]
+fn issue11_doctor_gives_the_envelope_in_human_units_below_its_exact_line() {
+    let s = Setup::new("http://127.0.0.1:9/v1", "");
+    let comp = s.composition(
+        "name: long\nlimits:\n  timeoutMs: 1800000\nsteps:\n  - id: outline\n    access: read-only\n    instructions: Survey.\n    tools: [read_file]\n",
+    );
+    let out = s
+        .docsfab()
+        .args(["doctor", "--composition"])
+        .arg(&comp)
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "Retry envelope: attempts<=10 contract<=7200000ms transport<=5400000ms total<=12600000ms (exceeds runtime.deadlineMilliseconds=10800000)\n  = contract 2h 00m, transport 1h 30m, total 3h 30m; deadline 3h 00m\n"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Attempt timer: 1800000ms = 30m 00s (composition limits.timeoutMs)\n"),
+        "{stdout}"
+    );
+}
