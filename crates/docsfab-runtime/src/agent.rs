@@ -63,7 +63,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{self, BatchOutcome, CallReply, RequestedCall};
+use crate::batch::{self, BatchOutcome, CallReply, RequestedCall, ToolUse};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::Contract;
 use crate::ledger::{
@@ -131,6 +131,10 @@ pub enum TurnEvent {
         requested: u32,
         rejected: u32,
         executed: u32,
+        /// The batch's calls: tool, target and outcome (redacted), in the order asked for.
+        calls: Vec<ToolUse>,
+        /// Why a turn that did not complete ended (redacted, one line); `None` when it completed.
+        reason: Option<String>,
     },
 }
 
@@ -496,17 +500,21 @@ impl<'a> AgentLoop<'a> {
                     ProviderTurnStatus::Cancelled => TurnStatus::Cancelled,
                     _ => TurnStatus::Failed,
                 };
+                let ending = turn_failed(self, other);
                 let batch = ToolBatch::default();
-                self.finish_turn(turn, status, replays, batch, turn_usage);
-                return Action::Finish(turn_failed(self, other));
+                let reason = ending.1.clone();
+                self.finish_turn(turn, status, replays, batch, turn_usage, reason);
+                return Action::Finish(ending);
             }
         };
         if let Ok(boundary) = self.boundary
             && let Some(refusal) = boundary_check(boundary, &outcome)
         {
+            let ending = refused(self, &refusal);
             let batch = ToolBatch::default();
-            self.finish_turn(turn, TurnStatus::Failed, replays, batch, turn_usage);
-            return Action::Finish(refused(self, &refusal));
+            let reason = ending.1.clone();
+            self.finish_turn(turn, TurnStatus::Failed, replays, batch, turn_usage, reason);
+            return Action::Finish(ending);
         }
         if outcome.tool_calls.is_empty() {
             self.final_turn(turn, outcome, replays, turn_usage)
@@ -524,7 +532,14 @@ impl<'a> AgentLoop<'a> {
         usage: Usage,
     ) -> Action {
         let batch = ToolBatch::default();
-        self.finish_turn(turn, TurnStatus::Completed, replays, batch.clone(), usage);
+        self.finish_turn(
+            turn,
+            TurnStatus::Completed,
+            replays,
+            batch.clone(),
+            usage,
+            None,
+        );
         self.answer.push_str(&outcome.text);
         let max_turns = self.limits.max_turns;
         let finish = outcome.finish_reason.as_ref();
@@ -632,7 +647,7 @@ impl<'a> AgentLoop<'a> {
         };
         p.ran = Some((ran.batch.clone(), ran.replies));
         let (turn, replays, usage) = (p.turn, std::mem::take(&mut p.replays), p.usage);
-        self.finish_turn(turn, TurnStatus::Completed, replays, ran.batch, usage);
+        self.finish_turn(turn, TurnStatus::Completed, replays, ran.batch, usage, None);
         match ran.host_failure {
             // The batch already ended the lease with this evidence (LSE-2).
             Some(host) => {
@@ -716,7 +731,8 @@ impl<'a> AgentLoop<'a> {
         });
     }
 
-    /// Records the turn and tells the observer it ended.
+    /// Records the turn and tells the observer it ended. A tool turn's calls are still pending
+    /// here, with the arguments that name their paths.
     fn finish_turn(
         &mut self,
         turn: u32,
@@ -724,13 +740,24 @@ impl<'a> AgentLoop<'a> {
         replays: Vec<ReplayRecord>,
         batch: ToolBatch,
         usage: Usage,
+        reason: Option<String>,
     ) {
+        let redactor = match self.boundary {
+            Ok(b) => b.redactor(),
+            Err(_) => &*SHAPES_ONLY,
+        };
+        let calls = match &self.pending {
+            Some(p) if p.turn == turn => batch::tool_uses(&p.calls, &batch, redactor),
+            _ => Vec::new(),
+        };
         self.events.push(TurnEvent::Finished {
             turn,
             status,
             requested: batch.requested,
             rejected: batch.rejected,
             executed: batch.executed,
+            calls,
+            reason: reason.map(|r| redactor.line(&r)),
         });
         self.push_turn(turn, status, replays, batch, usage);
     }

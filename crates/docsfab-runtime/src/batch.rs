@@ -2,8 +2,10 @@
 //! execution, recorded in the ledger. This is the piece of the agent loop between "the provider
 //! answered with tool calls" and the checkpoint.
 
+use docsfab_boundary::Redactor;
+
 use crate::composition::Tool;
-use crate::ledger::{BatchBuilder, CallResult, ExecutionLease, LeaseStop, ToolBatch};
+use crate::ledger::{BatchBuilder, CallOutcome, CallResult, ExecutionLease, LeaseStop, ToolBatch};
 use crate::tools::{HostFailure, StepTools};
 
 /// Told, before a write tool runs, which tool will write which workspace-relative path; the
@@ -145,5 +147,57 @@ pub fn run_batch_with(
         batch: builder.build(),
         replies,
         host_failure,
+    }
+}
+
+/// One call of a turn as progress names it: the tool, what it was pointed at (the path, and a
+/// search's pattern) and how it ended. Built from the model's own arguments, so every word of it
+/// has passed the redactor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolUse {
+    pub tool: String,
+    /// `src/lib.rs`, or `"fn main" in src` for a search; `None` when the arguments name nothing
+    /// (a `list_files` of the root, or arguments that are not JSON).
+    pub target: Option<String>,
+    pub outcome: CallOutcome,
+}
+
+/// The most characters a target or a refusal's detail keeps in a progress line.
+const USE_MAX_CHARS: usize = 80;
+
+/// The calls of a batch as progress names them, in the order they were asked for. `batch` holds
+/// one entry per call of `calls`, in the same order (the batch runner pushes one for each).
+pub fn tool_uses(calls: &[RequestedCall], batch: &ToolBatch, redactor: &Redactor) -> Vec<ToolUse> {
+    calls
+        .iter()
+        .zip(&batch.calls)
+        .map(|(call, entry)| ToolUse {
+            tool: redactor.word(&entry.tool),
+            target: call_target(&call.arguments).map(|t| redactor.line_capped(&t, USE_MAX_CHARS)),
+            outcome: match &entry.outcome {
+                CallOutcome::Rejected { reason, detail } => CallOutcome::Rejected {
+                    reason: *reason,
+                    detail: redactor.line_capped(detail, USE_MAX_CHARS),
+                },
+                CallOutcome::Refused { detail } => CallOutcome::Refused {
+                    detail: redactor.line_capped(detail, USE_MAX_CHARS),
+                },
+                executed => executed.clone(),
+            },
+        })
+        .collect()
+}
+
+/// What a call's arguments point at: its `path`, with a search's `pattern` in front. Read from
+/// the raw arguments, so a rejected call still shows what it asked for.
+fn call_target(arguments: &str) -> Option<String> {
+    let args: serde_json::Value = serde_json::from_str(arguments).ok()?;
+    let text = |key: &str| args.get(key).and_then(serde_json::Value::as_str);
+    match (text("pattern"), text("path")) {
+        // The redactor escapes what a terminal must not see; quotes only mark the pattern's ends.
+        (Some(p), Some(path)) => Some(format!("\"{p}\" in {path}")),
+        (Some(p), None) => Some(format!("\"{p}\"")),
+        (None, Some(path)) => Some(path.to_owned()),
+        (None, None) => None,
     }
 }

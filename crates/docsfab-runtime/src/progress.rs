@@ -6,8 +6,10 @@
 use std::sync::Arc;
 
 use crate::agent::TurnEvent;
+use crate::batch::ToolUse;
 use crate::composition::Access;
-use crate::record::{AttemptStatus, Budget, RetryDecision, RunStatus};
+use crate::ledger::{CallOutcome, CallResult, RejectReason};
+use crate::record::{AttemptStatus, Budget, RetryDecision, RunStatus, TurnStatus};
 
 /// Something to tell the operator while the run goes.
 #[derive(Debug, Clone)]
@@ -69,26 +71,19 @@ impl Progress {
                 TurnEvent::Request { .. } => return None,
                 TurnEvent::Replay { turn, entry } => {
                     format!(
-                        "    turn {turn}: {} ({}), replaying the same request in {} ms",
-                        entry.cause, entry.provider_error_class, entry.wait_ms
+                        "    turn {turn}: {} ({}), replaying the same request in {}",
+                        entry.cause,
+                        entry.provider_error_class,
+                        ms_and_human(entry.wait_ms)
                     )
                 }
                 TurnEvent::Finished {
                     turn,
                     status,
-                    requested,
-                    rejected,
-                    executed,
-                } => {
-                    let status = status.as_str();
-                    if *requested == 0 {
-                        format!("    turn {turn}: {status}")
-                    } else {
-                        format!(
-                            "    turn {turn}: {status}; tools requested {requested}, rejected {rejected}, executed {executed}"
-                        )
-                    }
-                }
+                    calls,
+                    reason,
+                    ..
+                } => turn_line(*turn, *status, calls, reason.as_deref()),
             },
             Progress::AttemptFinished {
                 attempt,
@@ -106,8 +101,8 @@ impl Progress {
                     let rule = retry_rule.as_deref().unwrap_or("none");
                     let decision = match retry_decision {
                         RetryDecision::Scheduled => format!(
-                            "retry scheduled by rule {rule} after {} ms",
-                            wait_ms.unwrap_or(0)
+                            "retry scheduled by rule {rule} after {}",
+                            ms_and_human(wait_ms.unwrap_or(0))
                         ),
                         RetryDecision::Exhausted => format!("retry budget exhausted (rule {rule})"),
                         RetryDecision::Terminal => format!("not retried (rule {rule})"),
@@ -139,12 +134,177 @@ impl Progress {
     }
 }
 
+/// The most calls a turn line names; the rest are counted (`+3 more`).
+const CALLS_SHOWN: usize = 5;
+
+/// `    turn 2: completed; read_file src/lib.rs, list_files src`, or `    turn 3: failed: why`.
+fn turn_line(turn: u32, status: TurnStatus, calls: &[ToolUse], reason: Option<&str>) -> String {
+    let mut line = format!("    turn {turn}: {}", status.as_str());
+    if status != TurnStatus::Completed {
+        line.push_str(": ");
+        line.push_str(reason.unwrap_or("no reason recorded"));
+    }
+    if !calls.is_empty() {
+        let mut named: Vec<String> = calls.iter().take(CALLS_SHOWN).map(call_text).collect();
+        if calls.len() > CALLS_SHOWN {
+            named.push(format!("+{} more", calls.len() - CALLS_SHOWN));
+        }
+        line.push_str("; ");
+        line.push_str(&named.join(", "));
+    }
+    line
+}
+
+/// One call: `read_file src/lib.rs`, with why it did not run or what it returned instead of
+/// content (`write_file ../x (refused: ...)`, `read_file a.rs (tool error)`).
+fn call_text(call: &ToolUse) -> String {
+    let mut text = call.tool.clone();
+    if let Some(target) = &call.target {
+        text.push(' ');
+        text.push_str(target);
+    }
+    let note = match &call.outcome {
+        CallOutcome::Rejected { reason, .. } => Some(format!(
+            "rejected: {}",
+            match reason {
+                RejectReason::UnknownTool => "no such tool in this step",
+                RejectReason::InvalidArguments => "arguments are not JSON",
+                RejectReason::TruncatedArguments => "arguments cut short",
+                RejectReason::SchemaMismatch => "arguments do not meet the tool's schema",
+            }
+        )),
+        CallOutcome::Refused { detail } => Some(format!("refused: {detail}")),
+        CallOutcome::Executed {
+            result: Some(CallResult::Ok),
+        } => None,
+        CallOutcome::Executed {
+            result: Some(CallResult::ToolError),
+        } => Some("tool error".to_owned()),
+        CallOutcome::Executed {
+            result: Some(CallResult::Notice),
+        } => Some("re-read notice".to_owned()),
+        CallOutcome::Executed { result: None } => Some("no result recorded".to_owned()),
+    };
+    if let Some(note) = note {
+        text.push_str(&format!(" ({note})"));
+    }
+    text
+}
+
 /// A wait that remains, as a countdown shows it: seconds with tenths (`1.5 s`), rounded up, so a
-/// countdown never shows less than remains and a wait still running never reads `0.0 s`.
+/// countdown never shows less than remains and a wait still running never reads `0.0 s`. From a
+/// minute on, the whole seconds left in human units (`3m 05s`).
 pub fn countdown_text(remaining_ms: u64) -> String {
+    if remaining_ms >= 60_000 {
+        return human_duration(remaining_ms.div_ceil(1000) * 1000);
+    }
     let tenths = remaining_ms.div_ceil(100);
     format!("{}.{} s", tenths / 10, tenths % 10)
 }
 
+/// A duration as a person reads it, in its two largest units: `850 ms`, `4.2 s`, `16 s`,
+/// `3m 05s`, `3h 30m`, `2d 4h`. Truncated, never rounded up, so `59999` reads `59.9 s`, not a
+/// minute. The one duration wording of every operator text (progress, `run`, `runs`).
+pub fn human_duration(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (mins, hours, days) = (secs / 60, secs / 3600, secs / 86_400);
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if mins == 0 {
+        let tenths = (ms % 1000) / 100;
+        if tenths == 0 {
+            format!("{secs} s")
+        } else {
+            format!("{secs}.{tenths} s")
+        }
+    } else if hours == 0 {
+        format!("{mins}m {:02}s", secs % 60)
+    } else if days == 0 {
+        format!("{hours}h {:02}m", mins % 60)
+    } else {
+        format!("{days}d {}h", hours % 24)
+    }
+}
+
+/// The exact milliseconds, and the human form beside them when it says something more
+/// (`16000 ms (16 s)`, but `400 ms`).
+pub fn ms_and_human(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else {
+        format!("{ms} ms ({})", human_duration(ms))
+    }
+}
+
 /// Where progress goes. Called inline, so keep it quick.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue11_durations_read_in_human_units() {
+        assert_eq!(human_duration(0), "0 ms");
+        assert_eq!(human_duration(850), "850 ms");
+        assert_eq!(human_duration(4_250), "4.2 s");
+        assert_eq!(human_duration(16_000), "16 s");
+        assert_eq!(human_duration(59_999), "59.9 s");
+        assert_eq!(human_duration(185_000), "3m 05s");
+        assert_eq!(human_duration(12_600_000), "3h 30m");
+        assert_eq!(human_duration(187_200_000), "2d 4h");
+        assert_eq!(ms_and_human(400), "400 ms");
+        assert_eq!(ms_and_human(16_000), "16000 ms (16 s)");
+        assert_eq!(countdown_text(1_450), "1.5 s");
+        assert_eq!(countdown_text(184_001), "3m 05s");
+    }
+
+    fn call(tool: &str, target: Option<&str>, outcome: CallOutcome) -> ToolUse {
+        ToolUse {
+            tool: tool.to_owned(),
+            target: target.map(str::to_owned),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn issue11_a_turn_line_names_its_tools_and_why_one_did_not_run() {
+        let ok = CallOutcome::Executed {
+            result: Some(CallResult::Ok),
+        };
+        let calls = vec![
+            call("read_file", Some("src/lib.rs"), ok.clone()),
+            call("list_files", None, ok.clone()),
+            call(
+                "write_file",
+                Some("../x"),
+                CallOutcome::Refused {
+                    detail: "outside the workspace".into(),
+                },
+            ),
+            call(
+                "grep",
+                None,
+                CallOutcome::Rejected {
+                    reason: RejectReason::UnknownTool,
+                    detail: String::new(),
+                },
+            ),
+        ];
+        assert_eq!(
+            turn_line(2, TurnStatus::Completed, &calls, None),
+            "    turn 2: completed; read_file src/lib.rs, list_files, write_file ../x (refused: outside the workspace), grep (rejected: no such tool in this step)"
+        );
+        let many = vec![call("read_file", Some("a"), ok); 8];
+        assert!(turn_line(1, TurnStatus::Completed, &many, None).ends_with("read_file a, +3 more"));
+        assert_eq!(
+            turn_line(
+                3,
+                TurnStatus::Failed,
+                &[],
+                Some("HTTP 503 after 8 requests")
+            ),
+            "    turn 3: failed: HTTP 503 after 8 requests"
+        );
+    }
+}

@@ -978,3 +978,64 @@ async fn the_retry_after_no_progress_asks_for_the_answer_at_its_first_notice_stp
     let last = reqs.iter().rfind(|q| q.1 == 2).unwrap();
     assert!(last.4.contains("final answer now"), "{}", last.4);
 }
+
+/// Issue 11: the turn-finished event names each call's tool, target and outcome, with the
+/// model's text passed through the redactor (a path holding a terminal escape shows it escaped;
+/// an answer holding the key never gets that far, the boundary refuses it), and a failed turn
+/// carries its reason; the progress lines read the same data.
+#[tokio::test]
+async fn issue11_turn_events_name_tools_targets_and_a_failed_turns_reason() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      tool_calls:
+        - {id: c1, name: read_file, arguments: {path: "src/\e[2Jx.rs"}}
+        - {id: c2, name: search_text, arguments: {pattern: marker, path: src}}
+  - status: 400
+"#,
+    )
+    .await;
+    let r = run(&h, &read_only_composition(""), Options::fast()).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    let finished: Vec<&TurnEvent> = r
+        .events
+        .iter()
+        .filter_map(|p| match p {
+            Progress::Turn {
+                event: e @ TurnEvent::Finished { .. },
+                ..
+            } => Some(e),
+            _ => None,
+        })
+        .collect();
+    let [
+        TurnEvent::Finished {
+            calls,
+            reason: None,
+            ..
+        },
+        TurnEvent::Finished {
+            calls: no_calls,
+            reason: Some(reason),
+            ..
+        },
+    ] = finished.as_slice()
+    else {
+        panic!("two turns, the second failed with a reason: {finished:?}");
+    };
+    let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+    assert_eq!(names, ["read_file", "search_text"]);
+    let first = calls[0].target.as_deref().unwrap();
+    assert_eq!(first, "src/\\u{1b}[2Jx.rs");
+    assert_eq!(calls[1].target.as_deref(), Some("\"marker\" in src"));
+    assert!(no_calls.is_empty());
+    assert!(reason.contains("400"), "{reason}");
+    let lines: Vec<String> = r.events.iter().filter_map(Progress::describe).collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("    turn 2: failed: ") && l.contains("400")),
+        "{lines:#?}"
+    );
+    assert!(!lines.iter().any(|l| l.contains('\u{1b}')), "{lines:#?}");
+}

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{CliError, emit};
 use crate::home::Home;
+use crate::progress::ColorChoice;
 use crate::run::{conclude, execute, load_record, runtime};
 use crate::runs::{STORE_FILE_NAME, open_store, render_run};
 
@@ -62,7 +63,7 @@ const DEMO_ENV: [(&str, &str); 1] = [("DOCSFAB_RETRY_BASE_DELAY_MS", "500")];
 /// Any model name will do: the simulator answers in whatever model it is asked for.
 const DEMO_MODEL: &str = "demo-model";
 
-pub fn run() -> Result<(), CliError> {
+pub fn run(color: ColorChoice) -> Result<(), CliError> {
     // The embedded files are part of the binary; a problem with them is a build defect.
     let bug = |what: &str, e: &dyn std::fmt::Display| {
         CliError::failed(format!(
@@ -120,7 +121,7 @@ pub fn run() -> Result<(), CliError> {
             cancel: CancellationToken::new(),
             progress: None,
         };
-        let outcome = execute(config, &mut store).await;
+        let outcome = execute(config, &mut store, color).await;
         server.shutdown().await;
         outcome
     })?;

@@ -12,6 +12,7 @@ use clap::Args;
 use docsfab_policy::catalog::{EffectiveLimits, Limit};
 use docsfab_policy::envelope::RetryEnvelope;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
+use docsfab_runtime::progress::human_duration;
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
@@ -264,13 +265,15 @@ fn to_text(r: &Report) -> String {
                 c.provider,
             ));
             line(format!(
-                "Attempt timer: {}ms (composition limits.timeoutMs)",
-                r.timer_ms
+                "Attempt timer: {}ms = {} (composition limits.timeoutMs)",
+                r.timer_ms,
+                human_duration(r.timer_ms)
             ));
         }
         None => line(format!(
-            "Attempt timer: {}ms (default; pass --composition FILE to use its limits.timeoutMs)",
-            r.timer_ms
+            "Attempt timer: {}ms = {} (default; pass --composition FILE to use its limits.timeoutMs)",
+            r.timer_ms,
+            human_duration(r.timer_ms)
         )),
     }
     line("Limits:".to_string());
@@ -297,6 +300,15 @@ fn to_text(r: &Report) -> String {
     }
     line(transport_line(l));
     line(envelope_line(&r.envelope));
+    // The envelope line is fixed byte for byte; its times read in human units on the next line.
+    let e = &r.envelope;
+    line(format!(
+        "  = contract {}, transport {}, total {}; deadline {}",
+        human_duration(e.contract_ms),
+        human_duration(e.transport_ms),
+        human_duration(e.total_ms),
+        human_duration(e.deadline_ms)
+    ));
     for w in &r.warnings {
         line(format!("warning: {w}"));
     }

@@ -27,6 +27,10 @@ use crate::error::CliError;
 struct Cli {
     #[command(subcommand)]
     command: Commands,
+    /// When to colour the output: auto (on a terminal whose TERM is not dumb, unless NO_COLOR is
+    /// set), always, or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = progress::ColorChoice::Auto)]
+    color: progress::ColorChoice,
 }
 
 #[derive(Debug, Subcommand)]
@@ -61,9 +65,9 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args),
-        Commands::Run(args) => run::run(&args),
+        Commands::Run(args) => run::run(&args, cli.color),
         Commands::Runs(args) => runs::run(&args),
-        Commands::Demo => demo::run(),
+        Commands::Demo => demo::run(cli.color),
         Commands::Sim(args) => sim::run(&args),
         Commands::Route(args) => route_command::run(&args),
         Commands::Completions { shell } => completions(shell),

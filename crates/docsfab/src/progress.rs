@@ -6,14 +6,129 @@
 //! far and a live countdown during any wait. When stderr is not a terminal (a pipe, a CI log)
 //! there is no status line, only the plain lines, and a step backoff is announced once rather
 //! than once a second.
+//!
+//! Colour ([`ColorChoice`], the global `--color` flag) only adds escape sequences around the
+//! same text: with colour off (a pipe, `NO_COLOR`, `--color never`) every byte is as before. The
+//! `run ID` line is left out when stdout, which already begins with the id, is the same
+//! terminal: a person would read the id twice, and a pipe still gets it on both streams.
 
+use std::ffi::OsStr;
 use std::io::{IsTerminal as _, Write as _};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use anstyle::{AnsiColor, Effects, Style};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::{Progress, countdown_text};
+use docsfab_runtime::record::{AttemptStatus, RunStatus, TurnStatus};
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// `--color`: when docsfab colours its output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal whose TERM is not `dumb`, unless NO_COLOR is set (to anything non-empty).
+    #[default]
+    Auto,
+    /// Always, even into a pipe or a file, and whatever NO_COLOR says.
+    Always,
+    /// Never.
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether a stream gets colour. `no_color` and `term` are the variables' values; NO_COLOR
+    /// counts only when non-empty (no-color.org), and an explicit `--color always` outranks it.
+    pub fn enabled(
+        self,
+        is_terminal: bool,
+        term: Option<&OsStr>,
+        no_color: Option<&OsStr>,
+    ) -> bool {
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                is_terminal
+                    && term.is_none_or(|t| t != "dumb")
+                    && no_color.is_none_or(OsStr::is_empty)
+            }
+        }
+    }
+
+    /// [`ColorChoice::enabled`] for this process's environment.
+    pub fn for_stream(self, is_terminal: bool) -> bool {
+        self.enabled(
+            is_terminal,
+            std::env::var_os("TERM").as_deref(),
+            std::env::var_os("NO_COLOR").as_deref(),
+        )
+    }
+}
+
+const GREEN: Style = AnsiColor::Green.on_default();
+const RED: Style = AnsiColor::Red.on_default();
+const YELLOW: Style = AnsiColor::Yellow.on_default();
+const DIM: Style = Style::new().effects(Effects::DIMMED);
+
+/// `text` wrapped in `style`, or as it is when colour is off.
+pub fn paint(on: bool, style: Style, text: &str) -> String {
+    if on {
+        format!("{style}{text}{style:#}")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// The colour of a status word: green done, red failed, yellow stopped short.
+pub fn status_style(status: &str) -> Style {
+    match status {
+        "succeeded" | "completed" => GREEN,
+        "failed" | "interrupted" => RED,
+        _ => YELLOW,
+    }
+}
+
+/// The colour of one progress line: the outcome of a step, an attempt or a failed turn by its
+/// status, waits (replays, backoffs) dimmed. `None` leaves the line plain.
+fn line_style(p: &Progress) -> Option<Style> {
+    match p {
+        Progress::StepFinished { status, .. } => Some(match status {
+            RunStatus::Succeeded => GREEN,
+            RunStatus::Failed | RunStatus::Interrupted => RED,
+            _ => YELLOW,
+        }),
+        Progress::AttemptFinished { status, .. } => Some(match status {
+            AttemptStatus::Succeeded => GREEN,
+            AttemptStatus::Cancelled => YELLOW,
+            _ => RED,
+        }),
+        Progress::Turn { event, .. } => match event {
+            TurnEvent::Replay { .. } => Some(DIM),
+            TurnEvent::Finished { status, .. } if *status != TurnStatus::Completed => Some(RED),
+            _ => None,
+        },
+        Progress::Backoff { .. } => Some(DIM),
+        _ => None,
+    }
+}
+
+/// Whether stdout and stderr are one and the same terminal (the same open device), so a line
+/// written to both is seen twice.
+pub fn stdout_is_stderr_terminal() -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    if !out.is_terminal() || !err.is_terminal() {
+        return false;
+    }
+    let meta = |fd: std::os::fd::BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|f| f.metadata())
+            .map(|m| (m.dev(), m.ino(), m.rdev()))
+    };
+    matches!((meta(out.as_fd()), meta(err.as_fd())), (Ok(a), Ok(b)) if a == b)
+}
 
 /// Where the run currently is, for the status line.
 #[derive(Debug, Default)]
@@ -36,11 +151,15 @@ struct State {
 pub struct Reporter {
     bar: Option<ProgressBar>,
     state: Mutex<State>,
+    /// Colour the lines on stderr.
+    colour: bool,
+    /// Leave out the `run ID` line (stdout shows the id on the same terminal).
+    quiet_run_id: bool,
 }
 
 impl Reporter {
-    /// A status line when stderr is a terminal, plain lines otherwise.
-    pub fn for_stderr() -> Arc<Reporter> {
+    /// A status line when stderr is a terminal, plain lines otherwise; `color` decides colour.
+    pub fn for_stderr(color: ColorChoice) -> Arc<Reporter> {
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new_spinner();
             if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
@@ -53,6 +172,8 @@ impl Reporter {
         let reporter = Arc::new(Reporter {
             bar,
             state: Mutex::new(State::default()),
+            colour: color.for_stream(std::io::stderr().is_terminal()),
+            quiet_run_id: stdout_is_stderr_terminal(),
         });
         if reporter.bar.is_some() {
             // The steady tick only redraws; this thread recomputes the countdown text.
@@ -104,7 +225,7 @@ impl Reporter {
         {
             let mut s = self.state();
             match p {
-                Progress::RunStarted { .. } => {}
+                Progress::RunStarted { .. } => print = !self.quiet_run_id,
                 Progress::StepStarted { step_id, .. } => {
                     s.step = Some(step_id.clone());
                     s.attempt = 0;
@@ -158,7 +279,10 @@ impl Reporter {
             }
         }
         if print && let Some(text) = p.describe() {
-            self.line(&text);
+            match line_style(p) {
+                Some(style) => self.line(&paint(self.colour, style, &text)),
+                None => self.line(&text),
+            }
         }
         self.refresh();
     }
@@ -221,6 +345,24 @@ fn status_text(s: &State, now: Instant) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue11_colour_honours_the_flag_no_color_and_a_dumb_terminal() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        let auto = ColorChoice::Auto;
+        assert!(auto.enabled(true, os("xterm-256color"), None));
+        assert!(
+            auto.enabled(true, None, os("")),
+            "an empty NO_COLOR is unset"
+        );
+        assert!(!auto.enabled(true, os("xterm"), os("1")));
+        assert!(!auto.enabled(true, os("dumb"), None));
+        assert!(!auto.enabled(false, os("xterm"), None));
+        assert!(ColorChoice::Always.enabled(false, os("dumb"), os("1")));
+        assert!(!ColorChoice::Never.enabled(true, os("xterm"), None));
+        assert_eq!(paint(false, RED, "failed"), "failed");
+        assert_eq!(paint(true, RED, "failed"), "\u{1b}[31mfailed\u{1b}[0m");
+    }
 
     #[test]
     fn the_status_line_names_step_attempt_turn_replays_and_the_countdown() {

@@ -5,7 +5,8 @@
 //! run store is opened, so bad input (exit 2) leaves nothing behind. Then the run: the first line
 //! on stdout is the run id alone, printed and flushed the moment the run exists in the store, so
 //! a script can follow it with `docsfab runs show ID` even while it runs. Progress goes to
-//! stderr. SIGINT and SIGTERM cancel the run through its cancellation token: every wait stops at
+//! stderr. The summary at the end names the files the run wrote and the commands that show the
+//! rest (`runs show`, `runs diff`). SIGINT and SIGTERM cancel the run through its cancellation token: every wait stops at
 //! once, the run is recorded `cancelled` and the exit code is 130. A second signal exits at once
 //! (the run is then found `interrupted` by the next command that opens the store).
 //!
@@ -16,16 +17,18 @@
 //! would undo each other's work, and waiting silently behind a run that may take an hour helps
 //! nobody. Read-only runs take no lock and may run beside anything.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use docsfab_provider::ApiKey;
+use docsfab_runtime::composition::Access;
 use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunError, RunOutcome, run_composition,
 };
+use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{RunRecord, RunStatus};
 use docsfab_runtime::store::{RunStore, StoreError};
 use docsfab_runtime::workspace::Workspace;
@@ -33,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{CliError, emit};
 use crate::home::{Selected, validate_run_inputs};
-use crate::progress::Reporter;
+use crate::progress::{ColorChoice, Reporter, paint, status_style};
 use crate::runs::{STORE_FILE_NAME, open_store, to_json};
 
 #[derive(Debug, Args)]
@@ -50,17 +53,18 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-pub fn run(args: &RunArgs) -> Result<(), CliError> {
+pub fn run(args: &RunArgs, color: ColorChoice) -> Result<(), CliError> {
     let (config, store_path) = prepare(args)?;
     let _workspace_lock = lock_workspace(&config)?;
     let mut store = open_store(&store_path)?;
     let started = Instant::now();
-    let outcome = runtime()?.block_on(execute(config, &mut store))?;
+    let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
     let record = load_record(&store, &store_path, &outcome.run_id)?;
     if args.json {
         emit(&format!("{}\n", to_json(&record)?))?;
     } else {
-        emit(&summary(&record, started.elapsed()))?;
+        let colour = color.for_stream(std::io::stdout().is_terminal());
+        emit(&summary(&record, started.elapsed(), colour))?;
     }
     conclude(&outcome, &record)
 }
@@ -122,7 +126,6 @@ fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
 /// For a composition with a write step: the workspace directory, opened and exclusively locked
 /// until the returned file is dropped (the process ends). `None` for a read-only composition.
 pub fn lock_workspace(config: &RunConfig) -> Result<Option<std::fs::File>, CliError> {
-    use docsfab_runtime::composition::Access;
     if !config
         .composition
         .steps
@@ -169,10 +172,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::failed(format!("cannot start the async runtime ({e}).")))
 }
 
-/// Runs `config` with progress on stderr, the run id first on stdout, and SIGINT/SIGTERM wired
-/// to its cancellation token. `config.progress` is replaced.
-pub async fn execute(mut config: RunConfig, store: &mut RunStore) -> Result<RunOutcome, CliError> {
-    let reporter = Reporter::for_stderr();
+/// Runs `config` with progress on stderr (coloured as `color` says), the run id first on stdout,
+/// and SIGINT/SIGTERM wired to its cancellation token. `config.progress` is replaced.
+pub async fn execute(
+    mut config: RunConfig,
+    store: &mut RunStore,
+    color: ColorChoice,
+) -> Result<RunOutcome, CliError> {
+    let reporter = Reporter::for_stderr(color);
     let signals = watch_signals(config.cancel.clone(), Arc::clone(&reporter))?;
     let sink_reporter = Arc::clone(&reporter);
     config.progress = Some(Arc::new(move |p: &Progress| {
@@ -246,13 +253,26 @@ pub fn load_record(store: &RunStore, path: &Path, run_id: &str) -> Result<RunRec
     }
 }
 
-/// A few lines after the id: each step's status, its attempts by budget and its replays.
-pub fn summary(r: &RunRecord, elapsed: Duration) -> String {
+/// The files the run wrote, as the summary names them (`docs/overview.md (1.2 KiB)`), in the
+/// order they were first written.
+// TODO(h11-diff): read each attempt's `filesWritten[]` once the record has it (h11-diff adds it);
+// until the lead wires it at merge, the record names no written file and this list is empty.
+fn files_written(_record: &RunRecord) -> Vec<String> {
+    Vec::new()
+}
+
+/// The most written files the summary names; `runs diff --stat` lists them all.
+const FILES_NAMED: usize = 10;
+
+/// A few lines after the id: each step's status, its attempts by budget and its replays, the
+/// files written, and where to look further. `colour` paints the status words.
+pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
+    let status = r.status.as_str();
     let mut out = format!(
-        "Run {} {} in {:.1} s (composition {})\n",
+        "Run {} {} in {} (composition {})\n",
         r.run_id,
-        r.status.as_str(),
-        elapsed.as_secs_f64(),
+        paint(colour, status_style(status), status),
+        human_duration(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
         r.composition
     );
     for s in &r.steps {
@@ -267,7 +287,7 @@ pub fn summary(r: &RunRecord, elapsed: Duration) -> String {
             "  {} ({}): {}; {} attempt{} ({}), {} in-turn replay{}\n",
             s.step_id,
             s.access.as_str(),
-            s.status.as_str(),
+            paint(colour, status_style(s.status.as_str()), s.status.as_str()),
             s.attempts.len(),
             if s.attempts.len() == 1 { "" } else { "s" },
             budgets.join(", "),
@@ -279,10 +299,24 @@ pub fn summary(r: &RunRecord, elapsed: Duration) -> String {
             out.push_str(&format!("    what to do: {}\n", f.remediation.trim()));
         }
     }
+    let files = files_written(r);
+    if !files.is_empty() {
+        let mut named = files.iter().take(FILES_NAMED).cloned().collect::<Vec<_>>();
+        if files.len() > FILES_NAMED {
+            named.push(format!("+{} more", files.len() - FILES_NAMED));
+        }
+        out.push_str(&format!("Files written: {}\n", named.join(", ")));
+    }
     out.push_str(&format!(
         "Every attempt, turn and retry decision: docsfab runs show {}\n",
         r.run_id
     ));
+    if r.steps.iter().any(|s| s.access == Access::Write) {
+        out.push_str(&format!(
+            "What it wrote, as a diff: docsfab runs diff {}\n",
+            r.run_id
+        ));
+    }
     out
 }
 

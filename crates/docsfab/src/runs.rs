@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
+use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{AttemptRecord, RunRecord, StepRecord, TurnRecord};
 use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
@@ -181,23 +182,6 @@ fn render_list(runs: &[RunListing]) -> String {
     out
 }
 
-/// A duration in the two largest human units: `850ms`, `42s`, `3m 12s`, `2h 05m`, `3d 04h`.
-fn human_duration(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (m, h, d) = (secs / 60, secs / 3600, secs / 86_400);
-    if secs == 0 {
-        format!("{ms}ms")
-    } else if m == 0 {
-        format!("{secs}s")
-    } else if h == 0 {
-        format!("{m}m {:02}s", secs % 60)
-    } else if d == 0 {
-        format!("{h}h {:02}m", m % 60)
-    } else {
-        format!("{d}d {:02}h", h % 24)
-    }
-}
-
 fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
     let unknown = || {
         CliError::bad_input(format!(
@@ -280,13 +264,13 @@ fn render_step(out: &mut String, s: &StepRecord) {
     let t = &s.transport_retry;
     let _ = writeln!(
         out,
-        "  maxRetries: configured {}, effective {}; transport budget: {} retries, wait <= {} ms, elapsed <= {} ms, base {} ms",
+        "  maxRetries: configured {}, effective {}; transport budget: {} retries, wait <= {}, elapsed <= {}, base {}",
         s.configured_max_retries,
         s.effective_max_retries,
         t.max_transport_retries,
-        t.transport_max_delay_ms,
-        t.transport_max_elapsed_ms,
-        t.base_delay_ms
+        human_duration(t.transport_max_delay_ms),
+        human_duration(t.transport_max_elapsed_ms),
+        human_duration(t.base_delay_ms)
     );
     for a in &s.attempts {
         render_attempt(out, a);
@@ -319,11 +303,11 @@ fn render_step(out: &mut String, s: &StepRecord) {
 fn render_attempt(out: &mut String, a: &AttemptRecord) {
     let _ = writeln!(
         out,
-        "  Attempt {} ({} budget): {}, {} ms, tokens in {} / out {}",
+        "  Attempt {} ({} budget): {}, {}, tokens in {} / out {}",
         a.attempt,
         a.budget.as_str(),
         a.status.as_str(),
-        a.duration_ms,
+        human_duration(a.duration_ms),
         a.usage.input_tokens,
         a.usage.output_tokens
     );
@@ -337,7 +321,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
             or_dash(a.provider_error_class.map(|c| c.as_str())),
             or_dash(a.http_status),
             a.retry_after_ms
-                .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
+                .map_or_else(|| "-".to_owned(), human_duration),
             a.timeout_kind
                 .map(|k| format!(", timeout {}", name_of(&k)))
                 .unwrap_or_default(),
@@ -352,7 +336,7 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
         "    retry decision: {} (retryDecision {decision}{})",
         a.retry_rule.as_deref().unwrap_or("none"),
         a.wait_ms
-            .map(|w| format!(", next attempt after {w} ms"))
+            .map(|w| format!(", next attempt after {}", human_duration(w)))
             .unwrap_or_default()
     );
     if let Some(ws) = &a.write_settlement {
@@ -409,13 +393,13 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
     for (i, r) in t.replays.iter().enumerate() {
         let _ = writeln!(
             out,
-            "      replay {}: {} ({}), waited {} ms{}",
+            "      replay {}: {} ({}), waited {}{}",
             i + 1,
             r.cause,
             r.provider_error_class.as_str(),
-            r.wait_ms,
+            human_duration(r.wait_ms),
             r.retry_after_ms
-                .map(|ms| format!(", Retry-After {ms} ms"))
+                .map(|ms| format!(", Retry-After {}", human_duration(ms)))
                 .unwrap_or_default()
         );
     }
@@ -427,16 +411,6 @@ mod tests {
 
     /// Issue 9, finding 2: a record stored before provider text was redacted still prints as
     /// one line without terminal escapes.
-    #[test]
-    fn hardening_runs_list_duration_is_in_human_units() {
-        assert_eq!(human_duration(0), "0ms");
-        assert_eq!(human_duration(850), "850ms");
-        assert_eq!(human_duration(42_300), "42s");
-        assert_eq!(human_duration(192_000), "3m 12s");
-        assert_eq!(human_duration(7_500_000), "2h 05m");
-        assert_eq!(human_duration(273_600_000), "3d 04h");
-    }
-
     #[test]
     fn hardening_terminal_an_old_record_message_is_shown_escaped() {
         assert_eq!(

@@ -58,7 +58,7 @@ fn start_writer(s: &Setup) -> (Child, String, Lines) {
     assert!(looks_like_run_id(&id), "{id:?}");
     let mut lines = Lines::new(child.stderr.take().unwrap());
     lines.wait_for(
-        "turn 1: completed; tools requested 2, rejected 0, executed 2",
+        "turn 1: completed; write_file docs/new.md, write_file docs/old.md",
         Duration::from_secs(30),
     );
     (child, id, lines)
