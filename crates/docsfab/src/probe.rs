@@ -197,10 +197,15 @@ impl ProbeReport {
             Verdict::Unreachable => "unreachable".to_string(),
             Verdict::Failed => "the provider failed the request".to_string(),
         };
-        let fault = match &self.fault {
-            Some((label, class)) => format!(", {label} ({class})"),
-            None => String::new(),
+        // A status already says what came back; a failure without one is named by its label.
+        let mut fault = match (&self.fault, self.http_status) {
+            (Some((label, class)), None) => format!("; {label}, class {class}"),
+            (Some((_, class)), Some(_)) => format!("; class {class}"),
+            (None, _) => String::new(),
         };
+        if let Some(ms) = self.retry_after_ms {
+            fault.push_str(&format!("; retry after {ms} ms"));
+        }
         vec![
             format!(
                 "Probe: provider {} api={} host={} model={} (1 request, never replayed)",

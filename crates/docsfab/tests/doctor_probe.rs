@@ -148,10 +148,14 @@ fn issue11_doctor_reports_each_provider_host_resolution() {
 /// `doctor --probe --json` against a simulator answering with `scenario`: the output, the
 /// parsed report, and how many requests the simulator saw.
 fn probe_against(scenario: &str, extra: &[&str]) -> (Output, Value, usize) {
+    probe_api("openai-chat", scenario, extra)
+}
+
+fn probe_api(api: &str, scenario: &str, extra: &[&str]) -> (Output, Value, usize) {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("requests.jsonl");
     let sim = Sim::start_logging(dir.path(), scenario, &log);
-    let s = Setup::new(&sim.base_url, "");
+    let s = Setup::with_api(api, &sim.base_url, "");
     let out = s
         .docsfab()
         .args(["doctor", "--probe", "--json"])
@@ -250,6 +254,12 @@ fn issue11_probe_429_is_reachable_but_throttled_exit_0_never_replayed() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(v["probe"]["result"], "throttled");
     assert_eq!(v["probe"]["retryAfterMs"], 2000);
+    assert!(
+        v["probe"]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("HTTP 429")
+    );
     assert_eq!(
         requests, 1,
         "a 429 is replayed by a run, never by the probe"
@@ -278,6 +288,17 @@ fn issue11_probe_refused_port_is_unreachable_exit_1() {
         "{}",
         text(&out.stderr)
     );
+    let out = s.docsfab().args(["doctor", "--probe"]).output().unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout.contains("; connect-refused, class network) round trip "),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .ends_with("Configuration is valid, but the probe failed (see the error on stderr).\n")
+    );
 }
 
 #[test]
@@ -294,4 +315,29 @@ fn issue11_probe_of_an_undefined_provider_is_refused() {
         "{}",
         text(&out.stderr)
     );
+}
+
+// The Anthropic API: an answer passes, and the simulator's default 404 body (`not_found_error`,
+// what Anthropic sends for an unknown model) is a missing model.
+#[test]
+fn issue11_probe_anthropic_answer_and_unknown_model() {
+    let (out, v, requests) = probe_api(
+        "anthropic-messages",
+        "responses:\n  - answer: {text: pong}\n",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(v["probe"]["api"], "anthropic-messages");
+    assert_eq!(v["probe"]["result"], "answered");
+    assert_eq!(requests, 1);
+
+    let (out, v, requests) = probe_api("anthropic-messages", "responses:\n  - status: 404\n", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(v["probe"]["result"], "no-such-model");
+    assert!(
+        text(&out.stderr).contains("error type not_found_error"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(requests, 1);
 }
