@@ -68,10 +68,15 @@ impl ProviderFailure {
     /// [`Self::from_error_event`]; given here they are `unknown`.
     pub fn from_fault(fault: FaultKind) -> Self {
         let class = match fault {
-            FaultKind::ConnectRefused | FaultKind::ConnectionDropped | FaultKind::BodyCut => {
-                ProviderErrorClass::Network
-            }
-            FaultKind::RequestTimeout => ProviderErrorClass::Timeout,
+            FaultKind::ConnectRefused
+            | FaultKind::ConnectionDropped
+            | FaultKind::BodyCut
+            | FaultKind::Dns
+            | FaultKind::Tls
+            | FaultKind::Reset => ProviderErrorClass::Network,
+            // A connect timeout was recorded as a request timeout before it had its own label;
+            // it keeps that class, so the budgets that judge it are unchanged.
+            FaultKind::RequestTimeout | FaultKind::ConnectTimeout => ProviderErrorClass::Timeout,
             FaultKind::StreamIncomplete => ProviderErrorClass::StreamIncomplete,
             FaultKind::ContentFilter => ProviderErrorClass::ContentFilter,
             FaultKind::HttpStatus | FaultKind::ErrorEvent => ProviderErrorClass::Unknown,

@@ -64,6 +64,22 @@ fn faults_map_to_classes_cls_1() {
     );
 }
 
+// Proves CLS-1 for the finer labels of issue 11: each keeps the class (and so the retry
+// decision) the coarser label it replaces had.
+#[test]
+fn issue11_fine_fault_labels_keep_their_classes_cls_1() {
+    for (fault, class) in [
+        (FaultKind::Dns, C::Network),
+        (FaultKind::Tls, C::Network),
+        (FaultKind::Reset, C::Network),
+        (FaultKind::ConnectTimeout, C::Timeout),
+    ] {
+        let failure = ProviderFailure::from_fault(fault);
+        assert_eq!(failure.class, class, "{fault:?}");
+        assert!(failure.is_transport_retryable(), "{fault:?}");
+    }
+}
+
 // Proves REP-2, REP-3.
 #[test]
 fn replayable_statuses_are_408_425_429_and_5xx_rep_2_rep_3() {

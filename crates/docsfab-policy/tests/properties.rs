@@ -26,6 +26,10 @@ fn provider_failure() -> impl Strategy<Value = ProviderFailure> {
         Just(FaultKind::BodyCut),
         Just(FaultKind::StreamIncomplete),
         Just(FaultKind::ContentFilter),
+        Just(FaultKind::Dns),
+        Just(FaultKind::ConnectTimeout),
+        Just(FaultKind::Tls),
+        Just(FaultKind::Reset),
     ];
     let class = prop::sample::select(ProviderErrorClass::ALL.to_vec());
     prop_oneof![

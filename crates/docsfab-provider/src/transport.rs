@@ -340,25 +340,96 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// A request that got no response head: refused, dropped, reset or timed out.
+/// A request that got no response head: its fault label (see [`before_head_fault`]) and what
+/// the client said.
 fn before_head_failure(e: &reqwest::Error) -> TransportFailure {
-    let (fault, what) = if e.is_timeout() {
-        (
-            FaultKind::RequestTimeout,
-            "timed out before a response head arrived",
-        )
-    } else if e.is_connect() {
-        (FaultKind::ConnectRefused, "could not connect")
-    } else {
-        (
-            FaultKind::ConnectionDropped,
-            "the connection was dropped before a response head arrived",
-        )
+    let fault = before_head_fault(e.is_timeout(), e.is_connect(), e);
+    let what = match fault {
+        FaultKind::Dns => "the provider's host name did not resolve",
+        FaultKind::ConnectTimeout => "the connection was not made within the connect timeout",
+        FaultKind::RequestTimeout => "timed out before a response head arrived",
+        FaultKind::Tls => "the TLS handshake failed",
+        FaultKind::Reset => "the connection was reset before a response head arrived",
+        FaultKind::ConnectRefused => "could not connect",
+        _ => "the connection was dropped before a response head arrived",
     };
     TransportFailure::new(
         ProviderFailure::from_fault(fault),
         format!("{what}: {}", chain(e)),
     )
+}
+
+/// The label of a failure before any response head, from reqwest's two flags and the error's
+/// source chain (reqwest -> hyper-util -> io::Error / rustls). Only the label is decided here:
+/// its class follows from it, so a finer label never changes a retry decision.
+///
+/// The chain is matched on types where they are public (io::Error kinds, rustls::Error) and on
+/// hyper-util's fixed `dns error` wording (its connect error type is private) or the resolver's
+/// `failed to lookup address information` prefix (std's getaddrinfo error).
+pub(crate) fn before_head_fault(
+    timed_out: bool,
+    connecting: bool,
+    e: &(dyn std::error::Error + 'static),
+) -> FaultKind {
+    let causes = causes(e);
+    let dns = causes.iter().any(|c| {
+        let text = c.to_string();
+        text == "dns error"
+            || text.starts_with("failed to lookup address information")
+            || text.starts_with("error resolving DNS")
+    });
+    let tls = causes.iter().any(|c| c.is::<rustls::Error>());
+    let io_kind = |kinds: &[std::io::ErrorKind]| {
+        causes.iter().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| kinds.contains(&io.kind()))
+        })
+    };
+    use std::io::ErrorKind as K;
+    if timed_out {
+        return if connecting {
+            FaultKind::ConnectTimeout
+        } else {
+            FaultKind::RequestTimeout
+        };
+    }
+    if dns {
+        FaultKind::Dns
+    } else if tls {
+        FaultKind::Tls
+    } else if io_kind(&[K::ConnectionRefused]) {
+        FaultKind::ConnectRefused
+    } else if io_kind(&[K::ConnectionReset, K::BrokenPipe]) {
+        FaultKind::Reset
+    } else if connecting {
+        FaultKind::ConnectRefused
+    } else {
+        FaultKind::ConnectionDropped
+    }
+}
+
+/// `e` and every error beneath it. An io::Error's `source()` skips the error it wraps, so the
+/// wrapped one (a rustls error inside, say) is visited through `get_ref` as well.
+fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Vec<&'a (dyn std::error::Error + 'static)> {
+    let mut out = Vec::new();
+    let mut next = Some(e);
+    while let Some(c) = next {
+        out.push(c);
+        next = match c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
+        // A chain is short; the bound only guards against a cycle.
+        if out.len() > 32 {
+            break;
+        }
+    }
+    out
 }
 
 /// A non-2xx response. The status decides the class (REP-4): the body is read only for a
@@ -487,5 +558,72 @@ mod tests {
             HttpTransport::new(HttpConfig::new(Api::OpenaiChat, "not a url", None)),
             Err(TransportBuildError::BadUrl(_))
         ));
+    }
+
+    /// An io::Error as std's resolver returns it, under hyper-util's `dns error` wrapper.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, std::io::Error);
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
+
+    #[test]
+    fn issue11_a_resolver_failure_is_labelled_dns() {
+        let gai = std::io::Error::other(
+            "failed to lookup address information: Name or service not known",
+        );
+        assert_eq!(
+            before_head_fault(false, true, &Wrapped("dns error", gai)),
+            FaultKind::Dns
+        );
+        let again = std::io::Error::other(
+            "failed to lookup address information: Temporary failure in name resolution",
+        );
+        assert_eq!(before_head_fault(false, true, &again), FaultKind::Dns);
+    }
+
+    #[test]
+    fn issue11_io_kinds_and_rustls_pick_their_labels() {
+        use std::io::{Error, ErrorKind};
+        let refused = Wrapped("tcp connect error", ErrorKind::ConnectionRefused.into());
+        assert_eq!(
+            before_head_fault(false, true, &refused),
+            FaultKind::ConnectRefused
+        );
+        let reset: Error = ErrorKind::ConnectionReset.into();
+        assert_eq!(before_head_fault(false, false, &reset), FaultKind::Reset);
+        let pipe: Error = ErrorKind::BrokenPipe.into();
+        assert_eq!(before_head_fault(false, false, &pipe), FaultKind::Reset);
+        // rustls' error sits inside two io::Errors, as hyper-rustls hands it up.
+        let tls = Error::other(Error::new(
+            ErrorKind::InvalidData,
+            rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType),
+        ));
+        assert_eq!(before_head_fault(false, true, &tls), FaultKind::Tls);
+        let unreachable: Error = ErrorKind::HostUnreachable.into();
+        assert_eq!(
+            before_head_fault(false, true, &unreachable),
+            FaultKind::ConnectRefused
+        );
+        let closed = Error::other("connection closed before message completed");
+        assert_eq!(
+            before_head_fault(false, false, &closed),
+            FaultKind::ConnectionDropped
+        );
+        assert_eq!(
+            before_head_fault(true, true, &closed),
+            FaultKind::ConnectTimeout
+        );
+        assert_eq!(
+            before_head_fault(true, false, &closed),
+            FaultKind::RequestTimeout
+        );
     }
 }

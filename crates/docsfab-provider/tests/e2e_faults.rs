@@ -248,16 +248,100 @@ both_apis!(drop_before_head_is_replayed_rep_2_cls_1, |api| {
 });
 
 // Proves REP-2, CLS-1.
+// The RST is labelled `reset` (issue 11), with the class a dropped connection has.
 both_apis!(reset_before_head_is_replayed_rep_2_cls_1, |api| {
     let (r, srv) = turn(api, vec![Act::Reset, answer(api)]).await;
     replayed_then_answered(
         api,
         &r,
         &srv,
-        ReplayCause::Fault(FaultKind::ConnectionDropped),
+        ReplayCause::Fault(FaultKind::Reset),
         ProviderErrorClass::Network,
     );
 });
+
+/// Every replay of a turn that ended without an answer carries `fault` and `class`, and the
+/// turn used all `attempts`.
+fn every_replay_was(r: &TurnResult, attempts: u32, fault: FaultKind, class: ProviderErrorClass) {
+    assert_eq!(r.record.status, TurnStatus::Failed, "{:?}", r.record);
+    assert_eq!(r.record.requests, attempts, "{:?}", r.record);
+    assert_eq!(r.record.replays.len() as u32, attempts - 1);
+    for e in &r.record.replays {
+        assert_eq!(e.cause, ReplayCause::Fault(fault), "{:?}", r.record);
+        assert_eq!(e.provider_error_class, class);
+    }
+    let f = r.record.failure.expect("failure");
+    assert_eq!((f.fault, f.class), (fault, class));
+}
+
+// Proves CLS-1 for the `tls` label (issue 11): an https:// base URL at a plain-HTTP server fails
+// the handshake; the class stays network, so the turn is replayed as before.
+both_apis!(issue11_tls_handshake_failure_is_labelled_tls_cls_1, |api| {
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = plain.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        while let Ok((mut s, _)) = plain.accept().await {
+            // Plain HTTP where a TLS ServerHello is expected.
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    let limits = ReplayLimits {
+        max_attempts_per_turn: 2,
+        ..limits()
+    };
+    let r = turn_at(api, format!("https://{addr}/v1"), limits).await;
+    server.abort();
+    every_replay_was(&r, 2, FaultKind::Tls, ProviderErrorClass::Network);
+});
+
+// Proves CLS-1 for the `connect-timeout` label (issue 11). A listener whose accept queue is full
+// drops further SYNs, so a connect to it hangs until the client's connect timeout; the class is
+// timeout, as it was when this was labelled request-timeout.
+both_apis!(
+    issue11_connect_timeout_is_labelled_connect_timeout_cls_1,
+    |api| {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+        let addr = socket.local_addr().expect("addr");
+        let listener = socket.listen(0).expect("listen");
+        // Fill the accept queue: connect until a connect no longer completes.
+        let mut held = Vec::new();
+        for _ in 0..8 {
+            match tokio::time::timeout(
+                Duration::from_millis(300),
+                tokio::net::TcpStream::connect(addr),
+            )
+            .await
+            {
+                Ok(Ok(s)) => held.push(s),
+                _ => break,
+            }
+        }
+        let t = HttpTransport::new(HttpConfig {
+            connect_timeout: Duration::from_millis(200),
+            read_timeout: Duration::from_secs(5),
+            ..HttpConfig::new(api, format!("http://{addr}/v1"), Some(ApiKey::new(KEY)))
+        })
+        .expect("transport");
+        let limits = ReplayLimits {
+            max_attempts_per_turn: 2,
+            ..limits()
+        };
+        let r = run_turn(&t, &limits, &payload(api), &CancellationToken::new(), None).await;
+        drop((held, listener));
+        every_replay_was(
+            &r,
+            2,
+            FaultKind::ConnectTimeout,
+            ProviderErrorClass::Timeout,
+        );
+    }
+);
 
 // Proves REP-2, CLS-1.
 both_apis!(

@@ -29,13 +29,17 @@ pub enum ProviderErrorClass {
     Unknown,
 }
 
-/// How a provider request failed, as the transport observed it on the wire.
+/// How a provider request failed, as the transport observed it on the wire. The label only says
+/// what happened; the class a fault maps to (and so every retry decision) is fixed per label in
+/// `docsfab_policy::class::ProviderFailure::from_fault`. Labels added later keep older records
+/// readable: a record never names a label this version does not know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// The connection could not be made (refused, unreachable).
+    /// The connection could not be made: refused (ECONNREFUSED), or another connect failure
+    /// (network or host unreachable) that none of the finer labels names.
     ConnectRefused,
-    /// The connection was reset or dropped before a response head arrived.
+    /// The connection was dropped (closed without a reset) before a response head arrived.
     ConnectionDropped,
     /// No response (or no further bytes) within the client's request timeout.
     RequestTimeout,
@@ -49,6 +53,15 @@ pub enum FaultKind {
     ErrorEvent,
     /// The provider refused the content (error code or finish reason).
     ContentFilter,
+    /// The provider's host name did not resolve while the request was being sent.
+    Dns,
+    /// The TCP connect did not complete within the client's connect timeout.
+    ConnectTimeout,
+    /// The TLS handshake failed (not TLS on the other end, a certificate that does not verify).
+    Tls,
+    /// An open connection was reset (ECONNRESET) or broke on write (EPIPE) before a response
+    /// head arrived.
+    Reset,
 }
 
 impl ProviderErrorClass {
@@ -82,6 +95,22 @@ impl ProviderErrorClass {
 }
 
 impl FaultKind {
+    /// Every label, in declaration order.
+    pub const ALL: [FaultKind; 12] = [
+        FaultKind::ConnectRefused,
+        FaultKind::ConnectionDropped,
+        FaultKind::RequestTimeout,
+        FaultKind::HttpStatus,
+        FaultKind::BodyCut,
+        FaultKind::StreamIncomplete,
+        FaultKind::ErrorEvent,
+        FaultKind::ContentFilter,
+        FaultKind::Dns,
+        FaultKind::ConnectTimeout,
+        FaultKind::Tls,
+        FaultKind::Reset,
+    ];
+
     /// The kebab-case name recorded in run records (`connection-dropped`, `body-cut`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -93,6 +122,10 @@ impl FaultKind {
             FaultKind::StreamIncomplete => "stream-incomplete",
             FaultKind::ErrorEvent => "error-event",
             FaultKind::ContentFilter => "content-filter",
+            FaultKind::Dns => "dns",
+            FaultKind::ConnectTimeout => "connect-timeout",
+            FaultKind::Tls => "tls",
+            FaultKind::Reset => "reset",
         }
     }
 }

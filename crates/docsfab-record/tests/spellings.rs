@@ -88,17 +88,23 @@ fn policy_types_serialize_as_the_record_spells_them() {
 /// Every fault's `as_str` is its JSON spelling, so a replay's cause reads as the record writes it.
 #[test]
 fn fault_names_are_their_json_spellings() {
-    for f in [
-        FaultKind::ConnectRefused,
-        FaultKind::ConnectionDropped,
-        FaultKind::RequestTimeout,
-        FaultKind::HttpStatus,
-        FaultKind::BodyCut,
-        FaultKind::StreamIncomplete,
-        FaultKind::ErrorEvent,
-        FaultKind::ContentFilter,
-    ] {
+    for f in FaultKind::ALL {
         assert_eq!(serde_json::json!(f), serde_json::json!(f.as_str()));
         assert_eq!(ReplayCause::Fault(f).to_string(), f.as_str());
     }
+}
+
+/// The schema's `fault` enum lists exactly the labels the record writes (issue 11).
+#[test]
+fn issue11_schema_fault_enum_lists_every_fault_label() {
+    let schema: serde_json::Value =
+        serde_json::from_str(docsfab_record::SCHEMA).expect("the schema is JSON");
+    let listed: Vec<&str> = schema["$defs"]["replay"]["properties"]["fault"]["enum"]
+        .as_array()
+        .expect("a fault enum")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    let known: Vec<&str> = FaultKind::ALL.iter().map(|f| f.as_str()).collect();
+    assert_eq!(listed, known);
 }

@@ -2,6 +2,10 @@
 //! environment, the rules table and optionally a composition), then print every effective limit
 //! with its source, the transport retry budget and the retry envelope of one read-only step.
 //!
+//! Each provider's host is resolved (the DNS pre-flight `run` makes, see [`crate::preflight`]);
+//! a host that does not exist is bad configuration. `--probe` then sends one real request to one
+//! provider (see [`crate::probe`]).
+//!
 //! Exit 0 when the configuration is valid, even with warnings; exit 2 with one sentence on
 //! stderr at the first problem. Secrets are never printed: for each provider doctor says only
 //! whether the variable it names is set.
@@ -16,7 +20,9 @@ use docsfab_runtime::progress::human_duration;
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
-use crate::home::{HostContext, validate_run_inputs};
+use crate::home::{HostContext, Selected, validate_run_inputs};
+use crate::preflight::{RESOLVE_TIMEOUT, Resolution, resolve};
+use crate::probe::{ProbeReport, Target, probe};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -26,6 +32,15 @@ pub struct DoctorArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Send one minimal real request ("ping", one output token, never replayed) to a provider
+    /// and report reachability, the key, the model and the round-trip time (exit 0 answered or
+    /// throttled, 2 bad configuration, 1 unreachable or failing).
+    #[arg(long)]
+    pub probe: bool,
+    /// The provider --probe sends to (default: the composition's provider with --composition,
+    /// otherwise "default").
+    #[arg(long, value_name = "NAME", requires = "probe")]
+    pub provider: Option<String>,
 }
 
 struct Report {
@@ -34,6 +49,9 @@ struct Report {
     composition: Option<(PathBuf, Composition, Option<String>)>,
     timer_ms: u64,
     envelope: RetryEnvelope,
+    /// Each provider's host resolution, in host.yaml order.
+    dns: Vec<(String, Resolution)>,
+    probe: Option<ProbeReport>,
     warnings: Vec<String>,
 }
 
@@ -51,9 +69,13 @@ pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
         }
     };
     if args.json {
-        emit(&format!("{:#}\n", to_json(&report)))
+        emit(&format!("{:#}\n", to_json(&report)))?;
     } else {
-        emit(&to_text(&report))
+        emit(&to_text(&report))?;
+    }
+    match &report.probe {
+        Some(p) => p.conclusion(),
+        None => Ok(()),
     }
 }
 
@@ -129,13 +151,123 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
         ));
     }
 
+    let selected = composition.as_ref().map(|(_, c, _)| c.provider.as_str());
+    let dns = resolve_hosts(&ctx, selected)?;
+    warnings.extend(dns.iter().filter_map(|(name, r)| dns_warning(name, r)));
+    let probe = if args.probe {
+        let (name, model) = probe_choice(args, &ctx, composition.as_ref().map(|(_, c, _)| c))?;
+        Some(probe_provider(&ctx, &name, &model, &dns)?)
+    } else {
+        None
+    };
+
     Ok(Report {
         ctx,
         composition,
         timer_ms,
         envelope,
+        dns,
+        probe,
         warnings,
     })
+}
+
+/// Resolves every provider's host. A host that does not exist refuses the configuration when
+/// its provider is the one the composition runs on (as `run` refuses it); for any other
+/// provider, and without a composition, it is a warning, since no run is known to use it.
+fn resolve_hosts(
+    ctx: &HostContext,
+    selected: Option<&str>,
+) -> Result<Vec<(String, Resolution)>, CliError> {
+    let mut out = Vec::new();
+    for (name, p) in &ctx.host.providers {
+        let r = resolve(&p.base_url, RESOLVE_TIMEOUT);
+        if matches!(r, Resolution::NoSuchHost { .. }) && selected == Some(name.as_str()) {
+            return Err(crate::preflight::refusal(name, &ctx.host.path, &r));
+        }
+        out.push((name.clone(), r));
+    }
+    Ok(out)
+}
+
+/// The warning for a provider host that did not resolve (and did not refuse the check).
+fn dns_warning(name: &str, r: &Resolution) -> Option<String> {
+    match r {
+        Resolution::NoSuchHost { host, said } => Some(format!(
+            "the host {host} of provider {name:?} does not exist (the resolver says: {said}); a run on this provider would be refused, so correct providers.{name}.baseUrl or check this machine's DNS settings."
+        )),
+        _ => crate::preflight::warning(name, r),
+    }
+}
+
+/// The provider and model `--probe` uses: `--provider`, else the composition's provider and
+/// model, else "default" with its own model.
+fn probe_choice(
+    args: &DoctorArgs,
+    ctx: &HostContext,
+    composition: Option<&Composition>,
+) -> Result<(String, String), CliError> {
+    let name = args
+        .provider
+        .clone()
+        .or_else(|| composition.map(|c| c.provider.clone()))
+        .unwrap_or_else(|| "default".to_string());
+    let Some(p) = ctx.host.providers.get(&name) else {
+        let known: Vec<&str> = ctx.host.providers.keys().map(String::as_str).collect();
+        return Err(CliError::bad_input(format!(
+            "cannot probe provider {name:?}: {} does not define it (it defines: {}); pass --provider with a defined name, or run `docsfab setup`.",
+            ctx.host.path,
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )));
+    };
+    let model = composition
+        .filter(|c| c.provider == name)
+        .and_then(|c| c.model.clone())
+        .unwrap_or_else(|| p.model.clone());
+    Ok((name, model))
+}
+
+fn probe_provider(
+    ctx: &HostContext,
+    name: &str,
+    model: &str,
+    dns: &[(String, Resolution)],
+) -> Result<ProbeReport, CliError> {
+    let (provider_name, provider) = ctx
+        .host
+        .providers
+        .get_key_value(name)
+        .expect("probe_choice checked the name");
+    let selected = Selected {
+        provider_name,
+        provider,
+        model,
+    };
+    let key = crate::run::read_key(&selected)?;
+    let resolution = dns
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, r)| r.clone())
+        .unwrap_or_else(|| resolve(&provider.base_url, RESOLVE_TIMEOUT));
+    // Sending would only meet the resolver's answer again: refused as `run` refuses it.
+    if matches!(resolution, Resolution::NoSuchHost { .. }) {
+        return Err(crate::preflight::refusal(name, &ctx.host.path, &resolution));
+    }
+    probe(
+        Target {
+            provider: name,
+            api: provider.api,
+            base_url: &provider.base_url,
+            model,
+            key_var: &provider.api_key_env,
+            key,
+        },
+        resolution,
+    )
 }
 
 fn key_var_is_set(name: &str) -> bool {
@@ -230,6 +362,13 @@ fn to_text(r: &Report) -> String {
                 "not set"
             }
         ));
+        if let Some((_, dns)) = r.dns.iter().find(|(n, _)| n == name) {
+            line(format!(
+                "Provider {name} host: {} {}",
+                dns.host(),
+                dns.describe()
+            ));
+        }
     }
     let rules = &ctx.rules;
     let counts = format!(
@@ -309,10 +448,18 @@ fn to_text(r: &Report) -> String {
         human_duration(e.total_ms),
         human_duration(e.deadline_ms)
     ));
+    for l in r.probe.iter().flat_map(ProbeReport::lines) {
+        line(l);
+    }
     for w in &r.warnings {
         line(format!("warning: {w}"));
     }
-    line("Configuration is valid.".to_string());
+    line(match &r.probe {
+        Some(p) if p.conclusion().is_err() => {
+            "Configuration is valid, but the probe failed (see the error on stderr).".to_string()
+        }
+        _ => "Configuration is valid.".to_string(),
+    });
     out
 }
 
@@ -346,6 +493,11 @@ fn to_json(r: &Report) -> Value {
                 "model": p.model,
                 "apiKeyEnv": p.api_key_env,
                 "apiKeyEnvSet": key_var_is_set(&p.api_key_env),
+                "dns": r.dns.iter().find(|(n, _)| n == name).map(|(_, d)| json!({
+                    "host": d.host(),
+                    "status": d.status(),
+                    "detail": d.describe(),
+                })),
             })
         })
         .collect();
@@ -393,6 +545,7 @@ fn to_json(r: &Report) -> Value {
             "deadlineMilliseconds": e.deadline_ms,
             "exceedsDeadline": e.exceeds_deadline,
         },
+        "probe": r.probe.as_ref().map(ProbeReport::to_json),
         "warnings": r.warnings,
     })
 }

@@ -7,6 +7,8 @@ mod doctor;
 mod env_names;
 mod error;
 mod home;
+mod preflight;
+mod probe;
 mod progress;
 mod route_command;
 mod run;

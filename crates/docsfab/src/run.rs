@@ -79,6 +79,11 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
     }
     let selected = ctx.select_provider(&composition, path)?;
     let api_key = read_key(&selected)?;
+    crate::preflight::check_provider(
+        selected.provider_name,
+        &selected.provider.base_url,
+        &ctx.host.path,
+    )?;
     let workspace = match &args.workspace {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().map_err(|e| {
@@ -108,7 +113,7 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
 
 /// The provider's key, from the variable host.yaml names. Messages name the variable, never a
 /// value.
-fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
+pub(crate) fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
     let var = &selected.provider.api_key_env;
     match std::env::var(var) {
         Ok(key) if !key.is_empty() => Ok(ApiKey::new(key).with_label(var.as_str())),

@@ -1,0 +1,302 @@
+//! `docsfab doctor --probe`: one minimal real request to a provider ("ping", at most one output
+//! token), sent once through the same transport a run uses and never replayed, so an operator
+//! learns before a long run whether the host is reachable, the key is accepted and the model
+//! exists, and how long a round trip takes.
+//!
+//! Exit codes: 0 when the provider answered, or answered 429 (reachable and the configuration
+//! is right, only throttled now); 2 when the configuration is wrong (no such host, key refused,
+//! no such model); 1 when the provider could not be reached or failed otherwise.
+
+use std::time::{Duration, Instant};
+
+use docsfab_boundary::redact::Redactor;
+use docsfab_policy::class::ProviderErrorClass;
+use docsfab_provider::{
+    Api, ApiKey, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
+    TurnRequest,
+};
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+use crate::preflight::Resolution;
+
+/// The probe waits this long for the answer; a provider slower than that on a one-token ping is
+/// reported as unreachable (request-timeout).
+const PROBE_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the probe is sent to.
+pub struct Target<'a> {
+    pub provider: &'a str,
+    pub api: Api,
+    pub base_url: &'a str,
+    pub model: &'a str,
+    pub key_var: &'a str,
+    pub key: ApiKey,
+}
+
+/// The verdict on one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A complete answer arrived.
+    Answered,
+    /// HTTP 429: reachable, the request was understood, the provider is throttling now.
+    Throttled,
+    /// HTTP 401 or 403: the key was refused.
+    KeyRefused,
+    /// HTTP 404, or an error naming an unknown model.
+    NoSuchModel,
+    /// No response: DNS, connect, TLS, reset or timeout.
+    Unreachable,
+    /// Any other failure status or a failed stream.
+    Failed,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Answered => "answered",
+            Verdict::Throttled => "throttled",
+            Verdict::KeyRefused => "key-refused",
+            Verdict::NoSuchModel => "no-such-model",
+            Verdict::Unreachable => "unreachable",
+            Verdict::Failed => "failed",
+        }
+    }
+}
+
+/// The probe's findings.
+pub struct ProbeReport {
+    pub provider: String,
+    pub api: Api,
+    /// `host:port` of the base URL: never its credentials, path or query.
+    pub host: String,
+    pub model: String,
+    pub key_var: String,
+    pub dns: Resolution,
+    pub verdict: Verdict,
+    pub http_status: Option<u16>,
+    /// The fault label and class of a failure (`connect-refused`, `network`, ...).
+    pub fault: Option<(String, ProviderErrorClass)>,
+    pub retry_after_ms: Option<u64>,
+    /// What the transport said, redacted.
+    pub detail: String,
+    pub rtt_ms: u64,
+}
+
+/// Sends the probe once and judges what came back.
+pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliError> {
+    let payload = Payload::build(
+        target.api,
+        &TurnRequest {
+            model: target.model.to_owned(),
+            max_output_tokens: 1,
+            system: None,
+            messages: vec![Message::User {
+                text: "ping".into(),
+            }],
+            tools: vec![],
+        },
+    )
+    .map_err(|e| CliError::failed(format!("cannot build the probe request ({e}).")))?;
+    let redactor = Redactor::new(&[target.key.expose()]);
+    let transport = HttpTransport::new(HttpConfig {
+        read_timeout: PROBE_READ_TIMEOUT,
+        ..HttpConfig::new(target.api, target.base_url, Some(target.key.clone()))
+    })
+    .map_err(|e| {
+        CliError::bad_input(format!(
+            "{e}; check providers.{}.baseUrl in host.yaml.",
+            target.provider
+        ))
+    })?;
+    let started = Instant::now();
+    // `send` is one request: the transport never retries, and no replay driver is involved.
+    let sent = crate::run::runtime()?.block_on(transport.send(payload.bytes().clone()));
+    let rtt_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut report = ProbeReport {
+        provider: target.provider.to_owned(),
+        api: target.api,
+        host: host_port(target.base_url),
+        model: target.model.to_owned(),
+        key_var: target.key_var.to_owned(),
+        dns,
+        verdict: Verdict::Answered,
+        http_status: None,
+        fault: None,
+        retry_after_ms: None,
+        detail: String::new(),
+        rtt_ms,
+    };
+    match sent {
+        Ok(answer) => {
+            report.http_status = Some(answer.http_status);
+            report.detail = format!("HTTP {}", answer.http_status);
+        }
+        Err(f) => {
+            report.verdict = judge(&f);
+            report.http_status = f.failure.http_status;
+            report.retry_after_ms = f.failure.retry_after_ms;
+            report.fault = Some((f.failure.fault.as_str().to_owned(), f.failure.class));
+            report.detail = redactor.line(&f.detail);
+        }
+    }
+    Ok(report)
+}
+
+/// The verdict of a failed probe: the status first, then the error words a provider uses for a
+/// model it does not serve, then whether any response head arrived.
+fn judge(f: &TransportFailure) -> Verdict {
+    let words = [&f.body.error_type, &f.body.error_code];
+    let names_model = words.iter().any(|w| {
+        matches!(
+            w.as_deref(),
+            Some("model_not_found" | "not_found_error" | "model_not_available")
+        )
+    });
+    match f.failure.http_status {
+        Some(401 | 403) => Verdict::KeyRefused,
+        Some(429) => Verdict::Throttled,
+        Some(404) => Verdict::NoSuchModel,
+        Some(400) if names_model => Verdict::NoSuchModel,
+        Some(_) => Verdict::Failed,
+        None if matches!(
+            f.failure.class,
+            ProviderErrorClass::Network | ProviderErrorClass::Timeout
+        ) && !f.failure.content_published
+            && f.body.error_type.is_none() =>
+        {
+            Verdict::Unreachable
+        }
+        None => Verdict::Failed,
+    }
+}
+
+/// `host:port` of a base URL, without user info, path or query.
+fn host_port(base_url: &str) -> String {
+    reqwest::Url::parse(base_url.trim())
+        .ok()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
+        .unwrap_or_else(|| "(unparsable base URL)".into())
+}
+
+/// Milliseconds exactly, then in seconds for a person.
+fn rtt(ms: u64) -> String {
+    format!("{ms} ms ({:.2} s)", ms as f64 / 1000.0)
+}
+
+impl ProbeReport {
+    /// The probe's lines in the doctor report.
+    pub fn lines(&self) -> Vec<String> {
+        let what = match self.verdict {
+            Verdict::Answered => "answered".to_string(),
+            Verdict::Throttled => "reachable, currently throttled".to_string(),
+            Verdict::KeyRefused => "the key was refused".to_string(),
+            Verdict::NoSuchModel => {
+                format!("the model {:?} does not exist at this provider", self.model)
+            }
+            Verdict::Unreachable => "unreachable".to_string(),
+            Verdict::Failed => "the provider failed the request".to_string(),
+        };
+        // A status already says what came back; a failure without one is named by its label.
+        let mut fault = match (&self.fault, self.http_status) {
+            (Some((label, class)), None) => format!("; {label}, class {class}"),
+            (Some((_, class)), Some(_)) => format!("; class {class}"),
+            (None, _) => String::new(),
+        };
+        if let Some(ms) = self.retry_after_ms {
+            fault.push_str(&format!("; retry after {ms} ms"));
+        }
+        vec![
+            format!(
+                "Probe: provider {} api={} host={} model={} (1 request, never replayed)",
+                self.provider, self.api, self.host, self.model
+            ),
+            format!("Probe DNS: {} {}", self.dns.host(), self.dns.describe()),
+            format!(
+                "Probe result: {what} ({}{fault}) round trip {}",
+                self.detail,
+                rtt(self.rtt_ms)
+            ),
+        ]
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "provider": self.provider,
+            "api": self.api.as_str(),
+            "host": self.host,
+            "model": self.model,
+            "dns": {"host": self.dns.host(), "status": self.dns.status(), "detail": self.dns.describe()},
+            "result": self.verdict.as_str(),
+            "httpStatus": self.http_status,
+            "fault": self.fault.as_ref().map(|(label, _)| label),
+            "providerErrorClass": self.fault.as_ref().map(|(_, class)| class.as_str()),
+            "retryAfterMs": self.retry_after_ms,
+            "detail": self.detail,
+            "rttMs": self.rtt_ms,
+            "requests": 1,
+        })
+    }
+
+    /// `Ok` when the probe passed (answered or throttled); otherwise the one sentence and exit
+    /// code that say what to do.
+    pub fn conclusion(&self) -> Result<(), CliError> {
+        let p = &self.provider;
+        match self.verdict {
+            Verdict::Answered | Verdict::Throttled => Ok(()),
+            Verdict::KeyRefused => Err(CliError::bad_input(format!(
+                "provider {p:?} refused the API key in {} ({}); export the right key in {} and probe again.",
+                self.key_var, self.detail, self.key_var
+            ))),
+            Verdict::NoSuchModel => Err(CliError::bad_input(format!(
+                "the model {:?} does not exist at provider {p:?} ({}); set providers.{p}.model in host.yaml (or the composition's model) to a model the provider serves, or check that baseUrl ends with the API's version path.",
+                self.model, self.detail
+            ))),
+            Verdict::Unreachable => Err(CliError::failed(format!(
+                "provider {p:?} at {} could not be reached ({}); check that it is up and that the host, port and scheme of providers.{p}.baseUrl are right.",
+                self.host, self.detail
+            ))),
+            Verdict::Failed => Err(CliError::failed(format!(
+                "provider {p:?} at {} failed the probe ({}); try again later, or check the provider's status.",
+                self.host, self.detail
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use docsfab_policy::class::{FaultKind, ProviderFailure};
+
+    fn status(code: u16, error_code: Option<&str>) -> TransportFailure {
+        let mut f = TransportFailure::new(ProviderFailure::from_http_status(code, None), "x");
+        f.body.error_code = error_code.map(str::to_owned);
+        f
+    }
+
+    #[test]
+    fn issue11_probe_verdicts_follow_the_status_then_the_error_words() {
+        assert_eq!(judge(&status(401, None)), Verdict::KeyRefused);
+        assert_eq!(judge(&status(403, None)), Verdict::KeyRefused);
+        assert_eq!(judge(&status(429, None)), Verdict::Throttled);
+        assert_eq!(judge(&status(404, None)), Verdict::NoSuchModel);
+        assert_eq!(
+            judge(&status(400, Some("model_not_found"))),
+            Verdict::NoSuchModel
+        );
+        assert_eq!(judge(&status(400, None)), Verdict::Failed);
+        assert_eq!(judge(&status(503, None)), Verdict::Failed);
+        let refused = TransportFailure::new(ProviderFailure::from_fault(FaultKind::Dns), "x");
+        assert_eq!(judge(&refused), Verdict::Unreachable);
+    }
+
+    #[test]
+    fn issue11_probe_host_never_shows_credentials_or_query() {
+        assert_eq!(
+            host_port("https://user:secret@api.example.com/v1?key=abc"),
+            "api.example.com:443"
+        );
+        assert_eq!(host_port("http://127.0.0.1:9/v1"), "127.0.0.1:9");
+    }
+}
