@@ -79,6 +79,7 @@ impl Progress {
                     requested,
                     rejected,
                     executed,
+                    ..
                 } => {
                     let status = status.as_str();
                     if *requested == 0 {
