@@ -168,3 +168,65 @@ async fn issue11_a_completed_turn_has_no_reason_and_the_accepted_answer_its_exce
     assert_eq!(a["answerExcerpt"], answer);
     assert_eq!(a["answerBytes"], answer.len());
 }
+
+/// Runs ONE_STEP (with `timeout_ms`) against a provider that holds each request for 5 s,
+/// cancelling the run at the first request when `cancel_at_request`; returns the first turn's
+/// status and reason in the record, and the reason its progress event carried.
+async fn stalled_turn(
+    timeout_ms: u32,
+    cancel_at_request: bool,
+) -> (TurnStatus, Option<String>, Option<String>) {
+    let h = harness(
+        "responses:\n  - delay_ms: 5000\n    answer: {json: {modules: [lib]}}\n",
+        "pub mod count;\n",
+    )
+    .await;
+    let cancel = CancellationToken::new();
+    let seen: Arc<Mutex<Option<String>>> = Arc::default();
+    let on_event: OnEvent = {
+        let (seen, cancel) = (Arc::clone(&seen), cancel.clone());
+        Box::new(move |p: &Progress| match p {
+            Progress::Turn {
+                event: TurnEvent::Request { .. },
+                ..
+            } if cancel_at_request => cancel.cancel(),
+            Progress::Turn {
+                event: TurnEvent::Finished { reason, .. },
+                ..
+            } => *seen.lock().unwrap() = reason.clone(),
+            _ => {}
+        })
+    };
+    let composition = ONE_STEP.replace("timeoutMs: 20000", &format!("timeoutMs: {timeout_ms}"));
+    let r = run_recorded(
+        &h,
+        &composition,
+        RunArgs {
+            api: Api::OpenaiChat,
+            limits: limits(FAST_HOST, &[("DOCSFAB_READ_ONLY_MAX_RETRIES", "0")]),
+            rules: RulesTable::embedded().unwrap(),
+            cancel,
+            job_deadline: None,
+            on_event,
+        },
+    )
+    .await;
+    let turn = &r.record.steps[0].attempts[0].turns[0];
+    let event = seen.lock().unwrap().clone();
+    (turn.status, turn.reason.clone(), event)
+}
+
+/// Issue 11: a turn the attempt timer ended says so, and a turn the caller cancelled says
+/// `cancelled`; the progress event carries the same words.
+#[tokio::test]
+async fn issue11_deadline_and_cancelled_turns_have_their_reasons() {
+    let (status, reason, event) = stalled_turn(300, false).await;
+    assert_eq!(status, TurnStatus::Failed);
+    assert_eq!(reason.as_deref(), Some("attempt deadline after 1 request"));
+    assert_eq!(event, reason);
+
+    let (status, reason, event) = stalled_turn(20_000, true).await;
+    assert_eq!(status, TurnStatus::Cancelled);
+    assert_eq!(reason.as_deref(), Some("cancelled"));
+    assert_eq!(event, reason);
+}
