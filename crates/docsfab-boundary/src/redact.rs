@@ -101,8 +101,18 @@ impl Redactor {
 
     /// `text` as one safe line of at most `max_chars` characters (at least 1 is used).
     pub fn line_capped(&self, text: &str, max_chars: usize) -> String {
-        let max_chars = max_chars.max(1);
-        let mut out = self.one_pass(text, max_chars);
+        self.capped(text, Cap::Chars(max_chars.max(1)))
+    }
+
+    /// `text` as one safe line of at most `max_bytes` bytes of UTF-8 (at least 3 are used, the
+    /// size of the mark), for a stored excerpt whose bound is its size. The same redaction and
+    /// escaping as [`Redactor::line`]; only what the cap counts differs.
+    pub fn excerpt(&self, text: &str, max_bytes: usize) -> String {
+        self.capped(text, Cap::Bytes(max_bytes.max(CUT_MARK.len_utf8())))
+    }
+
+    fn capped(&self, text: &str, cap: Cap) -> String {
+        let mut out = self.one_pass(text, cap);
         // An escape can glue a letter to a short run of key bytes (`\n` then 15 bytes of the
         // key), so the result is scanned again; a few passes settle it, and text that still
         // does not settle is withheld whole.
@@ -110,18 +120,19 @@ impl Redactor {
             if self.credential_ranges(&out).is_empty() {
                 return out;
             }
-            out = self.one_pass(&out, max_chars);
+            out = self.one_pass(&out, cap);
         }
         if self.credential_ranges(&out).is_empty() {
             out
         } else {
-            REDACTED.chars().take(max_chars).collect()
+            // ASCII: as many characters as bytes.
+            REDACTED.chars().take(cap.limit()).collect()
         }
     }
 
-    fn one_pass(&self, text: &str, max_chars: usize) -> String {
+    fn one_pass(&self, text: &str, cap: Cap) -> String {
         let hidden = self.credential_ranges(text);
-        let mut out = Out::new(max_chars);
+        let mut out = Out::new(cap);
         let mut at = 0;
         for (start, end) in hidden {
             if !escape_into(&text[at..start], &mut out) || !out.push(REDACTED) {
@@ -181,47 +192,77 @@ pub fn redact(text: &str, keys: &[&str], max_chars: usize) -> String {
     Redactor::new(keys).line_capped(text, max_chars)
 }
 
+/// What a cap counts: characters (a line for people) or UTF-8 bytes (a stored excerpt).
+#[derive(Debug, Clone, Copy)]
+enum Cap {
+    Chars(usize),
+    Bytes(usize),
+}
+
+impl Cap {
+    fn limit(self) -> usize {
+        match self {
+            Cap::Chars(n) | Cap::Bytes(n) => n,
+        }
+    }
+
+    fn size(self, piece: &str) -> usize {
+        match self {
+            Cap::Chars(_) => piece.chars().count(),
+            Cap::Bytes(_) => piece.len(),
+        }
+    }
+}
+
+/// What ends a text that was cut.
+const CUT_MARK: char = '…';
+
 /// The output under construction, built from whole pieces (a character, an escape, the
 /// redaction mark) so a cut never leaves half of one.
 struct Out {
     text: String,
-    chars: usize,
-    max: usize,
-    /// Byte length and character count before the last piece.
-    before_last: (usize, usize),
+    /// The size so far, in the cap's unit.
+    size: usize,
+    cap: Cap,
+    /// Byte length and size before each piece, so a cut can drop whole pieces until the mark
+    /// fits (a byte cap may need more than one dropped to make room for the 3-byte mark).
+    starts: Vec<(usize, usize)>,
 }
 
 impl Out {
-    fn new(max: usize) -> Out {
+    fn new(cap: Cap) -> Out {
         Out {
             text: String::new(),
-            chars: 0,
-            max,
-            before_last: (0, 0),
+            size: 0,
+            cap,
+            starts: Vec::new(),
         }
     }
 
     /// Appends `piece` whole if it fits; false when it does not.
     fn push(&mut self, piece: &str) -> bool {
-        let n = piece.chars().count();
-        if self.chars + n > self.max {
+        let n = self.cap.size(piece);
+        if self.size + n > self.cap.limit() {
             return false;
         }
-        self.before_last = (self.text.len(), self.chars);
+        self.starts.push((self.text.len(), self.size));
         self.text.push_str(piece);
-        self.chars += n;
+        self.size += n;
         true
     }
 
-    /// Ends a text that did not fit with the mark `…`, dropping the last piece if the mark
-    /// would not fit after it.
+    /// Ends a text that did not fit with the mark `…`, dropping the last pieces until the mark
+    /// fits after them.
     fn finish_cut(mut self) -> String {
-        if self.chars + 1 > self.max {
-            let (len, chars) = self.before_last;
+        let mark = self.cap.size(CUT_MARK.encode_utf8(&mut [0u8; 4]));
+        while self.size + mark > self.cap.limit() {
+            let Some((len, size)) = self.starts.pop() else {
+                break;
+            };
             self.text.truncate(len);
-            self.chars = chars;
+            self.size = size;
         }
-        self.text.push('…');
+        self.text.push(CUT_MARK);
         self.text
     }
 }
@@ -375,6 +416,27 @@ mod tests {
         );
     }
 
+    #[test]
+    fn issue11_excerpt_is_capped_in_bytes_on_a_char_boundary_with_the_mark() {
+        let r = Redactor::new(&["canary-0042"]);
+        // Three bytes a character: a byte cap that falls inside one drops it whole.
+        let out = r.excerpt(&"€".repeat(1000), 2048);
+        assert!(out.len() <= 2048, "{}", out.len());
+        assert!(out.ends_with('…'));
+        assert_eq!(
+            out.len(),
+            2046,
+            "682 euro signs and the mark: {}",
+            out.len()
+        );
+        // Short text is kept whole, escaped and redacted like a line.
+        assert_eq!(r.excerpt("a\ncanary-0042", 2048), "a\\n<redacted>");
+        // A mark of 3 bytes after single-byte pieces: enough pieces go to make room.
+        let out = r.excerpt(&"x".repeat(100), 10);
+        assert_eq!(out, "xxxxxxx…");
+        assert_eq!(out.len(), 10);
+    }
+
     fn arb_text() -> impl Strategy<Value = String> {
         // Mixes key pieces, controls, separators and ordinary text.
         let piece = prop_oneof![
@@ -404,6 +466,20 @@ mod tests {
             }
             // Applying it again changes nothing: a redacted line is already safe.
             prop_assert_eq!(r.line_capped(&out, cap), out.clone());
+        }
+
+        #[test]
+        fn issue11_excerpt_is_one_line_within_its_bytes_without_key_pieces(
+            text in arb_text(),
+            cap in 3usize..300,
+        ) {
+            let r = Redactor::new(&[LONG]);
+            let out = r.excerpt(&text, cap);
+            prop_assert!(out.len() <= cap, "{} > {cap}", out.len());
+            prop_assert!(!out.chars().any(needs_escape), "{out:?}");
+            for start in 0..=LONG.len() - KEY_PIECE_LEN {
+                prop_assert!(!out.contains(&LONG[start..start + KEY_PIECE_LEN]), "{out:?}");
+            }
         }
     }
 }

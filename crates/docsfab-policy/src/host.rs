@@ -231,6 +231,19 @@ pub fn check_base_url(url: &str) -> Result<(), UrlProblem> {
     Ok(())
 }
 
+/// The host and port of a base URL as the transport reads it (`api.openai.com`,
+/// `127.0.0.1:8080`, `[::1]:9000`): never its user information, path or query, which can carry
+/// credentials. The port is shown only when the URL names one other than the scheme's default.
+/// `None` when the URL has no host.
+pub fn base_url_host(url: &str) -> Option<String> {
+    let parsed = url::Url::parse(url.trim()).ok()?;
+    let host = parsed.host_str().filter(|h| !h.is_empty())?;
+    Some(match parsed.port() {
+        Some(port) => format!("{host}:{port}"),
+        None => host.to_owned(),
+    })
+}
+
 /// Why a model name is not acceptable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelProblem {
@@ -710,6 +723,27 @@ mod tests {
     use super::*;
 
     const FULL: &str = "providers:\n  default:\n    api: openai-chat\n    baseUrl: https://api.example.com/v1\n    apiKeyEnv: OPENAI_API_KEY\n    model: some-model\nreadOnlyMaxRetries: 2\ncatalog:\n  retry.maxRetries: 3\n  retry.maxTransportRetries: 4\n";
+
+    #[test]
+    fn issue11_base_url_host_keeps_host_and_port_only() {
+        assert_eq!(
+            base_url_host("http://user:pw@127.0.0.1:8080/v1?key=x#f").as_deref(),
+            Some("127.0.0.1:8080")
+        );
+        assert_eq!(
+            base_url_host(" https://api.openai.com/v1 ").as_deref(),
+            Some("api.openai.com")
+        );
+        assert_eq!(
+            base_url_host("https://api.example.com:443/v1").as_deref(),
+            Some("api.example.com")
+        );
+        assert_eq!(
+            base_url_host("http://[::1]:9000/v1").as_deref(),
+            Some("[::1]:9000")
+        );
+        assert_eq!(base_url_host("not a url"), None);
+    }
 
     #[test]
     fn parses_the_documented_shape() {

@@ -13,6 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::api::Api;
 use crate::class::ProviderErrorClass;
 use crate::lease::{Disposition, LeaseStop, ToolBatch};
 use crate::replay::ReplayRecord;
@@ -24,6 +25,11 @@ use crate::usage::Usage;
 /// The run record's JSON Schema (draft 2020-12). Lives in this crate so that no crate reads a
 /// file outside itself.
 pub const SCHEMA: &str = include_str!("../run-record.schema.json");
+
+/// The most bytes of an attempt's `answerExcerpt` (UTF-8, after redaction and escaping, the
+/// `…` mark included): enough to see why a contract refused an answer, small enough that ten
+/// attempts of a step stay a readable record.
+pub const ANSWER_EXCERPT_MAX_BYTES: usize = 2048;
 
 /// The whole record of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,7 +43,42 @@ pub struct RunRecord {
     pub started_at: String,
     /// `null` while the run is `running`.
     pub ended_at: Option<String>,
+    /// The canonical workspace path; `null` in a record written before docsfab kept it.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// The provider the run talked to; `null` in a record written before docsfab kept it.
+    #[serde(default)]
+    pub provider: Option<RunProvider>,
+    /// The model the run selected (the composition's, else the provider's default).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The docsfab version that ran it.
+    #[serde(default)]
+    pub docsfab_version: Option<String>,
     pub steps: Vec<StepRecord>,
+}
+
+/// What a run is started with and keeps from its first moment: where it worked, which provider
+/// and model it asked, and which docsfab it was. A `running` or `interrupted` run has it too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunContext {
+    pub workspace: String,
+    pub provider: RunProvider,
+    pub model: String,
+    pub docsfab_version: String,
+}
+
+/// The provider of a run as host.yaml names it. `host` is the base URL's host and port only:
+/// never its user information, path or query, which can carry credentials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunProvider {
+    /// The key under host.yaml's `providers:`.
+    pub name: String,
+    pub api: Api,
+    /// `host[:port]`, e.g. `api.openai.com` or `127.0.0.1:8080`.
+    pub host: String,
 }
 
 /// The summary `docsfab runs list --json` prints for each run.
@@ -195,6 +236,15 @@ pub struct AttemptRecord {
     /// A one-line diagnostic for a failed attempt (for example the preflight evidence).
     #[serde(default)]
     pub message: Option<String>,
+    /// The start of the final answer the attempt ended on (the text a read step's contract
+    /// judged, a write step's closing text), redacted and escaped to one line, at most
+    /// [`ANSWER_EXCERPT_MAX_BYTES`] bytes and ending in `…` when cut; `null` when the attempt
+    /// ended without one.
+    #[serde(default)]
+    pub answer_excerpt: Option<String>,
+    /// The full answer's size in bytes as the model sent it, beside its excerpt.
+    #[serde(default)]
+    pub answer_bytes: Option<u64>,
     pub timeout_kind: Option<TimeoutKind>,
     pub retry_rule: Option<String>,
     #[serde(flatten)]
@@ -295,6 +345,9 @@ pub struct TurnRecord {
     pub replays: Vec<ReplayRecord>,
     pub tool_batch: ToolBatch,
     pub usage: Usage,
+    /// Why a turn that did not complete ended, in one short line (`provider fault: HTTP 503
+    /// (server) after 8 requests`, `attempt deadline`, `cancelled`); `None` for a completed turn.
+    pub reason: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -306,6 +359,8 @@ struct TurnWire {
     replays: Vec<ReplayRecord>,
     tool_batch: ToolBatch,
     usage: Usage,
+    #[serde(default)]
+    reason: Option<String>,
 }
 
 impl From<TurnRecord> for TurnWire {
@@ -317,6 +372,7 @@ impl From<TurnRecord> for TurnWire {
             replays: t.replays,
             tool_batch: t.tool_batch,
             usage: t.usage,
+            reason: t.reason,
         }
     }
 }
@@ -338,6 +394,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             replays: w.replays,
             tool_batch: w.tool_batch,
             usage: w.usage,
+            reason: w.reason,
         })
     }
 }

@@ -69,7 +69,9 @@ use crate::contract::Contract;
 use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
-use crate::record::{LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc};
+use crate::record::{
+    ANSWER_EXCERPT_MAX_BYTES, LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc,
+};
 use crate::snapshot::WriteSnapshots;
 use crate::tools::{self, StepTools, ToolPolicy};
 use crate::workspace::Workspace;
@@ -133,7 +135,8 @@ pub enum TurnEvent {
         executed: u32,
         /// The batch's calls: tool, target and outcome (redacted), in the order asked for.
         calls: Vec<ToolUse>,
-        /// Why a turn that did not complete ended (redacted, one line); `None` when it completed.
+        /// Why a turn that did not complete ended (the turn record's `reason`); `None` when
+        /// it completed.
         reason: Option<String>,
     },
 }
@@ -173,6 +176,11 @@ pub struct AttemptReport {
     pub message: Option<String>,
     /// The provider failure that ended the attempt, when one did.
     pub provider_failure: Option<ProviderFailure>,
+    /// The start of the final answer the attempt ended on, redacted, at most
+    /// [`ANSWER_EXCERPT_MAX_BYTES`] bytes; `None` when it ended without one.
+    pub answer_excerpt: Option<String>,
+    /// The size in bytes of that whole answer.
+    pub answer_bytes: Option<u64>,
     pub started_at: String,
     pub turns: Vec<TurnRecord>,
     pub lease: LeaseRecord,
@@ -267,10 +275,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         .lease
         .record()
         .unwrap_or_else(|| fallback_lease_record(&state.lease, input.limits.max_turns));
-    let redactor = match input.boundary {
-        Ok(b) => b.redactor(),
-        Err(_) => &*SHAPES_ONLY,
-    };
+    let redactor = redactor_for(input.boundary);
     let result = match result {
         Err(AttemptFailure::RefusedBeforeSend { error_text }) => {
             Err(AttemptFailure::RefusedBeforeSend {
@@ -284,10 +289,13 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
     for turn in &mut state.turns {
         redact_batch(&mut turn.tool_batch, redactor);
     }
+    let answer = state.final_answer.as_deref();
     AttemptReport {
         result,
         message,
         provider_failure: state.provider_failure,
+        answer_excerpt: answer.map(|a| redactor.excerpt(a, ANSWER_EXCERPT_MAX_BYTES)),
+        answer_bytes: answer.map(|a| u64::try_from(a.len()).unwrap_or(u64::MAX)),
         started_at,
         turns: state.turns,
         lease,
@@ -300,6 +308,14 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
 /// The redactor when the boundary could not be set up (no provider text is read then): key
 /// shapes, escapes and the cap.
 static SHAPES_ONLY: std::sync::LazyLock<Redactor> = std::sync::LazyLock::new(Redactor::default);
+
+/// The boundary's redactor (it knows the run's key), else key shapes only.
+fn redactor_for<'b>(boundary: Result<&'b BoundaryConfig, &str>) -> &'b Redactor {
+    match boundary {
+        Ok(b) => b.redactor(),
+        Err(_) => &SHAPES_ONLY,
+    }
+}
 
 /// The model chooses a call's name and arguments (a path, echoed in a refusal's detail) and the
 /// provider its id: all three are redacted before the batch is recorded. Tool names the host
@@ -397,6 +413,9 @@ struct AgentLoop<'a> {
     turns: Vec<TurnRecord>,
     usage: Usage,
     provider_failure: Option<ProviderFailure>,
+    /// The final answer the attempt ended on (judged, refused or cut), as the model sent it;
+    /// `None` while there is none and for a write step that closed without text.
+    final_answer: Option<String>,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -427,6 +446,7 @@ impl<'a> AgentLoop<'a> {
             turns: Vec::new(),
             usage: Usage::default(),
             provider_failure: None,
+            final_answer: None,
         }
     }
 
@@ -473,7 +493,8 @@ impl<'a> AgentLoop<'a> {
                 self.lease
                     .stop(LeaseStop::PreflightFailed, Some(e.to_string()));
                 let (batch, usage) = (ToolBatch::default(), Usage::default());
-                self.push_turn(turn, TurnStatus::Failed, Vec::new(), batch, usage);
+                let reason = Some(format!("the request could not be built: {e}"));
+                self.push_turn(turn, TurnStatus::Failed, Vec::new(), batch, usage, reason);
                 Action::Finish(fail(
                     AttemptFailure::RefusedBeforeSend {
                         error_text: e.to_string(),
@@ -500,21 +521,21 @@ impl<'a> AgentLoop<'a> {
                     ProviderTurnStatus::Cancelled => TurnStatus::Cancelled,
                     _ => TurnStatus::Failed,
                 };
-                let ending = turn_failed(self, other);
                 let batch = ToolBatch::default();
-                let reason = ending.1.clone();
+                let reason = Some(turn_failure_reason(&other, result.record.requests));
                 self.finish_turn(turn, status, replays, batch, turn_usage, reason);
-                return Action::Finish(ending);
+                return Action::Finish(turn_failed(self, other));
             }
         };
         if let Ok(boundary) = self.boundary
             && let Some(refusal) = boundary_check(boundary, &outcome)
         {
-            let ending = refused(self, &refusal);
             let batch = ToolBatch::default();
-            let reason = ending.1.clone();
+            let reason = Some(format!(
+                "the response boundary refused the answer ({refusal})"
+            ));
             self.finish_turn(turn, TurnStatus::Failed, replays, batch, turn_usage, reason);
-            return Action::Finish(ending);
+            return Action::Finish(refused(self, &refusal));
         }
         if outcome.tool_calls.is_empty() {
             self.final_turn(turn, outcome, replays, turn_usage)
@@ -555,6 +576,9 @@ impl<'a> AgentLoop<'a> {
             no_progress: false,
             assistant_text: &outcome.text,
         };
+        if next != FinalTurn::Continue {
+            self.keep_final_answer();
+        }
         let ending = match next {
             FinalTurn::Continue => return self.continue_answer(),
             FinalTurn::Cut(NoContinuation::NoTurnLeft) => {
@@ -714,6 +738,17 @@ impl<'a> AgentLoop<'a> {
         }
     }
 
+    /// Keeps the joined answer the attempt ends on for its excerpt. A write step that closed
+    /// without text has none.
+    fn keep_final_answer(&mut self) {
+        let blank_write = self.step.access == Access::Write && self.answer.trim().is_empty();
+        if !blank_write {
+            self.final_answer = Some(self.answer.clone());
+        }
+    }
+
+    /// Records the turn. A reason passes the redactor here, so the record and the observer get
+    /// the same safe line (a boundary refusal or a request error can quote provider words).
     fn push_turn(
         &mut self,
         turn: u32,
@@ -721,13 +756,16 @@ impl<'a> AgentLoop<'a> {
         replays: Vec<ReplayRecord>,
         tool_batch: ToolBatch,
         usage: Usage,
+        reason: Option<String>,
     ) {
+        let reason = reason.map(|r| redactor_for(self.boundary).line_capped(&r, REASON_MAX_CHARS));
         self.turns.push(TurnRecord {
             turn,
             status,
             replays,
             tool_batch,
             usage,
+            reason,
         });
     }
 
@@ -750,16 +788,18 @@ impl<'a> AgentLoop<'a> {
             Some(p) if p.turn == turn => batch::tool_uses(&p.calls, &batch, redactor),
             _ => Vec::new(),
         };
+        let (requested, rejected, executed) = (batch.requested, batch.rejected, batch.executed);
+        self.push_turn(turn, status, replays, batch, usage, reason);
+        let reason = self.turns.last().and_then(|t| t.reason.clone());
         self.events.push(TurnEvent::Finished {
             turn,
             status,
-            requested: batch.requested,
-            rejected: batch.rejected,
-            executed: batch.executed,
+            requested,
+            rejected,
+            executed,
             calls,
-            reason: reason.map(|r| redactor.line(&r)),
+            reason,
         });
-        self.push_turn(turn, status, replays, batch, usage);
     }
 }
 
@@ -993,6 +1033,43 @@ fn context_exhausted(st: &mut AgentLoop<'_>, failure: &TransportFailure) -> Endi
             failure.detail
         ),
     )
+}
+
+/// The most characters of a turn's `reason`: one short line.
+const REASON_MAX_CHARS: usize = 200;
+
+/// A failed or cancelled turn's reason, from structured facts only (the class, the status, the
+/// fault label, the request count): the provider's own words stay in the attempt's message.
+fn turn_failure_reason(end: &TurnEnd, requests: u32) -> String {
+    let after = match requests {
+        0 => String::new(),
+        1 => " after 1 request".to_owned(),
+        n => format!(" after {n} requests"),
+    };
+    match end {
+        TurnEnd::Failed { failure, .. } => {
+            let f = &failure.failure;
+            let class = f.class.as_str();
+            // The class once when the fault's own label says the same.
+            let what = match f.http_status {
+                Some(status) => format!("HTTP {status} ({class})"),
+                None if f.fault.as_str() == class => class.to_owned(),
+                None => format!("{} ({class})", f.fault.as_str()),
+            };
+            let context = if failure.context_exhausted() {
+                ", context window exceeded"
+            } else {
+                ""
+            };
+            format!("provider fault: {what}{context}{after}")
+        }
+        TurnEnd::DeadlineReached { .. } => format!("attempt deadline{after}"),
+        TurnEnd::DigestMismatch { .. } => {
+            "replay refused: the payload digest did not match the first request".to_owned()
+        }
+        TurnEnd::Cancelled => "cancelled".to_owned(),
+        TurnEnd::Completed(_) => "completed".to_owned(),
+    }
 }
 
 fn turn_failed(st: &mut AgentLoop<'_>, end: TurnEnd) -> Ending {

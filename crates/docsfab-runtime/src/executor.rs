@@ -41,8 +41,8 @@ use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
 use crate::batch::BeforeWrite;
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::record::{
-    AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunStatus, StepFailure,
-    WriteRestore,
+    AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunContext, RunProvider, RunStatus,
+    StepFailure, WriteRestore,
 };
 use crate::settlement::settle_attempt;
 use crate::snapshot::RestoreError;
@@ -53,6 +53,8 @@ use crate::workspace::Workspace;
 /// variable `apiKeyEnv` names. The key is only ever put in the request header.
 #[derive(Debug, Clone)]
 pub struct ProviderSettings {
+    /// The provider's key under host.yaml's `providers:` (the run record names it).
+    pub name: String,
     pub api: Api,
     /// Including the version prefix, e.g. `https://api.example.com/v1`.
     pub base_url: String,
@@ -149,7 +151,8 @@ pub async fn run_with_transport(
     transport: &dyn Transport,
     store: &mut RunStore,
 ) -> Result<RunOutcome, RunError> {
-    let run_id = store.create_run(&cfg.composition.name)?;
+    let run_id =
+        store.create_run_with_context(&cfg.composition.name, &run_context(&cfg, workspace))?;
     let cancel = cfg.cancel.child_token();
     let deadline_ms = cfg.job_deadline.map_or(cfg.limits.deadline_ms(), |d| {
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -196,6 +199,23 @@ pub async fn run_with_transport(
         status,
         cancel_reason,
     })
+}
+
+/// What the record says about where and with what the run worked. The provider's host is its
+/// base URL's host and port only, so user information or a query in the URL never reaches it.
+fn run_context(cfg: &RunConfig, workspace: &Workspace) -> RunContext {
+    let provider = &cfg.provider;
+    RunContext {
+        workspace: workspace.root().to_string_lossy().into_owned(),
+        provider: RunProvider {
+            name: provider.name.clone(),
+            api: provider.api,
+            host: docsfab_policy::host::base_url_host(&provider.base_url)
+                .unwrap_or_else(|| "-".to_owned()),
+        },
+        model: selected_model(cfg),
+        docsfab_version: env!("CARGO_PKG_VERSION").to_owned(),
+    }
 }
 
 /// The composition's model, or the provider's.
@@ -633,6 +653,8 @@ fn attempt_record(
         failure_class: None,
         code: None,
         message: report.message.clone(),
+        answer_excerpt: report.answer_excerpt.clone(),
+        answer_bytes: report.answer_bytes,
         timeout_kind: None,
         retry_rule: None,
         retry: Retry {

@@ -26,8 +26,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    Access, AttemptRecord, InterruptedAttempt, RunRecord, RunStatus, RunSummary, StepFailure,
-    StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
+    Access, AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
+    StepFailure, StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
 };
 
 /// A failure of the run store. Messages say what failed; the CLI adds what to do.
@@ -231,7 +231,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_ms  INTEGER NOT NULL,
     ended_at    TEXT,
     owner_pid   INTEGER NOT NULL,
-    owner_start INTEGER
+    owner_start INTEGER,
+    context     TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_start ON runs (started_ms DESC);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
@@ -306,6 +307,7 @@ impl RunStore {
                 tx.execute_batch(SCHEMA)?;
                 tx.commit()?;
             }
+            add_run_context_column(conn)?;
             Ok(())
         })?;
         store.interrupted = store.mark_orphans_interrupted()?;
@@ -399,12 +401,32 @@ impl RunStore {
         self.create_run_owned_by(composition, Owner::current())
     }
 
+    /// Creates a run owned by this process, `running`, with its context (workspace, provider,
+    /// model, version) stored from its first moment, and returns its id.
+    pub fn create_run_with_context(
+        &mut self,
+        composition: &str,
+        context: &RunContext,
+    ) -> Result<String, StoreError> {
+        self.insert_run(composition, Some(context), Owner::current())
+    }
+
     /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
     pub fn create_run_owned_by(
         &mut self,
         composition: &str,
         owner: Owner,
     ) -> Result<String, StoreError> {
+        self.insert_run(composition, None, owner)
+    }
+
+    fn insert_run(
+        &mut self,
+        composition: &str,
+        context: Option<&RunContext>,
+        owner: Owner,
+    ) -> Result<String, StoreError> {
+        let context = context.map(to_json).transpose()?;
         let now = SystemTime::now();
         let started_ms = now
             .duration_since(UNIX_EPOCH)
@@ -416,8 +438,8 @@ impl RunStore {
             let tx = immediate(conn)?;
             tx.execute(
                 "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
-                                   owner_start)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                                   owner_start, context)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 params![
                     run_id,
                     composition,
@@ -426,6 +448,7 @@ impl RunStore {
                     started_ms,
                     i64::from(owner.pid),
                     owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                    context,
                 ],
             )?;
             tx.commit()?;
@@ -688,7 +711,8 @@ fn list_run_rows(conn: &Connection, limit: u32) -> Result<Vec<RunListing>, Store
 fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
     let head = conn
         .query_row(
-            "SELECT composition, status, started_at, ended_at FROM runs WHERE run_id = ?1",
+            "SELECT composition, status, started_at, ended_at, context FROM runs
+             WHERE run_id = ?1",
             [run_id],
             |r| {
                 Ok((
@@ -696,13 +720,16 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
                     r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
                 ))
             },
         )
         .optional()?;
-    let Some((composition, status, started_at, ended_at)) = head else {
+    let Some((composition, status, started_at, ended_at, context)) = head else {
         return Ok(None);
     };
+    // A run created before the store kept contexts has none: its fields read as null.
+    let context: Option<RunContext> = context.as_deref().map(from_json).transpose()?;
     let mut steps = Vec::new();
     {
         let mut stmt = conn.prepare(
@@ -730,6 +757,10 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         status: parse_status(&status)?,
         started_at,
         ended_at,
+        workspace: context.as_ref().map(|c| c.workspace.clone()),
+        model: context.as_ref().map(|c| c.model.clone()),
+        docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
+        provider: context.map(|c| c.provider),
         steps,
     }))
 }
@@ -748,6 +779,29 @@ fn load_attempts(
         attempts.push(from_json(&row?)?);
     }
     Ok(attempts)
+}
+
+/// Adds the runs' `context` column to a store created before it existed; its runs keep a
+/// null context. Checked without the write lock first: once added, opening only reads.
+fn add_run_context_column(conn: &Connection) -> Result<(), StoreError> {
+    let has = |conn: &Connection| -> Result<bool, StoreError> {
+        let n: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'context'",
+            [],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    };
+    if has(conn)? {
+        return Ok(());
+    }
+    let tx = immediate(conn)?;
+    // Again under the lock: another process may have added it meanwhile.
+    if !has(&tx)? {
+        tx.execute("ALTER TABLE runs ADD COLUMN context TEXT", [])?;
+    }
+    tx.commit()?;
+    Ok(())
 }
 
 /// A write transaction that holds the write lock from its first statement (`BEGIN IMMEDIATE`),

@@ -81,6 +81,7 @@ async fn run(api: Api, scenario: &str, rules: RulesTable) -> Ran {
             composition: Composition::parse(COMPOSITION, "composition.yaml").unwrap(),
             workspace,
             provider: ProviderSettings {
+                name: "sim".into(),
                 api,
                 base_url: server.base_url(),
                 model: "sim-model".into(),

@@ -521,6 +521,7 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
             composition,
             workspace: missing.to_path_buf(),
             provider: ProviderSettings {
+                name: "sim".into(),
                 api: Api::OpenaiChat,
                 base_url: h.server.base_url(),
                 model: "m".into(),

@@ -120,6 +120,7 @@ fn scripted_config(
         composition: Composition::parse(COMPOSITION, "c.yaml").unwrap(),
         workspace: dir.to_path_buf(),
         provider: ProviderSettings {
+            name: "sim".into(),
             api: Api::OpenaiChat,
             base_url: "http://127.0.0.1:9/v1".into(),
             model: "m".into(),

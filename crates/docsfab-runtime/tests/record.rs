@@ -31,6 +31,8 @@ fn transport_attempt() -> AttemptRecord {
         failure_class: Some("infrastructure".into()),
         code: Some("provider-server".into()),
         message: Some("HTTP 503 after 8 attempts".into()),
+        answer_excerpt: None,
+        answer_bytes: None,
         timeout_kind: None,
         retry_rule: Some("transport".into()),
         retry: Retry {
@@ -63,6 +65,7 @@ fn transport_attempt() -> AttemptRecord {
                     input_tokens: 600,
                     output_tokens: 40,
                 },
+                reason: None,
             },
             TurnRecord {
                 turn: 2,
@@ -86,6 +89,7 @@ fn transport_attempt() -> AttemptRecord {
                     input_tokens: 600,
                     output_tokens: 0,
                 },
+                reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
             },
         ],
     }
@@ -102,12 +106,22 @@ fn sample_run() -> RunRecord {
     second.wait_ms = None;
     second.provider_error_class = None;
     second.http_status = None;
+    second.answer_excerpt = Some("{\"modules\": [\"a\"]}".into());
+    second.answer_bytes = Some(18);
     RunRecord {
         run_id: "run-20261129-200000-abcdef".into(),
         composition: "quickstart".into(),
         status: RunStatus::Succeeded,
         started_at: "2026-11-29T20:00:00.000Z".into(),
         ended_at: Some("2026-11-29T20:01:00.000Z".into()),
+        workspace: Some("/home/me/project".into()),
+        provider: Some(RunProvider {
+            name: "default".into(),
+            api: docsfab_record::Api::OpenaiChat,
+            host: "api.example.com".into(),
+        }),
+        model: Some("some-model".into()),
+        docsfab_version: Some("0.1.0".into()),
         steps: vec![StepRecord {
             step_id: "outline".into(),
             access: Access::ReadOnly,
@@ -257,4 +271,77 @@ fn more_than_ten_attempts_violate_the_schema_cfg_3() {
         }
     });
     assert!(validate_against_schema(&bad).is_err());
+}
+
+/// Issue 11: a record written before the run's context, the answer excerpt and the turn reason
+/// existed (JSON without those keys) still loads, with each new field absent, and still meets
+/// the schema.
+#[test]
+fn issue11_an_old_record_without_the_new_fields_still_loads() {
+    let old = mutate(|v| {
+        let run = v.as_object_mut().unwrap();
+        for key in ["workspace", "provider", "model", "docsfabVersion"] {
+            assert!(run.remove(key).is_some(), "the new record has {key}");
+        }
+        for attempt in v["steps"][0]["attempts"].as_array_mut().unwrap() {
+            let attempt = attempt.as_object_mut().unwrap();
+            attempt.remove("answerExcerpt").unwrap();
+            attempt.remove("answerBytes").unwrap();
+            for turn in attempt["turns"].as_array_mut().unwrap() {
+                turn.as_object_mut().unwrap().remove("reason").unwrap();
+            }
+        }
+    });
+    validate_against_schema(&old).unwrap();
+    let run: RunRecord = serde_json::from_value(old).unwrap();
+    assert_eq!(run.workspace, None);
+    assert_eq!(run.provider, None);
+    assert_eq!(run.model, None);
+    assert_eq!(run.docsfab_version, None);
+    let attempt = &run.steps[0].attempts[1];
+    assert_eq!(attempt.answer_excerpt, None);
+    assert_eq!(attempt.answer_bytes, None);
+    assert!(
+        run.steps[0].attempts[0]
+            .turns
+            .iter()
+            .all(|t| t.reason.is_none())
+    );
+}
+
+/// Issue 11: the new fields serialize under their interface names and meet the schema, which
+/// refuses a provider with unknown keys or an excerpt beyond its bound.
+#[test]
+fn issue11_context_excerpt_and_reason_are_in_the_record_and_the_schema() {
+    let value = serde_json::to_value(sample_run()).unwrap();
+    validate_against_schema(&value).unwrap();
+    assert_eq!(value["workspace"], json!("/home/me/project"));
+    assert_eq!(
+        value["provider"],
+        json!({"name": "default", "api": "openai-chat", "host": "api.example.com"})
+    );
+    assert_eq!(value["model"], json!("some-model"));
+    assert_eq!(value["docsfabVersion"], json!("0.1.0"));
+    let attempts = &value["steps"][0]["attempts"];
+    assert_eq!(attempts[0]["answerExcerpt"], Value::Null);
+    assert_eq!(
+        attempts[1]["answerExcerpt"],
+        json!("{\"modules\": [\"a\"]}")
+    );
+    assert_eq!(attempts[1]["answerBytes"], json!(18));
+    assert_eq!(attempts[0]["turns"][0]["reason"], Value::Null);
+    assert_eq!(
+        attempts[0]["turns"][1]["reason"],
+        json!("provider fault: HTTP 503 (server) after 3 requests")
+    );
+    for bad in [
+        mutate(|v| v["provider"]["url"] = json!("http://user:pw@h/v1")),
+        mutate(|v| v["provider"]["api"] = json!("gemini")),
+        mutate(|v| {
+            v["steps"][0]["attempts"][1]["answerExcerpt"] = json!("x".repeat(2049));
+        }),
+        mutate(|v| v["steps"][0]["attempts"][0]["turns"][1]["reason"] = json!(7)),
+    ] {
+        assert!(validate_against_schema(&bad).is_err(), "accepted {bad}");
+    }
 }

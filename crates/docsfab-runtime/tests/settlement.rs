@@ -195,6 +195,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
             replays: vec![],
             tool_batch,
             usage: Usage::default(),
+            reason: None,
         })
         .collect();
     AttemptRecord {
@@ -209,6 +210,8 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         failure_class: None,
         code: None,
         message: None,
+        answer_excerpt: None,
+        answer_bytes: None,
         timeout_kind: None,
         retry_rule: None,
         retry: Retry {

@@ -46,6 +46,8 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         failure_class: None,
         code: None,
         message: None,
+        answer_excerpt: None,
+        answer_bytes: None,
         timeout_kind: None,
         retry_rule: None,
         retry: Retry { decision },
@@ -479,4 +481,91 @@ fn hardening_write_intents_of_a_killed_attempt_are_listed_on_the_next_open() {
     assert_eq!(paths, ["docs/a.md", "docs/b.md"]);
     assert_eq!(unfinished.write_intents[0].tool, "write_file");
     validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
+}
+
+fn sample_context() -> RunContext {
+    RunContext {
+        workspace: "/srv/project".into(),
+        provider: RunProvider {
+            name: "default".into(),
+            api: docsfab_record::Api::AnthropicMessages,
+            host: "127.0.0.1:8080".into(),
+        },
+        model: "sim-model".into(),
+        docsfab_version: "0.1.0".into(),
+    }
+}
+
+/// Issue 11: the run's context is stored when the run is created, so a run still `running`
+/// (and one later marked `interrupted`) already names its workspace, provider and model.
+#[test]
+fn issue11_a_running_run_already_has_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let mut store = RunStore::open(&path).unwrap();
+    let run = store
+        .create_run_with_context("quickstart", &sample_context())
+        .unwrap();
+    let record = RunStore::open(&path)
+        .unwrap()
+        .load_run(&run)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, RunStatus::Running);
+    assert_eq!(record.workspace.as_deref(), Some("/srv/project"));
+    assert_eq!(record.provider, Some(sample_context().provider));
+    assert_eq!(record.model.as_deref(), Some("sim-model"));
+    assert_eq!(record.docsfab_version.as_deref(), Some("0.1.0"));
+    validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
+}
+
+/// Issue 11: a store written before runs had a context column (and attempts an excerpt) opens,
+/// gains the column, and its runs read back with those fields null.
+#[test]
+fn issue11_a_store_from_before_the_context_column_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let run = {
+        let mut store = RunStore::open(&path).unwrap();
+        let run = store.create_run("old").unwrap();
+        let step = store.begin_step(&run, &step_start("outline")).unwrap();
+        store
+            .record_attempt(&run, step, &attempt(1, RetryDecision::None))
+            .unwrap();
+        store.finish_run(&run, RunStatus::Succeeded).unwrap();
+        run
+    };
+    // Make it the previous version's store: no context column, attempt JSON without the
+    // excerpt keys.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute("ALTER TABLE runs DROP COLUMN context", [])
+            .unwrap();
+        let text: String = conn
+            .query_row("SELECT record FROM attempts", [], |r| r.get(0))
+            .unwrap();
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let map = value.as_object_mut().unwrap();
+        map.remove("answerExcerpt").unwrap();
+        map.remove("answerBytes").unwrap();
+        conn.execute("UPDATE attempts SET record = ?1", [value.to_string()])
+            .unwrap();
+    }
+    let store = RunStore::open(&path).unwrap();
+    let record = store.load_run(&run).unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Succeeded);
+    assert_eq!(record.workspace, None);
+    assert_eq!(record.provider, None);
+    assert_eq!(record.model, None);
+    assert_eq!(record.steps[0].attempts[0].answer_excerpt, None);
+    let value = serde_json::to_value(&record).unwrap();
+    assert_eq!(value["provider"], serde_json::Value::Null);
+    validate_against_schema(&value).unwrap();
+    // The migrated store takes new runs with a context.
+    let mut store = store;
+    let new = store
+        .create_run_with_context("new", &sample_context())
+        .unwrap();
+    let record = store.load_run(&new).unwrap().unwrap();
+    assert_eq!(record.model.as_deref(), Some("sim-model"));
 }

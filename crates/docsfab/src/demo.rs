@@ -62,6 +62,8 @@ const DEMO_HOST: &str =
 const DEMO_ENV: [(&str, &str); 1] = [("DOCSFAB_RETRY_BASE_DELAY_MS", "500")];
 /// Any model name will do: the simulator answers in whatever model it is asked for.
 const DEMO_MODEL: &str = "demo-model";
+/// The provider name the demo's record gives its in-process simulator (there is no host.yaml).
+const DEMO_PROVIDER: &str = "demo-simulator";
 
 pub fn run(color: ColorChoice) -> Result<(), CliError> {
     // The embedded files are part of the binary; a problem with them is a build defect.
@@ -110,6 +112,7 @@ pub fn run(color: ColorChoice) -> Result<(), CliError> {
             composition,
             workspace: workspace.path.clone(),
             provider: ProviderSettings {
+                name: DEMO_PROVIDER.to_owned(),
                 api: Api::OpenaiChat,
                 base_url: server.base_url(),
                 model: DEMO_MODEL.to_owned(),

@@ -95,6 +95,7 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
     check_workspace(&workspace)?;
     let config = RunConfig {
         provider: ProviderSettings {
+            name: selected.provider_name.to_owned(),
             api: selected.provider.api,
             base_url: selected.provider.base_url.clone(),
             model: selected.model.to_owned(),

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::{AttemptRecord, RunRecord, StepRecord, TurnRecord};
+use docsfab_runtime::record::{AttemptRecord, AttemptStatus, RunRecord, StepRecord, TurnRecord};
 use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
@@ -235,6 +235,7 @@ pub fn render_run(r: &RunRecord) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Run {}: {}", r.run_id, r.status.as_str());
     let _ = writeln!(out, "  composition: {}", r.composition);
+    render_context(&mut out, r);
     let _ = writeln!(
         out,
         "  started {}, ended {}",
@@ -248,6 +249,27 @@ pub fn render_run(r: &RunRecord) -> String {
         render_step(&mut out, step);
     }
     out
+}
+
+/// Where and with what the run worked. A record from before docsfab kept these has none, and
+/// its lines are left out.
+fn render_context(out: &mut String, r: &RunRecord) {
+    if let Some(w) = &r.workspace {
+        let _ = writeln!(out, "  workspace: {}", shown(w));
+    }
+    if let Some(p) = &r.provider {
+        let _ = writeln!(
+            out,
+            "  provider: {} ({} at {}), model {}",
+            shown(&p.name),
+            p.api.as_str(),
+            shown(&p.host),
+            r.model.as_deref().map_or_else(|| "-".to_owned(), shown)
+        );
+    }
+    if let Some(v) = &r.docsfab_version {
+        let _ = writeln!(out, "  docsfab {}", shown(v));
+    }
 }
 
 fn render_step(out: &mut String, s: &StepRecord) {
@@ -330,6 +352,16 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
     if let Some(m) = &a.message {
         let _ = writeln!(out, "    message: {}", shown(m));
     }
+    // What the model answered is what a failed contract needs to be understood by.
+    if a.status == AttemptStatus::Failed
+        && let Some(excerpt) = &a.answer_excerpt
+    {
+        let size = a
+            .answer_bytes
+            .map(|n| format!(" ({n} bytes in all)"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "    answer{size}: {}", shown(excerpt));
+    }
     let decision = name_of(&a.retry.decision);
     let _ = writeln!(
         out,
@@ -378,9 +410,14 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
             b.requested, b.rejected, b.executed
         )
     };
+    let reason = t
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({})", shown(r)))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "    Turn {}: {}, {} provider retr{}{tools}",
+        "    Turn {}: {}{reason}, {} provider retr{}{tools}",
         t.turn,
         t.status.as_str(),
         t.provider_retries(),

@@ -16,7 +16,8 @@ const FIXTURE: &str = concat!(
     "/tests/fixtures/demo-record.golden.json"
 );
 
-/// Replaces what differs between runs: keys holding ids, times and measured durations.
+/// Replaces what differs between runs: keys holding ids, times, measured durations, the
+/// workspace path, the simulator's port and the version.
 fn normalise(value: &mut Value) {
     match value {
         Value::Object(map) => {
@@ -25,6 +26,10 @@ fn normalise(value: &mut Value) {
                     "runId" => Some("<run-id>"),
                     "startedAt" | "endedAt" | "intendedAt" if v.is_string() => Some("<time>"),
                     "durationMs" => Some("<duration>"),
+                    // A fresh temporary workspace, the simulator's port, the crate's version.
+                    "workspace" => Some("<workspace>"),
+                    "host" => Some("127.0.0.1:<port>"),
+                    "docsfabVersion" => Some("<version>"),
                     _ => None,
                 };
                 match placeholder {

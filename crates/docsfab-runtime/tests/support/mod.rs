@@ -115,6 +115,7 @@ pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Reco
             composition,
             workspace: h.workspace.clone(),
             provider: ProviderSettings {
+                name: "sim".into(),
                 api: args.api,
                 base_url: h.server.base_url(),
                 model: "sim-model".into(),
