@@ -27,9 +27,9 @@ pub use lease::{
 };
 pub use replay::{ReplayCause, ReplayRecord};
 pub use run::{
-    AttemptRecord, AttemptStatus, InterruptedAttempt, LeaseRecord, Retry, RunRecord, RunStatus,
-    RunSummary, SCHEMA, StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore,
-    rfc3339_utc,
+    AttemptRecord, AttemptStatus, FileWritten, InterruptedAttempt, LeaseRecord, Retry, RunRecord,
+    RunStatus, RunSummary, SCHEMA, StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent,
+    WriteRestore, rfc3339_utc,
 };
 pub use step::{
     Access, Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,

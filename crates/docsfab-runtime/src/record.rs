@@ -6,7 +6,7 @@
 //! the same shape, and [`validate_against_schema`] checks a serialized record against it.
 
 pub use docsfab_record::{
-    Access, AttemptRecord, AttemptStatus, Budget, InterruptedAttempt, LeaseRecord,
+    Access, AttemptRecord, AttemptStatus, Budget, FileWritten, InterruptedAttempt, LeaseRecord,
     RecordedSettlement, ReplayCause, ReplayRecord, Retry, RetryDecision, RunRecord, RunStatus,
     RunSummary, SCHEMA, StepFailure, StepRecord, StepStatus, TimeoutKind, TransportRetry,
     TurnRecord, TurnStatus, Usage, WriteIntent, WriteRestore, rfc3339_utc,

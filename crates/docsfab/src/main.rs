@@ -11,6 +11,7 @@ mod progress;
 mod route_command;
 mod run;
 mod runs;
+mod runs_diff;
 mod setup;
 mod sim;
 

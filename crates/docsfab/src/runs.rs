@@ -1,4 +1,5 @@
-//! `docsfab runs list` and `docsfab runs show ID`: the run store, read back.
+//! `docsfab runs list`, `docsfab runs show ID` and `docsfab runs diff ID`: the run store, read
+//! back (the diff itself is `runs_diff`).
 //!
 //! Both open `DOCSFAB_HOME/runs.db`, and opening it marks every run whose process died while it
 //! was `running` as `interrupted`, so a run killed with `kill -9` shows up as such here. Neither
@@ -44,6 +45,15 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Everything a run wrote, as a unified diff (`git apply` takes it), from each file's
+    /// content before the run to its content after.
+    Diff {
+        /// The run id (the first line `docsfab run` prints).
+        id: String,
+        /// Print a summary (`PATH | N +++--` per file and the totals) instead of the diff.
+        #[arg(long)]
+        stat: bool,
+    },
 }
 
 pub fn run(args: &RunsArgs) -> Result<(), CliError> {
@@ -52,6 +62,7 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     match &args.command {
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json } => show(&path, id, *json),
+        RunsCommand::Diff { id, stat } => diff(&path, id, *stat),
     }
 }
 
@@ -198,7 +209,8 @@ fn human_duration(ms: u64) -> String {
     }
 }
 
-fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+/// The store and the record of run `id`; an unknown id is bad input.
+fn load(path: &Path, id: &str) -> Result<(RunStore, RunRecord), CliError> {
     let unknown = || {
         CliError::bad_input(format!(
             "there is no run {id:?} in {}; list the known runs with `docsfab runs list`.",
@@ -213,6 +225,17 @@ fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
         .load_run(id)
         .map_err(|e| read_failed(path, e))?
         .ok_or_else(unknown)?;
+    Ok((store, record))
+}
+
+fn diff(path: &Path, id: &str, stat: bool) -> Result<(), CliError> {
+    let (store, record) = load(path, id)?;
+    let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
+    emit(&crate::runs_diff::render(&record, &rows, stat))
+}
+
+fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+    let (_, record) = load(path, id)?;
     if json {
         emit(&format!("{}\n", to_json(&record)?))
     } else {
