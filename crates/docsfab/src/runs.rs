@@ -10,7 +10,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
-use docsfab_runtime::record::{AttemptRecord, RunRecord, StepRecord, TurnRecord};
+use docsfab_runtime::record::{AttemptRecord, FileWritten, RunRecord, StepRecord, TurnRecord};
 use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
@@ -388,6 +388,9 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
                 .unwrap_or_default()
         );
     }
+    if let Some(files) = a.files_written.as_ref().filter(|f| !f.is_empty()) {
+        let _ = writeln!(out, "    files written: {}", files_written(files));
+    }
     let l = &a.lease;
     let _ = writeln!(
         out,
@@ -405,6 +408,19 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
     for t in &a.turns {
         render_turn(out, t);
     }
+}
+
+/// `docs/a.md (new, 12 bytes), docs/b.md (changed, 40 bytes)`: what an attempt wrote.
+fn files_written(files: &[FileWritten]) -> String {
+    let one = |f: &FileWritten| {
+        let how = match (&f.sha256_before, &f.sha256_after) {
+            (None, _) => "new",
+            (Some(_), None) => "gone",
+            (Some(_), Some(_)) => "changed",
+        };
+        format!("{} ({how}, {} bytes)", shown(&f.path), f.bytes)
+    };
+    files.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 fn render_turn(out: &mut String, t: &TurnRecord) {

@@ -201,6 +201,15 @@ fn issue11_files_written_name_each_created_and_modified_file_with_sizes_and_hash
     assert_eq!(files[0]["sha256Before"], Value::Null);
     assert_eq!(files[1]["sha256Before"], sha256(OLD.as_bytes()));
     assert_eq!(files[2]["sha256Before"], Value::Null);
+    let shown = r.runs(&["show", &r.id]);
+    assert!(
+        text(&shown.stdout).contains(&format!(
+            "    files written: docs/new.md (new, 15 bytes), docs/old.md (changed, {} bytes), docs/guide/deep.md (new, 19 bytes)\n",
+            old_rewritten().len()
+        )),
+        "{}",
+        text(&shown.stdout)
+    );
 }
 
 #[test]
@@ -351,4 +360,41 @@ fn issue11_a_failed_then_restored_attempt_lists_its_files_but_the_diff_has_only_
         r.diff(&[]),
         "--- /dev/null\n+++ b/docs/final.md\n@@ -0,0 +1 @@\n+# Final\n"
     );
+}
+
+/// A file that held a credential before the run rewrote it: the run store keeps only its hashes
+/// and sizes, and the diff says so in one line instead of printing the key.
+#[test]
+fn issue11_a_file_holding_a_credential_is_not_kept_or_shown() {
+    const KEYED: &str = "aws: ASIAY34FZKBOKMUTVV7A\n";
+    let scenario = writes_then_done(&[("docs/notes.md", "cleaned\n")]);
+    let r = run(
+        WRITER,
+        &scenario,
+        |ws| {
+            std::fs::create_dir_all(ws.join("docs")).unwrap();
+            std::fs::write(ws.join("docs/notes.md"), KEYED).unwrap();
+        },
+        0,
+    );
+    let diff = r.diff(&[]);
+    assert_eq!(
+        diff,
+        format!(
+            "File docs/notes.md: not shown, it holds text shaped like a credential ({} bytes -> 8 bytes).\n",
+            KEYED.len()
+        )
+    );
+    assert_eq!(
+        r.diff(&["--stat"]),
+        " docs/notes.md | not shown (credential)\n 1 file changed, 0 insertions(+), 0 deletions(-)\n"
+    );
+    for entry in std::fs::read_dir(r.s.home()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            let found = bytes.windows(20).any(|w| w == b"ASIAY34FZKBOKMUTVV7A");
+            assert!(!found, "the key is in {}", path.display());
+        }
+    }
 }
