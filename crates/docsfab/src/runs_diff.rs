@@ -137,6 +137,16 @@ fn render_diff(changed: &[PathChange<'_>]) -> String {
             continue;
         }
         let (old, new) = c.texts();
+        if old.is_empty() && new.is_empty() {
+            // No hunk can say it, and a header alone is not a patch.
+            let how = if c.before().sha256.is_none() {
+                "created"
+            } else {
+                "removed"
+            };
+            let _ = writeln!(out, "File {}: {how}, empty.", c.path);
+            continue;
+        }
         let diff = TextDiff::from_lines(old, new);
         let _ = write!(
             out,
@@ -328,6 +338,15 @@ mod tests {
             out,
             "--- /dev/null\n+++ b/docs/a.md\n@@ -0,0 +1,2 @@\n+one\n+two\n\
              --- a/docs/b.md\n+++ b/docs/b.md\n@@ -1 +1 @@\n-x\n+y\n"
+        );
+    }
+
+    #[test]
+    fn an_empty_created_file_is_one_line_not_a_header_without_hunks() {
+        let rows = [row(0, "docs/empty.md", None, Some(""))];
+        assert_eq!(
+            render_diff(&changes(&rows)),
+            "File docs/empty.md: created, empty.\n"
         );
     }
 
