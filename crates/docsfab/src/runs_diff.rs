@@ -122,7 +122,7 @@ fn nothing_to_show(record: &RunRecord, rows: &[StoredWrite]) -> String {
     }
     if failed_wrote {
         format!(
-            "Run {id} has no diff: only its failed attempts wrote files, and docsfab keeps the contents of succeeded ones; `docsfab runs show {id}` lists those files."
+            "Run {id} has no diff: only attempts that did not succeed wrote files, and docsfab keeps the contents of succeeded ones; `docsfab runs show {id}` lists those files."
         )
     } else {
         format!("Run {id} wrote no files.")

@@ -7,12 +7,13 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use docsfab_runtime::record::validate_against_schema;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use support::run::{ONE_STEP, Setup, Sim, looks_like_run_id};
+use support::run::{Lines, ONE_STEP, Setup, Sim, first_line, looks_like_run_id, signal};
 
 const WRITER: &str = "name: writer
 limits:
@@ -397,4 +398,90 @@ fn issue11_a_file_holding_a_credential_is_not_kept_or_shown() {
             assert!(!found, "the key is in {}", path.display());
         }
     }
+}
+
+/// SIGINT while a write attempt's writes have run: the attempt is cancelled and restored, its
+/// `filesWritten` still names what it wrote (read before the restore), and the diff says the run
+/// kept nothing, pointing at `runs show`.
+#[test]
+fn issue11_a_cancelled_and_restored_attempt_lists_its_files_and_the_run_has_no_diff() {
+    let tmp = tempfile::tempdir().unwrap();
+    let scenario = "responses:
+  - answer:
+      tool_calls:
+        - {name: write_file, arguments: {path: docs/new.md, content: draft}}
+  - answer: {text: done}
+    delay_ms: 60000
+";
+    let sim = Sim::start(tmp.path(), scenario);
+    let s = Setup::new(&sim.base_url, "");
+    let comp = s.composition(WRITER);
+    let mut child = s
+        .run_command(&comp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = first_line(child.stdout.as_mut().unwrap());
+    let mut lines = Lines::new(child.stderr.take().unwrap());
+    lines.wait_for(
+        "turn 1: completed; tools requested 1, rejected 0, executed 1",
+        Duration::from_secs(30),
+    );
+    signal(&child, "INT");
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{}", lines.rest());
+    assert!(!s.workspace().join("docs/new.md").exists());
+
+    let record = s.show_json(&id);
+    validate_against_schema(&record).unwrap();
+    let attempt = &record["steps"][0]["attempts"][0];
+    assert_eq!(attempt["status"], "cancelled");
+    assert_eq!(attempt["writeRestore"], "restored");
+    assert_eq!(
+        attempt["filesWritten"],
+        serde_json::json!([{"path": "docs/new.md", "bytes": 5, "sha256Before": null, "sha256After": sha256(b"draft")}])
+    );
+    let out = s.docsfab().args(["runs", "diff", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        format!(
+            "Run {id} has no diff: only attempts that did not succeed wrote files, and docsfab keeps the contents of succeeded ones; `docsfab runs show {id}` lists those files.\n"
+        )
+    );
+}
+
+/// Two write steps rewrite one page: the diff shows it once, from before the run to the last
+/// write, and applies.
+#[test]
+fn issue11_a_page_two_steps_wrote_shows_once_from_before_the_run_to_its_last_write() {
+    let two_steps = format!(
+        "{WRITER}  - id: again\n    access: write\n    instructions: Extend the page.\n    tools: [write_file]\n    writeRoots: [docs/]\n"
+    );
+    let scenario = "responses:
+  - answer:
+      tool_calls:
+        - {name: write_file, arguments: {path: docs/old.md, content: \"line 1\\nfirst\\n\"}}
+  - answer: {text: done}
+  - answer:
+      tool_calls:
+        - {name: write_file, arguments: {path: docs/old.md, content: \"line 1\\nfirst\\nsecond\\n\"}}
+  - answer: {text: done}
+";
+    let r = run(
+        &two_steps,
+        scenario,
+        |ws| {
+            std::fs::create_dir_all(ws.join("docs")).unwrap();
+            std::fs::write(ws.join("docs/old.md"), "line 1\n").unwrap();
+        },
+        0,
+    );
+    let diff = r.diff(&[]);
+    assert_eq!(
+        diff,
+        "--- a/docs/old.md\n+++ b/docs/old.md\n@@ -1 +1,3 @@\n line 1\n+first\n+second\n"
+    );
+    let by_git = apply(&r, "git-copy", &diff, "git", &["apply", "-p1"]);
+    assert_eq!(tree(&by_git), tree(&r.s.workspace()));
 }
