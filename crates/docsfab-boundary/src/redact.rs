@@ -146,6 +146,11 @@ impl Redactor {
         out.text
     }
 
+    /// Whether `text` holds a credential [`Redactor::line`] would hide (escapes aside).
+    pub fn holds_credential(&self, text: &str) -> bool {
+        !self.credential_ranges(text).is_empty()
+    }
+
     /// Whether `text` holds anything [`Redactor::line`] would remove or escape.
     pub fn is_clean(&self, text: &str) -> bool {
         self.credential_ranges(text).is_empty() && !text.chars().any(needs_escape)

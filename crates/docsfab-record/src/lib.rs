@@ -27,9 +27,9 @@ pub use lease::{
 };
 pub use replay::{ReplayCause, ReplayRecord};
 pub use run::{
-    ANSWER_EXCERPT_MAX_BYTES, AttemptRecord, AttemptStatus, InterruptedAttempt, LeaseRecord, Retry,
-    RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA, StepRecord, StepStatus,
-    TurnRecord, TurnStatus, WriteIntent, WriteRestore, rfc3339_utc,
+    ANSWER_EXCERPT_MAX_BYTES, AttemptRecord, AttemptStatus, FileWritten, InterruptedAttempt,
+    LeaseRecord, Retry, RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
+    StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore, rfc3339_utc,
 };
 pub use step::{
     Access, Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,

@@ -255,10 +255,30 @@ pub struct AttemptRecord {
     /// Present when a restore of the attempt's writes ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_restore: Option<WriteRestore>,
+    /// Every file the attempt changed, in the order it first wrote them; kept even when the
+    /// attempt's writes were later restored (`writeRestore` says so). Empty for a read-only
+    /// step; `None` (absent) in a record written before docsfab kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_written: Option<Vec<FileWritten>>,
     pub usage: Usage,
     pub duration_ms: u64,
     pub lease: LeaseRecord,
     pub turns: Vec<TurnRecord>,
+}
+
+/// One file an attempt changed: its final size and its SHA-256 (lowercase hex) before the
+/// attempt's first write and when the attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileWritten {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The file's size when the attempt ended (0 when it was gone).
+    pub bytes: u64,
+    /// `null` when the file did not exist before the attempt.
+    pub sha256_before: Option<String>,
+    /// `null` when the file did not exist (or could not be read) when the attempt ended.
+    pub sha256_after: Option<String>,
 }
 
 /// The retry decision of an attempt. Serialized as the two record fields `retryDecision` and

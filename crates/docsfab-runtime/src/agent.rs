@@ -72,7 +72,7 @@ use crate::ledger::{
 use crate::record::{
     ANSWER_EXCERPT_MAX_BYTES, LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc,
 };
-use crate::snapshot::WriteSnapshots;
+use crate::snapshot::{WriteSnapshots, WrittenFile};
 use crate::tools::{self, StepTools, ToolPolicy};
 use crate::workspace::Workspace;
 
@@ -188,6 +188,8 @@ pub struct AttemptReport {
     pub duration_ms: u64,
     /// What the attempt wrote, to prove away or undo (write steps).
     pub snapshots: WriteSnapshots,
+    /// The files the attempt changed, as it left them (taken before any restore).
+    pub written: Vec<WrittenFile>,
 }
 
 /// The tool specs the model sees for a step.
@@ -290,6 +292,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         redact_batch(&mut turn.tool_batch, redactor);
     }
     let answer = state.final_answer.as_deref();
+    let written = written_files(&tools, redactor);
     AttemptReport {
         result,
         message,
@@ -302,7 +305,20 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         usage: state.usage,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         snapshots: tools.into_snapshots(),
+        written,
     }
+}
+
+/// What the attempt changed. The model chose the paths: one that holds a credential is
+/// recorded redacted (the jail already refused control characters in them).
+fn written_files(tools: &StepTools<'_>, redactor: &Redactor) -> Vec<WrittenFile> {
+    let mut written = tools.snapshots().written_files();
+    for file in &mut written {
+        if redactor.holds_credential(&file.path) {
+            file.path = redactor.line(&file.path);
+        }
+    }
+    written
 }
 
 /// The redactor when the boundary could not be set up (no provider text is read then): key

@@ -45,9 +45,10 @@ use crate::record::{
     StepFailure, WriteRestore,
 };
 use crate::settlement::settle_attempt;
-use crate::snapshot::RestoreError;
+use crate::snapshot::{RestoreError, WrittenFile};
 use crate::store::{RunStore, StepEnd, StepStart, StoreError};
 use crate::workspace::Workspace;
+use crate::written::{Kept, classify};
 
 /// The provider a run talks to, as host.yaml names it, with the key already read from the
 /// variable `apiKeyEnv` names. The key is only ever put in the request header.
@@ -254,6 +255,17 @@ impl Ctx<'_> {
         }
     }
 
+    /// The files a succeeded attempt changed, each judged for the run store (written.rs).
+    fn kept_contents(&self, report: &AttemptReport) -> Vec<(WrittenFile, Kept)> {
+        let default = docsfab_boundary::Redactor::default();
+        let redactor = self.boundary.as_ref().map_or(&default, |b| b.redactor());
+        report
+            .written
+            .iter()
+            .map(|f| (f.clone(), classify(f, |t| redactor.holds_credential(t))))
+            .collect()
+    }
+
     /// The end of a cancelled step, with its failure.
     fn cancelled_end(&self) -> StepEnd {
         StepEnd {
@@ -377,7 +389,8 @@ async fn run_step(
         let failure = match &report.result {
             Ok(answer) => {
                 let record = attempt_record(attempt_no, budget, &report, None, None);
-                store.record_attempt(ctx.run_id, step_index, &record)?;
+                let files = ctx.kept_contents(&report);
+                store.record_attempt_with_files(ctx.run_id, step_index, &record, &files)?;
                 emit_finished(ctx, step, &record);
                 let end = StepEnd {
                     status: RunStatus::Succeeded,
@@ -663,6 +676,7 @@ fn attempt_record(
         wait_ms: None,
         write_settlement: None,
         write_restore: None,
+        files_written: Some(report.written.iter().map(WrittenFile::record).collect()),
         usage: report.usage,
         duration_ms: report.duration_ms,
         lease: report.lease.clone(),

@@ -14,6 +14,7 @@
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
 //! - [`settlement`]: write settlement from the ledger and the lease (WRT-1..3).
+//! - [`written`]: the bounded contents of the files a run wrote, kept for `docsfab runs diff`.
 pub mod agent;
 pub mod batch;
 pub mod composition;
@@ -28,3 +29,4 @@ pub mod store;
 pub mod supervision;
 pub mod tools;
 pub mod workspace;
+pub mod written;

@@ -6,11 +6,11 @@
 //! the same shape, and [`validate_against_schema`] checks a serialized record against it.
 
 pub use docsfab_record::{
-    ANSWER_EXCERPT_MAX_BYTES, Access, AttemptRecord, AttemptStatus, Budget, InterruptedAttempt,
-    LeaseRecord, RecordedSettlement, ReplayCause, ReplayRecord, Retry, RetryDecision, RunContext,
-    RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA, StepFailure, StepRecord, StepStatus,
-    TimeoutKind, TransportRetry, TurnRecord, TurnStatus, Usage, WriteIntent, WriteRestore,
-    rfc3339_utc,
+    ANSWER_EXCERPT_MAX_BYTES, Access, AttemptRecord, AttemptStatus, Budget, FileWritten,
+    InterruptedAttempt, LeaseRecord, RecordedSettlement, ReplayCause, ReplayRecord, Retry,
+    RetryDecision, RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA, StepFailure,
+    StepRecord, StepStatus, TimeoutKind, TransportRetry, TurnRecord, TurnStatus, Usage,
+    WriteIntent, WriteRestore, rfc3339_utc,
 };
 
 /// Why a value failed [`validate_against_schema`].

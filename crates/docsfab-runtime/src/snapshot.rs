@@ -5,7 +5,8 @@
 //! puts the workspace back: snapshotted files are rewritten (atomically, with their permissions),
 //! files the attempt created are removed, then the directories it created when they are empty.
 //! [`WriteSnapshots::verify`] checks the result by SHA-256, so a retry starts only from a
-//! workspace proven to be in its pre-attempt state.
+//! workspace proven to be in its pre-attempt state. [`WriteSnapshots::written_files`] says what
+//! the attempt changed, before and after, for the record and for `docsfab runs diff`.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -13,6 +14,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+
+use crate::record::FileWritten;
 
 /// One file as it was before the attempt first wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +34,33 @@ enum FileSnapshot {
 pub struct WriteSnapshots {
     root: PathBuf,
     files: BTreeMap<PathBuf, FileSnapshot>,
+    /// The keys of `files` in the order the attempt first wrote them.
+    order: Vec<PathBuf>,
     created_dirs: Vec<PathBuf>,
+}
+
+/// One file an attempt changed: its content before the attempt's first write and when the
+/// attempt ended (`None`: the file did not exist, or could not be read at the end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    /// Relative to the workspace root.
+    pub path: String,
+    pub before: Option<Vec<u8>>,
+    pub after: Option<Vec<u8>>,
+    pub sha256_before: Option<String>,
+    pub sha256_after: Option<String>,
+}
+
+impl WrittenFile {
+    /// The run record's entry for this file.
+    pub fn record(&self) -> FileWritten {
+        FileWritten {
+            path: self.path.clone(),
+            bytes: self.after.as_ref().map_or(0, |b| b.len() as u64),
+            sha256_before: self.sha256_before.clone(),
+            sha256_after: self.sha256_after.clone(),
+        }
+    }
 }
 
 /// A restore or its verification failed; the workspace is not proven clean.
@@ -54,6 +83,7 @@ impl WriteSnapshots {
         WriteSnapshots {
             root: root.to_owned(),
             files: BTreeMap::new(),
+            order: Vec::new(),
             created_dirs: Vec::new(),
         }
     }
@@ -84,6 +114,7 @@ impl WriteSnapshots {
             Err(e) => return Err(e),
         };
         self.files.insert(rel.to_owned(), snapshot);
+        self.order.push(rel.to_owned());
         Ok(())
     }
 
@@ -100,6 +131,35 @@ impl WriteSnapshots {
     /// The files the attempt wrote.
     pub fn written(&self) -> impl Iterator<Item = &Path> {
         self.files.keys().map(PathBuf::as_path)
+    }
+
+    /// Every file the attempt changed, in first-write order, read from the workspace now: call
+    /// it when the attempt ends, before any restore. A file that ended as it began (a write that
+    /// failed, or the same bytes written again) is left out.
+    pub fn written_files(&self) -> Vec<WrittenFile> {
+        let mut out = Vec::new();
+        for rel in &self.order {
+            let (before, sha256_before) = match &self.files[rel] {
+                FileSnapshot::Existed { bytes, sha256, .. } => {
+                    (Some(bytes.clone()), Some(sha256.clone()))
+                }
+                FileSnapshot::Absent => (None, None),
+            };
+            // Gone or unreadable: nothing the attempt left there can be shown.
+            let after = read_regular(&self.root.join(rel), rel).ok();
+            let sha256_after = after.as_deref().map(sha256_hex);
+            if sha256_after == sha256_before {
+                continue;
+            }
+            out.push(WrittenFile {
+                path: rel.to_string_lossy().into_owned(),
+                before,
+                after,
+                sha256_before,
+                sha256_after,
+            });
+        }
+        out
     }
 
     /// Puts every written file back as it was and removes what the attempt created, then
@@ -221,5 +281,33 @@ mod tests {
         assert_eq!(mode, 0o600);
         assert!(!snaps.is_empty());
         assert_eq!(snaps.written().count(), 1);
+    }
+
+    #[test]
+    fn written_files_are_in_first_write_order_and_skip_what_ended_as_it_began() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("z.md"), "old z").unwrap();
+        fs::write(dir.path().join("same.md"), "same").unwrap();
+        let mut snaps = WriteSnapshots::new(dir.path());
+        for (name, content) in [("z.md", "new z"), ("a.md", "new a"), ("same.md", "same")] {
+            snaps.before_write(Path::new(name)).unwrap();
+            write_atomically(&dir.path().join(name), content.as_bytes()).unwrap();
+        }
+        let written = snaps.written_files();
+        let paths: Vec<&str> = written.iter().map(|w| w.path.as_str()).collect();
+        assert_eq!(paths, ["z.md", "a.md"]);
+        let z = written[0].record();
+        assert_eq!(z.bytes, 5);
+        assert_eq!(
+            z.sha256_before.as_deref(),
+            Some(sha256_hex(b"old z").as_str())
+        );
+        assert_eq!(
+            z.sha256_after.as_deref(),
+            Some(sha256_hex(b"new z").as_str())
+        );
+        assert_eq!(written[1].before, None);
+        assert_eq!(written[1].record().sha256_before, None);
+        assert_eq!(written[1].after.as_deref(), Some(&b"new a"[..]));
     }
 }

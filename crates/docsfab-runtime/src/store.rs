@@ -17,6 +17,9 @@
 //! A write step's tool calls leave a *write intent* here before each write runs
 //! ([`RunStore::record_write_intent`]); when a killed run is found, the intents of the attempt
 //! that never finished are put in its step's record as `interruptedAttempt`.
+//!
+//! A succeeded attempt's record is committed together with the contents of the files it
+//! changed (`written_files`, bounded as `crate::written` says), which `docsfab runs diff` reads.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +32,8 @@ use crate::record::{
     Access, AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
     StepFailure, StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
 };
+use crate::snapshot::WrittenFile;
+use crate::written::{self, Kept, StoredWrite};
 
 /// A failure of the run store. Messages say what failed; the CLI adds what to do.
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +313,7 @@ impl RunStore {
                 tx.commit()?;
             }
             add_run_context_column(conn)?;
+            crate::written::migrate(conn)?;
             Ok(())
         })?;
         store.interrupted = store.mark_orphans_interrupted()?;
@@ -504,6 +510,20 @@ impl RunStore {
         step_index: u32,
         attempt: &AttemptRecord,
     ) -> Result<(), StoreError> {
+        self.record_attempt_with_files(run_id, step_index, attempt, &[])
+    }
+
+    /// [`RunStore::record_attempt`], keeping in the same transaction the contents of the files
+    /// the attempt changed, each as [`written::classify`] judged it (bounded: see
+    /// [`crate::written`]). `docsfab runs diff` reads them back with
+    /// [`RunStore::written_files`].
+    pub fn record_attempt_with_files(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+        files: &[(WrittenFile, Kept)],
+    ) -> Result<(), StoreError> {
         let json = to_json(attempt)?;
         self.retrying("recording an attempt", |conn| {
             let tx = immediate(conn)?;
@@ -529,6 +549,7 @@ impl RunStore {
                     json
                 ],
             )?;
+            written::insert(&tx, run_id, step_index, attempt.attempt, files)?;
             tx.commit()?;
             Ok(())
         })
@@ -629,6 +650,12 @@ impl RunStore {
     /// duration, for `docsfab runs list`.
     pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
         self.retrying("listing runs", |conn| list_run_rows(conn, limit))
+    }
+
+    /// The files the run's succeeded write attempts changed, with their kept contents, in the
+    /// order the run wrote them.
+    pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+        self.retrying("reading written files", |conn| written::load(conn, run_id))
     }
 
     /// The full record of one run, or `None` when there is no such run.

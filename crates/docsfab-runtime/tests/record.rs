@@ -41,6 +41,7 @@ fn transport_attempt() -> AttemptRecord {
         wait_ms: Some(2000),
         write_settlement: None,
         write_restore: None,
+        files_written: None,
         usage: Usage {
             input_tokens: 1200,
             output_tokens: 40,
@@ -344,4 +345,48 @@ fn issue11_context_excerpt_and_reason_are_in_the_record_and_the_schema() {
     ] {
         assert!(validate_against_schema(&bad).is_err(), "accepted {bad}");
     }
+}
+
+/// Issue 11: `filesWritten` in a record; a record from before it existed still loads (the
+/// field is absent, not an empty list, since nobody knows what that attempt wrote), and a
+/// malformed hash is refused by the schema.
+#[test]
+fn issue11_files_written_round_trips_and_an_older_record_without_it_still_loads() {
+    let mut a = transport_attempt();
+    a.files_written = Some(vec![FileWritten {
+        path: "docs/a.md".into(),
+        bytes: 4,
+        sha256_before: None,
+        sha256_after: Some("ab".repeat(32)),
+    }]);
+    let value = serde_json::to_value(&a).unwrap();
+    assert_eq!(
+        value["filesWritten"],
+        json!([{"path": "docs/a.md", "bytes": 4, "sha256Before": null, "sha256After": "ab".repeat(32)}])
+    );
+    assert_eq!(
+        serde_json::from_value::<AttemptRecord>(value.clone()).unwrap(),
+        a
+    );
+
+    let mut old = value.clone();
+    old.as_object_mut().unwrap().remove("filesWritten");
+    let loaded: AttemptRecord = serde_json::from_value(old.clone()).unwrap();
+    assert_eq!(loaded.files_written, None);
+    assert_eq!(serde_json::to_value(&loaded).unwrap(), old);
+
+    let run = |attempt: Value| {
+        json!({"runId": "r", "composition": "c", "status": "failed",
+               "startedAt": "2026-11-29T20:35:01.123Z", "endedAt": null,
+               "steps": [{"stepId": "s", "access": "write", "status": "failed",
+                          "configuredMaxRetries": 3, "effectiveMaxRetries": 3,
+                          "transportRetry": {"maxTransportRetries": 6, "transportMaxDelayMs": 60000,
+                                             "transportMaxElapsedMs": 3600000, "baseDelayMs": 1000},
+                          "failure": null, "attempts": [attempt]}]})
+    };
+    validate_against_schema(&run(value.clone())).unwrap();
+    validate_against_schema(&run(old)).unwrap();
+    let mut bad = value;
+    bad["filesWritten"][0]["sha256After"] = json!("not-a-hash");
+    assert!(validate_against_schema(&run(bad)).is_err());
 }

@@ -220,6 +220,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         wait_ms: None,
         write_settlement: None,
         write_restore: None,
+        files_written: None,
         usage: Usage::default(),
         duration_ms: 10,
         lease,

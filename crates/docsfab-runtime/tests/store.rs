@@ -5,9 +5,11 @@ use std::process::{Command, Stdio};
 
 use docsfab_runtime::ledger::{Disposition, LeaseStop};
 use docsfab_runtime::record::*;
+use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::{
     BusyRetry, Owner, RunStore, StepEnd, StepStart, StoreError, StoreOptions, process_start_ticks,
 };
+use docsfab_runtime::written::{Kept, MAX_RUN_BYTES, MAX_SIDE_BYTES};
 use serde_json::json;
 
 fn step_start(id: &str) -> StepStart {
@@ -54,6 +56,7 @@ fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         wait_ms: decision.is_scheduled().then_some(1000),
         write_settlement: None,
         write_restore: None,
+        files_written: None,
         usage: Usage {
             input_tokens: 100 * u64::from(n),
             output_tokens: 7,
@@ -568,4 +571,88 @@ fn issue11_a_store_from_before_the_context_column_still_reads() {
         .unwrap();
     let record = store.load_run(&new).unwrap().unwrap();
     assert_eq!(record.model.as_deref(), Some("sim-model"));
+}
+
+fn written(path: &str, before: Option<Vec<u8>>, after: Option<Vec<u8>>) -> WrittenFile {
+    let sha = |b: &Vec<u8>| format!("{:064x}", b.len());
+    WrittenFile {
+        path: path.into(),
+        sha256_before: before.as_ref().map(sha),
+        sha256_after: after.as_ref().map(sha),
+        before,
+        after,
+    }
+}
+
+/// Issue 11: a store made before `written_files` existed (and an attempt recorded without
+/// `filesWritten`) opens with the table added, its old run still loads, and new contents go in.
+#[test]
+fn issue11_a_store_from_before_written_files_gains_the_table_and_keeps_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let mut store = RunStore::open(&path).unwrap();
+    let old_run = store.create_run("old").unwrap();
+    let step = store.begin_step(&old_run, &step_start("outline")).unwrap();
+    store
+        .record_attempt(&old_run, step, &attempt(1, RetryDecision::None))
+        .unwrap();
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE written_files").unwrap();
+    drop(conn);
+
+    let mut store = RunStore::open(&path).unwrap();
+    let old = store.load_run(&old_run).unwrap().unwrap();
+    assert_eq!(old.steps[0].attempts[0].files_written, None);
+    assert!(store.written_files(&old_run).unwrap().is_empty());
+    let run = store.create_run("new").unwrap();
+    let step = store.begin_step(&run, &step_start("pages")).unwrap();
+    let file = written("docs/a.md", None, Some(b"# A\n".to_vec()));
+    store
+        .record_attempt_with_files(
+            &run,
+            step,
+            &attempt(1, RetryDecision::None),
+            &[(file, Kept::Text)],
+        )
+        .unwrap();
+    let rows = store.written_files(&run).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].after.text.as_deref(), Some("# A\n"));
+    assert_eq!(rows[0].before.sha256, None);
+}
+
+/// Issue 11: the contents go in with the attempt's record or not at all, and a run keeps at
+/// most 64 MiB of them; past that a file keeps its hashes and sizes only (`run-cap`).
+#[test]
+fn issue11_written_contents_commit_with_their_attempt_and_stop_at_the_run_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = store.create_run("big").unwrap();
+    let step = store.begin_step(&run, &step_start("pages")).unwrap();
+    let side = vec![b'a'; MAX_SIDE_BYTES];
+    let files: Vec<(WrittenFile, Kept)> = (0..33)
+        .map(|i| {
+            let f = written(&format!("f{i}.md"), Some(side.clone()), Some(side.clone()));
+            (f, Kept::Text)
+        })
+        .collect();
+    // Out of order: refused, and none of its contents stay behind.
+    let refused =
+        store.record_attempt_with_files(&run, step, &attempt(2, RetryDecision::None), &files[..1]);
+    assert!(matches!(refused, Err(StoreError::AttemptOutOfOrder { .. })));
+    assert!(store.written_files(&run).unwrap().is_empty());
+
+    store
+        .record_attempt_with_files(&run, step, &attempt(1, RetryDecision::None), &files)
+        .unwrap();
+    let rows = store.written_files(&run).unwrap();
+    assert_eq!(rows.len(), 33);
+    // 32 files of 2 MiB fill the 64 MiB; the 33rd keeps only its hashes and sizes.
+    assert!(rows[..32].iter().all(|r| r.kept == Kept::Text));
+    assert_eq!(MAX_RUN_BYTES, 64 << 20);
+    assert_eq!(rows[32].kept, Kept::RunCap);
+    assert_eq!(rows[32].after.text, None);
+    assert_eq!(rows[32].after.bytes, MAX_SIDE_BYTES as u64);
+    assert!(rows[32].after.sha256.is_some());
 }

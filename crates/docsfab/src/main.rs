@@ -13,6 +13,7 @@ mod progress;
 mod route_command;
 mod run;
 mod runs;
+mod runs_diff;
 mod setup;
 mod sim;
 

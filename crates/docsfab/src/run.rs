@@ -259,12 +259,46 @@ pub fn load_record(store: &RunStore, path: &Path, run_id: &str) -> Result<RunRec
     }
 }
 
-/// The files the run wrote, as the summary names them (`docs/overview.md (1.2 KiB)`), in the
-/// order they were first written.
-// TODO(h11-diff): read each attempt's `filesWritten[]` once the record has it (h11-diff adds it);
-// until the lead wires it at merge, the record names no written file and this list is empty.
-fn files_written(_record: &RunRecord) -> Vec<String> {
-    Vec::new()
+/// The files the run wrote and left in place, as the summary names them
+/// (`docs/overview.md (1.2 KiB)`), in the order they were first written. Writes of an attempt
+/// the host restored are gone from the workspace, so they are not named; the record still
+/// lists them under that attempt.
+fn files_written(record: &RunRecord) -> Vec<String> {
+    let mut sizes: Vec<(&str, u64)> = Vec::new();
+    let kept = record
+        .steps
+        .iter()
+        .flat_map(|s| &s.attempts)
+        .filter(|a| a.write_restore.is_none())
+        .flat_map(|a| a.files_written.iter().flatten());
+    for f in kept {
+        match sizes.iter_mut().find(|(p, _)| *p == f.path) {
+            Some(entry) => entry.1 = f.bytes,
+            None => sizes.push((&f.path, f.bytes)),
+        }
+    }
+    sizes
+        .into_iter()
+        .map(|(path, bytes)| format!("{} ({})", shown_path(path), human_bytes(bytes)))
+        .collect()
+}
+
+/// A model-chosen path as the terminal may show it: escaped, never raw control characters.
+fn shown_path(path: &str) -> String {
+    path.escape_debug().to_string()
+}
+
+/// `512 B`, `1.2 KiB`, `3.4 MiB`.
+fn human_bytes(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if b < KIB * KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    }
 }
 
 /// The most written files the summary names; `runs diff --stat` lists them all.

@@ -1,4 +1,5 @@
-//! `docsfab runs list` and `docsfab runs show ID`: the run store, read back.
+//! `docsfab runs list`, `docsfab runs show ID` and `docsfab runs diff ID`: the run store, read
+//! back (the diff itself is `runs_diff`).
 //!
 //! Both open `DOCSFAB_HOME/runs.db`, and opening it marks every run whose process died while it
 //! was `running` as `interrupted`, so a run killed with `kill -9` shows up as such here. Neither
@@ -10,7 +11,9 @@ use std::path::Path;
 
 use clap::{Args, Subcommand};
 use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::{AttemptRecord, AttemptStatus, RunRecord, StepRecord, TurnRecord};
+use docsfab_runtime::record::{
+    AttemptRecord, AttemptStatus, FileWritten, RunRecord, StepRecord, TurnRecord,
+};
 use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
@@ -45,6 +48,15 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Everything a run wrote, as a unified diff (`git apply` takes it), from each file's
+    /// content before the run to its content after.
+    Diff {
+        /// The run id (the first line `docsfab run` prints).
+        id: String,
+        /// Print a summary (`PATH | N +++--` per file and the totals) instead of the diff.
+        #[arg(long)]
+        stat: bool,
+    },
 }
 
 pub fn run(args: &RunsArgs) -> Result<(), CliError> {
@@ -53,6 +65,7 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     match &args.command {
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json } => show(&path, id, *json),
+        RunsCommand::Diff { id, stat } => diff(&path, id, *stat),
     }
 }
 
@@ -182,7 +195,8 @@ fn render_list(runs: &[RunListing]) -> String {
     out
 }
 
-fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+/// The store and the record of run `id`; an unknown id is bad input.
+fn load(path: &Path, id: &str) -> Result<(RunStore, RunRecord), CliError> {
     let unknown = || {
         CliError::bad_input(format!(
             "there is no run {id:?} in {}; list the known runs with `docsfab runs list`.",
@@ -197,6 +211,17 @@ fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
         .load_run(id)
         .map_err(|e| read_failed(path, e))?
         .ok_or_else(unknown)?;
+    Ok((store, record))
+}
+
+fn diff(path: &Path, id: &str, stat: bool) -> Result<(), CliError> {
+    let (store, record) = load(path, id)?;
+    let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
+    emit(&crate::runs_diff::render(&record, &rows, stat))
+}
+
+fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+    let (_, record) = load(path, id)?;
     if json {
         emit(&format!("{}\n", to_json(&record)?))
     } else {
@@ -381,6 +406,9 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
                 .unwrap_or_default()
         );
     }
+    if let Some(files) = a.files_written.as_ref().filter(|f| !f.is_empty()) {
+        let _ = writeln!(out, "    files written: {}", files_written(files));
+    }
     let l = &a.lease;
     let _ = writeln!(
         out,
@@ -398,6 +426,19 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
     for t in &a.turns {
         render_turn(out, t);
     }
+}
+
+/// `docs/a.md (new, 12 bytes), docs/b.md (changed, 40 bytes)`: what an attempt wrote.
+fn files_written(files: &[FileWritten]) -> String {
+    let one = |f: &FileWritten| {
+        let how = match (&f.sha256_before, &f.sha256_after) {
+            (None, _) => "new",
+            (Some(_), None) => "gone",
+            (Some(_), Some(_)) => "changed",
+        };
+        format!("{} ({how}, {} bytes)", shown(&f.path), f.bytes)
+    };
+    files.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
 fn render_turn(out: &mut String, t: &TurnRecord) {

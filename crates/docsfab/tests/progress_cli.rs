@@ -224,7 +224,7 @@ fn issue11_no_color_and_color_never_keep_a_terminal_plain() {
 }
 
 /// A run with a write step names each write in its progress line and ends pointing at
-/// `runs diff` as well as `runs show`.
+/// `runs diff` as well as `runs show`, after naming the files it wrote.
 #[test]
 fn issue11_a_write_run_names_its_writes_and_points_to_runs_diff() {
     let tmp = tempfile::tempdir().unwrap();
@@ -251,7 +251,7 @@ fn issue11_a_write_run_names_its_writes_and_points_to_runs_diff() {
     let id = stdout.lines().next().unwrap();
     assert!(
         stdout.ends_with(&format!(
-            "docsfab runs show {id}\nWhat it wrote, as a diff: docsfab runs diff {id}\n"
+            "Files written: docs/a.md (5 B)\nEvery attempt, turn and retry decision: docsfab runs show {id}\nWhat it wrote, as a diff: docsfab runs diff {id}\n"
         )),
         "{stdout}"
     );

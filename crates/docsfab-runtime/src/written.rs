@@ -1,0 +1,294 @@
+//! The contents a run's succeeded write attempts left behind, kept in the run store for
+//! `docsfab runs diff`.
+//!
+//! Each file an attempt changed is one row of `written_files`, committed in the same transaction
+//! as the attempt's record (an attempt that is recorded has its contents). The contents are
+//! bounded, so a run cannot grow the store without limit:
+//! - a file either side of which is over [`MAX_SIDE_BYTES`] keeps only its hashes and sizes
+//!   (`too-large`);
+//! - a file that is not text keeps only its hashes and sizes (`binary`): a NUL byte, invalid
+//!   UTF-8, or a control character other than tab, line feed, form feed and carriage return
+//!   (such a character could move the cursor or recolour the terminal the diff is shown on);
+//! - a file holding text shaped like a credential keeps only its hashes and sizes
+//!   (`credential`): keys never reach the store;
+//! - once a run has stored [`MAX_RUN_BYTES`] of contents, further files keep only their hashes
+//!   and sizes (`run-cap`).
+
+use rusqlite::{Connection, params};
+
+use crate::snapshot::WrittenFile;
+use crate::store::StoreError;
+
+/// The most one side (before or after) of a file may hold to be kept: 1 MiB.
+pub const MAX_SIDE_BYTES: usize = 1 << 20;
+/// The most contents one run keeps, both sides of every file together: 64 MiB.
+pub const MAX_RUN_BYTES: u64 = 64 << 20;
+
+/// Whether a file's contents are kept, and why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Both sides are kept as text.
+    Text,
+    Binary,
+    TooLarge,
+    Credential,
+    /// The run had stored [`MAX_RUN_BYTES`] already.
+    RunCap,
+}
+
+impl Kept {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kept::Text => "text",
+            Kept::Binary => "binary",
+            Kept::TooLarge => "too-large",
+            Kept::Credential => "credential",
+            Kept::RunCap => "run-cap",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Kept> {
+        [
+            Kept::Text,
+            Kept::Binary,
+            Kept::TooLarge,
+            Kept::Credential,
+            Kept::RunCap,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+/// One side of a file as stored: its hash and size always, its text when kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Side {
+    /// `None`: the file did not exist.
+    pub sha256: Option<String>,
+    pub bytes: u64,
+    pub text: Option<String>,
+}
+
+/// One row of `written_files`: a file one succeeded attempt changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredWrite {
+    pub step_index: u32,
+    pub attempt: u32,
+    pub path: String,
+    pub kept: Kept,
+    pub before: Side,
+    pub after: Side,
+}
+
+/// How `file`'s contents would be kept, before the run's cap is applied. `holds_credential`
+/// is the run's redactor's judgement of a text.
+pub fn classify(file: &WrittenFile, holds_credential: impl Fn(&str) -> bool) -> Kept {
+    let sides = [file.before.as_deref(), file.after.as_deref()];
+    if sides.iter().flatten().any(|b| b.len() > MAX_SIDE_BYTES) {
+        return Kept::TooLarge;
+    }
+    let mut texts = Vec::new();
+    for bytes in sides.into_iter().flatten() {
+        match std::str::from_utf8(bytes) {
+            Ok(text) if !text.chars().any(is_unsafe_control) => texts.push(text),
+            _ => return Kept::Binary,
+        }
+    }
+    if texts.into_iter().any(holds_credential) {
+        return Kept::Credential;
+    }
+    Kept::Text
+}
+
+/// A control character a text file has no business holding (NUL included).
+fn is_unsafe_control(c: char) -> bool {
+    c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c')
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS written_files (
+    run_id        TEXT NOT NULL,
+    step_index    INTEGER NOT NULL,
+    attempt       INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    path          TEXT NOT NULL,
+    kept          TEXT NOT NULL,
+    sha256_before TEXT,
+    sha256_after  TEXT,
+    bytes_before  INTEGER NOT NULL,
+    bytes_after   INTEGER NOT NULL,
+    before        BLOB,
+    after         BLOB,
+    PRIMARY KEY (run_id, step_index, attempt, seq),
+    FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
+);
+";
+
+/// Adds the table to a store made before it existed (older stores keep working; an older
+/// docsfab ignores the table).
+pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let known: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'written_files'",
+        [],
+        |r| r.get(0),
+    )?;
+    if known == 0 {
+        let tx =
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(SCHEMA)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// Stores the files of attempt `attempt`, inside the caller's transaction. A file's contents
+/// are kept when [`classify`] says text and the run stays within [`MAX_RUN_BYTES`].
+pub(crate) fn insert(
+    conn: &Connection,
+    run_id: &str,
+    step_index: u32,
+    attempt: u32,
+    files: &[(WrittenFile, Kept)],
+) -> Result<(), StoreError> {
+    let mut used: u64 = conn.query_row(
+        "SELECT COALESCE(SUM(COALESCE(LENGTH(before), 0) + COALESCE(LENGTH(after), 0)), 0)
+         FROM written_files WHERE run_id = ?1",
+        [run_id],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    for (seq, (file, kept)) in files.iter().enumerate() {
+        let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
+        let size = len(&file.before) + len(&file.after);
+        let kept = if *kept == Kept::Text && used + size > MAX_RUN_BYTES {
+            Kept::RunCap
+        } else {
+            *kept
+        };
+        let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
+        if kept == Kept::Text {
+            used += size;
+        }
+        conn.execute(
+            "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
+                 sha256_before, sha256_after, bytes_before, bytes_after, before, after)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                run_id,
+                step_index,
+                attempt,
+                seq as i64 + 1,
+                file.path,
+                kept.as_str(),
+                file.sha256_before,
+                file.sha256_after,
+                len(&file.before) as i64,
+                len(&file.after) as i64,
+                keep(&file.before),
+                keep(&file.after),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Every stored file of the run, in the order the run wrote them (step, attempt, first write).
+pub(crate) fn load(conn: &Connection, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT step_index, attempt, path, kept, sha256_before, sha256_after, bytes_before,
+                bytes_after, before, after
+         FROM written_files WHERE run_id = ?1 ORDER BY step_index, attempt, seq",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((
+            (
+                r.get::<_, u32>(0)?,
+                r.get::<_, u32>(1)?,
+                r.get::<_, String>(2)?,
+            ),
+            r.get::<_, String>(3)?,
+            (
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ),
+            (r.get::<_, i64>(6)?, r.get::<_, i64>(7)?),
+            (
+                r.get::<_, Option<Vec<u8>>>(8)?,
+                r.get::<_, Option<Vec<u8>>>(9)?,
+            ),
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let ((step_index, attempt, path), kept, (sha_b, sha_a), (len_b, len_a), (b, a)) = row?;
+        let kept = Kept::parse(&kept)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown written-file kind {kept:?}")))?;
+        let side = |sha256, bytes: i64, content: Option<Vec<u8>>| -> Result<Side, StoreError> {
+            let text = content
+                .map(String::from_utf8)
+                .transpose()
+                .map_err(|_| StoreError::Corrupt(format!("stored text of {path} is not UTF-8")))?;
+            Ok(Side {
+                sha256,
+                bytes: u64::try_from(bytes).unwrap_or(0),
+                text,
+            })
+        };
+        out.push(StoredWrite {
+            before: side(sha_b, len_b, b)?,
+            after: side(sha_a, len_a, a)?,
+            step_index,
+            attempt,
+            path,
+            kept,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(before: Option<&[u8]>, after: Option<&[u8]>) -> WrittenFile {
+        WrittenFile {
+            path: "docs/a.md".into(),
+            before: before.map(<[u8]>::to_vec),
+            after: after.map(<[u8]>::to_vec),
+            sha256_before: before.map(|_| "b".repeat(64)),
+            sha256_after: after.map(|_| "a".repeat(64)),
+        }
+    }
+
+    #[test]
+    fn text_binary_control_large_and_credential_files_are_told_apart() {
+        let none = |_: &str| false;
+        assert_eq!(
+            classify(&file(None, Some(b"# A\n\tok\r\n")), none),
+            Kept::Text
+        );
+        assert_eq!(
+            classify(&file(Some(b"a\0b"), Some(b"x")), none),
+            Kept::Binary
+        );
+        assert_eq!(
+            classify(&file(Some(&[0xff, 0xfe]), None), none),
+            Kept::Binary
+        );
+        assert_eq!(
+            classify(&file(None, Some(b"\x1b[31mred")), none),
+            Kept::Binary
+        );
+        let big = vec![b'a'; MAX_SIDE_BYTES + 1];
+        assert_eq!(
+            classify(&file(Some(&big), Some(b"x")), none),
+            Kept::TooLarge
+        );
+        let at_cap = vec![b'a'; MAX_SIDE_BYTES];
+        assert_eq!(classify(&file(Some(&at_cap), None), none), Kept::Text);
+        let secret = |t: &str| t.contains("sk-");
+        assert_eq!(
+            classify(&file(None, Some(b"key sk-x")), secret),
+            Kept::Credential
+        );
+    }
+}
