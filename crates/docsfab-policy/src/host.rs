@@ -1153,6 +1153,17 @@ mod tests {
         }
         let h = HostConfig::parse(&with_throttle("    maxConcurrentRequests: 1\n"), "h").unwrap();
         assert_eq!(h.providers["default"].throttle.max_concurrent_requests, 1);
+        // Comments after the value and flow style read the same way.
+        let h = HostConfig::parse(
+            &with_throttle("    maxConcurrentRequests: 16  # half\n    throttle: off # compare\n"),
+            "h",
+        )
+        .unwrap();
+        let t = h.providers["default"].throttle;
+        assert_eq!((t.mode, t.max_concurrent_requests), (ThrottleMode::Off, 16));
+        let flow = "providers: {p: {api: openai-chat, baseUrl: 'https://h/v1', apiKeyEnv: K, model: m, throttle: off, maxConcurrentRequests: 3}}\n";
+        let t = HostConfig::parse(flow, "h").unwrap().providers["p"].throttle;
+        assert_eq!((t.mode, t.max_concurrent_requests), (ThrottleMode::Off, 3));
     }
 
     #[test]
