@@ -1,5 +1,6 @@
-//! The host configuration file, `host.yaml`: which providers exist, an optional explicit
-//! `readOnlyMaxRetries` override, and optional lowerings of catalog limits.
+//! The host configuration file, `host.yaml`: which providers exist (with their throttle
+//! settings), an optional explicit `readOnlyMaxRetries` override, and optional lowerings of
+//! catalog limits.
 //!
 //! Parsing is strict (an unknown key anywhere is refused) and pure: the caller reads the file and
 //! passes its text together with the path used in messages. Numbers under `catalog:` and
@@ -32,6 +33,145 @@ pub struct ProviderConfig {
     pub api_key_env: String,
     /// The provider's default model.
     pub model: String,
+    /// How sends to this provider are throttled (`throttle`, `maxConcurrentRequests`).
+    pub throttle: ProviderThrottle,
+}
+
+/// The allowed range of `maxConcurrentRequests` and its default.
+pub const MAX_CONCURRENT_REQUESTS: std::ops::RangeInclusive<u8> = 1..=64;
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: u8 = 8;
+
+/// A provider's throttle settings: how many requests may be in flight at once across every
+/// process sharing the DOCSFAB_HOME, and whether the shared throttle applies at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderThrottle {
+    /// Within [`MAX_CONCURRENT_REQUESTS`].
+    pub max_concurrent_requests: u8,
+    pub mode: ThrottleMode,
+    /// Which of the two the file wrote; the others are defaults. Doctor names the source, and
+    /// setup writes back what the operator wrote (and nothing else).
+    pub given: ThrottleGiven,
+}
+
+impl Default for ProviderThrottle {
+    fn default() -> ProviderThrottle {
+        ProviderThrottle {
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            mode: ThrottleMode::Shared,
+            given: ThrottleGiven::default(),
+        }
+    }
+}
+
+/// Which throttle keys a provider entry wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThrottleGiven {
+    pub max_concurrent_requests: bool,
+    pub mode: bool,
+}
+
+/// `providers.NAME.throttle`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ThrottleMode {
+    /// Sends wait for the throttle shared by every process of the DOCSFAB_HOME.
+    #[default]
+    Shared,
+    /// No throttle: sends go out at once (for comparison, or a provider that needs none).
+    Off,
+}
+
+impl ThrottleMode {
+    /// The word host.yaml uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThrottleMode::Shared => "shared",
+            ThrottleMode::Off => "off",
+        }
+    }
+
+    /// Reads the word host.yaml or `setup --throttle` uses (exactly, as `api` is read).
+    pub fn from_word(word: &str) -> Option<ThrottleMode> {
+        match word {
+            "shared" => Some(ThrottleMode::Shared),
+            "off" => Some(ThrottleMode::Off),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ThrottleMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a `maxConcurrentRequests` or `throttle` value is refused; the message names the
+/// allowed values and the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottleProblem {
+    /// Not a plain decimal whole number (`8.0`, `"8"`, `+8`, `eight`).
+    NotWhole(String),
+    /// A whole number outside 1..=64.
+    OutOfRange(String),
+    /// Not one of the two words.
+    UnknownMode(String),
+}
+
+impl fmt::Display for ThrottleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (min, max) = (
+            MAX_CONCURRENT_REQUESTS.start(),
+            MAX_CONCURRENT_REQUESTS.end(),
+        );
+        let default = DEFAULT_MAX_CONCURRENT_REQUESTS;
+        match self {
+            ThrottleProblem::NotWhole(v) => write!(
+                f,
+                "{} is not a whole number; give the requests in flight at once as a whole number from {min} through {max} (default {default})",
+                shown_value(v)
+            ),
+            ThrottleProblem::OutOfRange(v) => write!(
+                f,
+                "{v} is outside the allowed range {min}..{max}; give the requests in flight at once as a whole number from {min} through {max} (default {default})"
+            ),
+            ThrottleProblem::UnknownMode(v) => write!(
+                f,
+                "{} is not a throttle mode; use shared or off (default shared)",
+                shown_value(v)
+            ),
+        }
+    }
+}
+
+/// Reads a `maxConcurrentRequests` value: plain decimal digits only (the rule every number in
+/// docsfab's configuration follows), within [`MAX_CONCURRENT_REQUESTS`].
+pub fn check_max_concurrent_requests(text: &str, is_number: bool) -> Result<u8, ThrottleProblem> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if !is_number || digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ThrottleProblem::NotWhole(text.to_string()));
+    }
+    text.parse::<u8>()
+        .ok()
+        .filter(|n| MAX_CONCURRENT_REQUESTS.contains(n))
+        .ok_or_else(|| ThrottleProblem::OutOfRange(text.to_string()))
+}
+
+/// Reads a `throttle` value as written (quotes allowed): `shared` or `off`. The source text is
+/// read rather than the YAML value because YAML 1.1 would take a plain `off` for false.
+pub fn check_throttle_mode(written: &str) -> Result<ThrottleMode, ThrottleProblem> {
+    let word = unquoted(written);
+    ThrottleMode::from_word(word).ok_or_else(|| ThrottleProblem::UnknownMode(word.to_string()))
+}
+
+/// A scalar's source text without one pair of surrounding quotes.
+fn unquoted(text: &str) -> &str {
+    ['"', '\'']
+        .iter()
+        .find_map(|q| text.strip_prefix(*q).and_then(|t| t.strip_suffix(*q)))
+        .unwrap_or(text)
 }
 
 /// A scalar kept as written in the file, with the line it is on, so that its validation can use
@@ -87,7 +227,7 @@ impl HostConfig {
         let raw: RawHost = from_yaml(text).map_err(|e| HostError::from_yaml(&e, path, text))?;
         let mut providers = BTreeMap::new();
         for (name, p) in raw.providers.unwrap_or_default() {
-            let provider = check_provider(&name, p, path)?;
+            let provider = check_provider(&name, p, path, text)?;
             providers.insert(name, provider);
         }
         let read_only_max_retries = match raw.read_only_max_retries {
@@ -124,6 +264,8 @@ struct RawProvider {
     base_url: Spanned<String>,
     api_key_env: Spanned<String>,
     model: Spanned<String>,
+    max_concurrent_requests: Option<Spanned<serde_json::Value>>,
+    throttle: Option<Spanned<serde_json::Value>>,
 }
 
 /// A value as written in `text`, with its line.
@@ -151,7 +293,12 @@ pub fn raw_value(text: &str, v: &Spanned<serde_json::Value>) -> RawValue {
     }
 }
 
-fn check_provider(name: &str, p: RawProvider, path: &str) -> Result<ProviderConfig, HostError> {
+fn check_provider(
+    name: &str,
+    p: RawProvider,
+    path: &str,
+    text: &str,
+) -> Result<ProviderConfig, HostError> {
     let invalid = |key: &str, line: u64, reason: String| HostError::Invalid {
         path: path.to_string(),
         line: Some(line),
@@ -179,12 +326,40 @@ fn check_provider(name: &str, p: RawProvider, path: &str) -> Result<ProviderConf
             problem.to_string(),
         ));
     }
+    let throttle = check_throttle(&p, text)
+        .map_err(|(key, line, problem)| invalid(key, line, problem.to_string()))?;
     Ok(ProviderConfig {
         api: p.api,
         base_url: p.base_url.value.trim().to_string(),
         api_key_env: p.api_key_env.value,
         model: p.model.value,
+        throttle,
     })
+}
+
+/// The provider's throttle settings; an absent or null key takes its default. On a refusal,
+/// the key, its line and the problem.
+fn check_throttle(
+    p: &RawProvider,
+    text: &str,
+) -> Result<ProviderThrottle, (&'static str, u64, ThrottleProblem)> {
+    let given = |v: &Option<Spanned<serde_json::Value>>| {
+        v.as_ref()
+            .filter(|v| !v.value.is_null())
+            .map(|v| raw_value(text, v))
+    };
+    let mut out = ProviderThrottle::default();
+    if let Some(raw) = given(&p.max_concurrent_requests) {
+        out.max_concurrent_requests =
+            check_max_concurrent_requests(&raw.text, raw.kind == RawKind::Number)
+                .map_err(|e| ("maxConcurrentRequests", raw.line, e))?;
+        out.given.max_concurrent_requests = true;
+    }
+    if let Some(raw) = given(&p.throttle) {
+        out.mode = check_throttle_mode(&raw.text).map_err(|e| ("throttle", raw.line, e))?;
+        out.given.mode = true;
+    }
+    Ok(out)
 }
 
 /// Why a provider base URL is not acceptable.
@@ -472,17 +647,24 @@ pub fn shown_value(value: &str) -> String {
     format!("{cut:?}")
 }
 
-/// A list of names for a message: the first few, then how many more, so a file with a thousand
-/// providers cannot turn one refusal into a page.
+/// A list of names for a message: all of a short list (a mapping's allowed keys), else the
+/// first few and how many more, so a file with a thousand providers cannot turn one refusal
+/// into a page.
 pub fn shown_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    const ALL_UP_TO: usize = 8;
     const SHOWN: usize = 5;
     let names: Vec<&str> = names.into_iter().collect();
     if names.is_empty() {
         return "none".to_string();
     }
-    let mut out: Vec<String> = names.iter().take(SHOWN).map(|n| shown_value(n)).collect();
-    if names.len() > SHOWN {
-        out.push(format!("and {} more", names.len() - SHOWN));
+    let shown = if names.len() <= ALL_UP_TO {
+        names.len()
+    } else {
+        SHOWN
+    };
+    let mut out: Vec<String> = names.iter().take(shown).map(|n| shown_value(n)).collect();
+    if names.len() > shown {
+        out.push(format!("and {} more", names.len() - shown));
     }
     out.join(", ")
 }
@@ -881,6 +1063,12 @@ mod tests {
         let list = shown_list(names.iter().map(String::as_str));
         assert!(list.ends_with("and 995 more") && list.len() < 60, "{list}");
         assert_eq!(shown_list([]), "none");
+        // A mapping's allowed keys are listed in full, so a misspelt key's right spelling shows.
+        let eight = shown_list(["a", "b", "c", "d", "e", "f", "g", "h"]);
+        assert!(
+            eight.ends_with("\"h\"") && !eight.contains("more"),
+            "{eight}"
+        );
     }
 
     #[test]
@@ -938,5 +1126,134 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!msg.contains("serde") && msg.lines().count() == 1, "{msg}");
+    }
+
+    fn with_throttle(lines: &str) -> String {
+        FULL.replace(
+            "    model: some-model\n",
+            &format!("    model: some-model\n{lines}"),
+        )
+    }
+
+    fn throttle_refusal(lines: &str) -> String {
+        HostConfig::parse(&with_throttle(lines), "/h/host.yaml")
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn issue12_throttle_settings_default_to_shared_and_8_when_absent() {
+        let h = HostConfig::parse(FULL, "host.yaml").unwrap();
+        let t = h.providers["default"].throttle;
+        assert_eq!(t, ProviderThrottle::default());
+        assert_eq!(
+            (t.mode, t.max_concurrent_requests),
+            (ThrottleMode::Shared, 8)
+        );
+        assert_eq!(t.given, ThrottleGiven::default());
+        // A null value means the default too, as for readOnlyMaxRetries.
+        let h = HostConfig::parse(
+            &with_throttle("    maxConcurrentRequests: ~\n    throttle:\n"),
+            "host.yaml",
+        )
+        .unwrap();
+        assert_eq!(h.providers["default"].throttle, ProviderThrottle::default());
+    }
+
+    #[test]
+    fn issue12_throttle_settings_are_read_per_provider() {
+        let text = format!(
+            "{}  other:\n    api: anthropic-messages\n    baseUrl: https://api.anthropic.com/v1\n    apiKeyEnv: ANTHROPIC_API_KEY\n    model: m\n    throttle: 'shared'\n",
+            with_throttle("    maxConcurrentRequests: 64\n    throttle: off\n")
+                .replace("readOnlyMaxRetries: 2\ncatalog:\n  retry.maxRetries: 3\n  retry.maxTransportRetries: 4\n", "")
+        );
+        let h = HostConfig::parse(&text, "host.yaml").unwrap();
+        let d = h.providers["default"].throttle;
+        assert_eq!((d.mode, d.max_concurrent_requests), (ThrottleMode::Off, 64));
+        assert!(d.given.mode && d.given.max_concurrent_requests);
+        let o = h.providers["other"].throttle;
+        assert_eq!(
+            (o.mode, o.max_concurrent_requests),
+            (ThrottleMode::Shared, 8)
+        );
+        assert!(o.given.mode && !o.given.max_concurrent_requests);
+        for (written, mode) in [
+            ("\"off\"", ThrottleMode::Off),
+            ("shared", ThrottleMode::Shared),
+        ] {
+            let h = HostConfig::parse(&with_throttle(&format!("    throttle: {written}\n")), "h")
+                .unwrap();
+            assert_eq!(h.providers["default"].throttle.mode, mode, "{written}");
+        }
+        let h = HostConfig::parse(&with_throttle("    maxConcurrentRequests: 1\n"), "h").unwrap();
+        assert_eq!(h.providers["default"].throttle.max_concurrent_requests, 1);
+        // Comments after the value and flow style read the same way.
+        let h = HostConfig::parse(
+            &with_throttle("    maxConcurrentRequests: 16  # half\n    throttle: off # compare\n"),
+            "h",
+        )
+        .unwrap();
+        let t = h.providers["default"].throttle;
+        assert_eq!((t.mode, t.max_concurrent_requests), (ThrottleMode::Off, 16));
+        let flow = "providers: {p: {api: openai-chat, baseUrl: 'https://h/v1', apiKeyEnv: K, model: m, throttle: off, maxConcurrentRequests: 3}}\n";
+        let t = HostConfig::parse(flow, "h").unwrap().providers["p"].throttle;
+        assert_eq!((t.mode, t.max_concurrent_requests), (ThrottleMode::Off, 3));
+    }
+
+    #[test]
+    fn issue12_max_concurrent_requests_outside_1_to_64_names_file_line_key_and_range() {
+        for bad in ["0", "65", "300", "-1", "99999999999999999999999"] {
+            let msg = throttle_refusal(&format!("    maxConcurrentRequests: {bad}\n"));
+            assert_eq!(
+                msg,
+                format!(
+                    "/h/host.yaml line 7: providers.default.maxConcurrentRequests: {bad} is outside the allowed range 1..64; give the requests in flight at once as a whole number from 1 through 64 (default 8); fix the value or rerun `docsfab setup`."
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn issue12_max_concurrent_requests_must_be_a_plain_whole_number() {
+        for bad in ["8.0", "\"8\"", "+8", "eight", "0x10", "1e1", "[8]", "true"] {
+            let msg = throttle_refusal(&format!("    maxConcurrentRequests: {bad}\n"));
+            assert!(
+                msg.starts_with("/h/host.yaml line 7: providers.default.maxConcurrentRequests: ")
+                    && msg.contains("is not a whole number")
+                    && msg.contains("from 1 through 64")
+                    && msg.contains("(default 8)"),
+                "{bad}: {msg}"
+            );
+            assert_eq!(msg.lines().count(), 1, "{msg}");
+        }
+    }
+
+    #[test]
+    fn issue12_unknown_throttle_mode_names_the_allowed_words() {
+        for bad in ["on", "false", "Off", "SHARED", "adaptive", "1"] {
+            let msg = throttle_refusal(&format!("    throttle: {bad}\n"));
+            assert_eq!(
+                msg,
+                format!(
+                    "/h/host.yaml line 7: providers.default.throttle: {} is not a throttle mode; use shared or off (default shared); fix the value or rerun `docsfab setup`.",
+                    shown_value(bad)
+                )
+            );
+        }
+        // A key pasted into the wrong place is not repeated.
+        let msg = throttle_refusal("    throttle: sk-proj-aB3dE5fG7hJ9kL1mN3pQ5\n");
+        assert!(!msg.contains("aB3d") && msg.contains("withheld"), "{msg}");
+    }
+
+    #[test]
+    fn issue12_misspelt_throttle_key_is_refused_like_any_unknown_key() {
+        let msg = throttle_refusal("    maxConcurrentRequest: 4\n");
+        assert!(
+            msg.starts_with("/h/host.yaml line 7")
+                && msg.contains("unknown key \"maxConcurrentRequest\"")
+                && msg.contains("\"maxConcurrentRequests\"")
+                && msg.contains("\"throttle\""),
+            "{msg}"
+        );
     }
 }

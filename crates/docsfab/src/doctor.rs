@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use clap::Args;
 use docsfab_policy::catalog::{EffectiveLimits, Limit};
 use docsfab_policy::envelope::RetryEnvelope;
+use docsfab_policy::host::ProviderThrottle;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use docsfab_runtime::progress::human_duration;
 use serde_json::{Value, json};
@@ -308,6 +309,29 @@ pub fn transport_line(l: &EffectiveLimits) -> String {
     )
 }
 
+/// Where a throttle value came from, in the words doctor uses.
+fn throttle_source(given: bool) -> &'static str {
+    if given { "host.yaml" } else { "default" }
+}
+
+/// The `Provider NAME throttle=...` line: both values, then one source when they share it,
+/// otherwise each value's source by name.
+pub fn throttle_line(name: &str, t: &ProviderThrottle) -> String {
+    let (mode, max) = (
+        throttle_source(t.given.mode),
+        throttle_source(t.given.max_concurrent_requests),
+    );
+    let sources = if mode == max {
+        mode.to_string()
+    } else {
+        format!("throttle: {mode}, maxConcurrentRequests: {max}")
+    };
+    format!(
+        "Provider {name} throttle={} maxConcurrentRequests={} ({sources})",
+        t.mode, t.max_concurrent_requests
+    )
+}
+
 /// The `Retry envelope:` line.
 pub fn envelope_line(e: &RetryEnvelope) -> String {
     let verdict = if e.exceeds_deadline {
@@ -369,6 +393,7 @@ fn to_text(r: &Report) -> String {
                 dns.describe()
             ));
         }
+        line(throttle_line(name, &p.throttle));
     }
     let rules = &ctx.rules;
     let counts = format!(
@@ -493,6 +518,14 @@ fn to_json(r: &Report) -> Value {
                 "model": p.model,
                 "apiKeyEnv": p.api_key_env,
                 "apiKeyEnvSet": key_var_is_set(&p.api_key_env),
+                "throttle": {
+                    "mode": p.throttle.mode.as_str(),
+                    "maxConcurrentRequests": p.throttle.max_concurrent_requests,
+                    "sources": {
+                        "mode": throttle_source(p.throttle.given.mode),
+                        "maxConcurrentRequests": throttle_source(p.throttle.given.max_concurrent_requests),
+                    },
+                },
                 "dns": r.dns.iter().find(|(n, _)| n == name).map(|(_, d)| json!({
                     "host": d.host(),
                     "status": d.status(),

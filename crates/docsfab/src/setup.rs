@@ -16,7 +16,9 @@ use std::path::Path;
 
 use clap::{Args, ValueEnum};
 use docsfab_policy::host::{
-    Api, HostConfig, ProviderConfig, UrlProblem, check_base_url, check_key_env_name, check_model,
+    Api, DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderThrottle,
+    ThrottleMode, UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests,
+    check_model, check_throttle_mode,
 };
 
 use crate::error::{CliError, emit};
@@ -54,6 +56,13 @@ pub struct SetupArgs {
     /// The NAME of the environment variable that holds the key (never the key itself).
     #[arg(long, value_name = "VAR")]
     pub api_key_env: Option<String>,
+    /// Requests to this provider in flight at once, across every docsfab process sharing this
+    /// DOCSFAB_HOME (1..64; default 8).
+    #[arg(long, value_name = "N")]
+    pub max_concurrent_requests: Option<String>,
+    /// The shared provider throttle: shared (default) or off.
+    #[arg(long, value_name = "MODE")]
+    pub throttle: Option<String>,
 }
 
 /// What a fresh provider entry of `api` starts from.
@@ -64,12 +73,14 @@ fn defaults_for(api: Api) -> ProviderConfig {
             base_url: "https://api.openai.com/v1".into(),
             api_key_env: "OPENAI_API_KEY".into(),
             model: "gpt-4o-mini".into(),
+            throttle: ProviderThrottle::default(),
         },
         Api::AnthropicMessages => ProviderConfig {
             api,
             base_url: "https://api.anthropic.com/v1".into(),
             api_key_env: "ANTHROPIC_API_KEY".into(),
             model: "claude-sonnet-4-5".into(),
+            throttle: ProviderThrottle::default(),
         },
     }
 }
@@ -90,6 +101,7 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
             base_url: args.base_url.clone().unwrap_or(fresh.base_url),
             api_key_env: args.api_key_env.clone().unwrap_or(fresh.api_key_env),
             model: args.model.clone().unwrap_or(fresh.model),
+            throttle: throttle_from_flags(fresh.throttle, args),
         };
     };
     let old_defaults = defaults_for(old.api);
@@ -117,7 +129,31 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
             fresh.api_key_env,
         ),
         model: keep(&args.model, &old.model, &old_defaults.model, fresh.model),
+        throttle: throttle_from_flags(old.throttle, args),
     }
+}
+
+/// `base` with the throttle flags given applied (they were checked by [`check_args`]); a flag
+/// counts as written, so it is kept in the file even when it equals the default.
+fn throttle_from_flags(base: ProviderThrottle, args: &SetupArgs) -> ProviderThrottle {
+    let mut t = base;
+    if let Some(n) = args
+        .max_concurrent_requests
+        .as_deref()
+        .and_then(|n| check_max_concurrent_requests(n, true).ok())
+    {
+        t.max_concurrent_requests = n;
+        t.given.max_concurrent_requests = true;
+    }
+    if let Some(mode) = args
+        .throttle
+        .as_deref()
+        .and_then(|m| check_throttle_mode(m).ok())
+    {
+        t.mode = mode;
+        t.given.mode = true;
+    }
+    t
 }
 
 /// Refuses flag values that would put a secret (or an unusable value) into host.yaml. Never
@@ -150,6 +186,18 @@ fn check_args(args: &SetupArgs) -> Result<(), CliError> {
         return Err(CliError::bad_input(format!(
             "--model was refused: {problem}; pass the model name, and the key only through the variable named by --api-key-env."
         )));
+    }
+    if let Some(n) = &args.max_concurrent_requests
+        && let Err(problem) = check_max_concurrent_requests(n, true)
+    {
+        return Err(CliError::bad_input(format!(
+            "--max-concurrent-requests: {problem}."
+        )));
+    }
+    if let Some(mode) = &args.throttle
+        && let Err(problem) = check_throttle_mode(mode)
+    {
+        return Err(CliError::bad_input(format!("--throttle: {problem}.")));
     }
     Ok(())
 }
@@ -196,6 +244,11 @@ pub fn run(args: &SetupArgs) -> Result<(), CliError> {
         report,
         "Provider {PROVIDER}: api={} baseUrl={} model={} apiKeyEnv={}",
         provider.api, provider.base_url, provider.model, provider.api_key_env
+    );
+    let _ = writeln!(
+        report,
+        "Provider {PROVIDER} throttle={} maxConcurrentRequests={}",
+        provider.throttle.mode, provider.throttle.max_concurrent_requests
     );
     let _ = match &host.read_only_max_retries {
         Some(raw) => writeln!(
@@ -250,6 +303,7 @@ fn render(host: &HostConfig) -> String {
         let _ = writeln!(out, "    baseUrl: {}", scalar(&p.base_url));
         let _ = writeln!(out, "    apiKeyEnv: {}", scalar(&p.api_key_env));
         let _ = writeln!(out, "    model: {}", scalar(&p.model));
+        render_throttle(&mut out, &p.throttle);
     }
     if let Some(raw) = &host.read_only_max_retries {
         // Written back exactly as the operator wrote it.
@@ -262,6 +316,18 @@ fn render(host: &HostConfig) -> String {
         }
     }
     out
+}
+
+/// The throttle keys of one provider: those the operator wrote, and any non-default value.
+fn render_throttle(out: &mut String, t: &ProviderThrottle) {
+    let n = t.max_concurrent_requests;
+    if t.given.max_concurrent_requests || n != DEFAULT_MAX_CONCURRENT_REQUESTS {
+        let _ = writeln!(out, "    maxConcurrentRequests: {n}");
+    }
+    if t.given.mode || t.mode != ThrottleMode::Shared {
+        // Quoted when needed: to other YAML readers a plain `off` is false.
+        let _ = writeln!(out, "    throttle: {}", scalar(t.mode.as_str()));
+    }
 }
 
 fn write_atomically(path: &Path, text: &str) -> Result<(), CliError> {
@@ -301,6 +367,8 @@ mod tests {
             base_url: url.map(str::to_string),
             model: model.map(str::to_string),
             api_key_env: env.map(str::to_string),
+            max_concurrent_requests: None,
+            throttle: None,
         }
     }
 
@@ -371,4 +439,58 @@ mod tests {
         });
         assert!(!fresh.contains("readOnlyMaxRetries"), "{fresh}");
     }
+
+    #[test]
+    fn issue12_throttle_keys_written_back_as_given_and_flags_applied() {
+        let text = "providers:\n  default:\n    api: openai-chat\n    baseUrl: https://h/v1\n    apiKeyEnv: K\n    model: m\n    maxConcurrentRequests: 8\n  other:\n    api: openai-chat\n    baseUrl: https://h/v1\n    apiKeyEnv: K\n    model: m\n    throttle: off\n";
+        let host = HostConfig::parse(text, "h.yaml").unwrap();
+        let back = HostConfig::parse(&render(&host), "h.yaml").unwrap();
+        assert_eq!(back, host);
+        let rendered = render(&host);
+        assert!(
+            rendered.contains("    maxConcurrentRequests: 8\n"),
+            "{rendered}"
+        );
+        assert!(rendered.contains("    throttle: \"off\"\n"), "{rendered}");
+        // Defaults the file did not write are not added.
+        let plain = render(&HostConfig::parse(FRESH, "h.yaml").unwrap());
+        assert!(
+            !plain.contains("throttle") && !plain.contains("maxConcurrent"),
+            "{plain}"
+        );
+
+        let mut a = args(None, None, None, None);
+        a.max_concurrent_requests = Some("3".into());
+        a.throttle = Some("off".into());
+        assert!(check_args(&a).is_ok());
+        let m = merge(host.providers.get("default"), &a);
+        assert_eq!(
+            (m.throttle.max_concurrent_requests, m.throttle.mode),
+            (3, ThrottleMode::Off)
+        );
+        // Flags not given keep what the file had.
+        let m = merge(
+            host.providers.get("other"),
+            &args(None, None, Some("m2"), None),
+        );
+        assert_eq!(m.throttle, host.providers["other"].throttle);
+    }
+
+    #[test]
+    fn issue12_bad_throttle_flags_are_one_sentence() {
+        let mut a = args(None, None, None, None);
+        a.max_concurrent_requests = Some("65".into());
+        assert_eq!(
+            check_args(&a).unwrap_err().message,
+            "--max-concurrent-requests: 65 is outside the allowed range 1..64; give the requests in flight at once as a whole number from 1 through 64 (default 8)."
+        );
+        let mut a = args(None, None, None, None);
+        a.throttle = Some("adaptive".into());
+        assert_eq!(
+            check_args(&a).unwrap_err().message,
+            "--throttle: \"adaptive\" is not a throttle mode; use shared or off (default shared)."
+        );
+    }
+
+    const FRESH: &str = "providers:\n  default:\n    api: openai-chat\n    baseUrl: https://h/v1\n    apiKeyEnv: K\n    model: m\n";
 }
