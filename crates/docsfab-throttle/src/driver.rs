@@ -146,6 +146,11 @@ impl Throttle {
         let held_ms = || duration_ms(started.elapsed());
         let settings = self.settings(provider);
         let mut held_for = None;
+        // This request's place in the shared queue once it has had to wait.
+        let mut queued = Queued {
+            throttle: self,
+            waiter: None,
+        };
         loop {
             if cancel.is_cancelled() {
                 return Err(AcquireError::Cancelled { held_ms: held_ms() });
@@ -155,8 +160,11 @@ impl Throttle {
             tokio::pin!(released);
             released.as_mut().enable();
             let now_ms = unix_ms(self.inner.clock.now());
-            let (until_ms, reason) = match self.try_admit(provider, &settings, now_ms)? {
+            let decision = self.try_admit(provider, &settings, now_ms, queued.waiter)?;
+            let (until_ms, reason) = match decision {
                 Decision::Go(ticket) => {
+                    // The store took the waiter out of the queue with the grant.
+                    queued.waiter = None;
                     return Ok(Permit {
                         held_ms: if held_for.is_some() { held_ms() } else { 0 },
                         held_for,
@@ -168,7 +176,14 @@ impl Throttle {
                         }),
                     });
                 }
-                Decision::Wait { until_ms, reason } => (until_ms, reason),
+                Decision::Wait {
+                    until_ms,
+                    reason,
+                    waiter,
+                } => {
+                    queued.waiter = waiter;
+                    (until_ms, reason)
+                }
             };
             held_for = Some(reason);
             let wake = match until_ms {
@@ -199,6 +214,7 @@ impl Throttle {
         provider: &str,
         settings: &Settings,
         now_ms: u64,
+        waiter: Option<i64>,
     ) -> Result<Decision, StoreError> {
         let Some(store) = self
             .inner
@@ -209,13 +225,18 @@ impl Throttle {
             return Ok(Decision::Go(None));
         };
         let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(match store.try_admit(provider, settings, now_ms)? {
+        Ok(match store.try_admit(provider, settings, now_ms, waiter)? {
             StoreAdmit::Go(ticket) => Decision::Go(Some(ticket)),
-            StoreAdmit::Wait(Admit::Wait { until_ms, reason }) => {
-                Decision::Wait { until_ms, reason }
-            }
+            StoreAdmit::Wait {
+                admit: Admit::Wait { until_ms, reason },
+                waiter,
+            } => Decision::Wait {
+                until_ms,
+                reason,
+                waiter: Some(waiter),
+            },
             // The store turns every Go into a ticket.
-            StoreAdmit::Wait(Admit::Go { .. }) => Decision::Go(None),
+            StoreAdmit::Wait { .. } => Decision::Go(None),
         })
     }
 
@@ -247,7 +268,27 @@ enum Decision {
     Wait {
         until_ms: Option<u64>,
         reason: Reason,
+        waiter: Option<i64>,
     },
+}
+
+/// A place in the shared queue, given up when `acquire` returns without a permit (cancelled,
+/// deadline, or its future dropped).
+struct Queued<'a> {
+    throttle: &'a Throttle,
+    waiter: Option<i64>,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if let (Some(waiter), Some(store)) = (self.waiter, self.throttle.inner.store.as_ref()) {
+            // A row left behind is reclaimed when this process ends.
+            let _ = store
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .leave(waiter);
+        }
+    }
 }
 
 /// The right to send one request. Give it back with [`Permit::finish`]; dropping it gives it

@@ -1,12 +1,17 @@
 //! The throttle's shared state: one SQLite file, `DOCSFAB_HOME/throttle.db`, that every docsfab
 //! process on the same home opens.
 //!
-//! Two tables: `permits` (one row per request in flight: provider, holder pid and start time,
-//! its send seq) and `providers` (the pure core's state per provider, as JSON). Every decision
+//! Three tables: `permits` (one row per request in flight: provider, holder pid and start time,
+//! its send seq), `waiters` (one row per request waiting, in arrival order) and `providers`
+//! (the pure core's state per provider, as JSON). Every decision
 //! is one short `BEGIN IMMEDIATE` transaction: give back the permits of dead holders, load the
 //! state, count the live permits, ask the core, write back. SQLite's lock is a file lock the
 //! kernel drops when its holder dies, and the busy timeout bounds every wait for it, so a
 //! killed process can neither keep its permits nor wedge the others.
+//!
+//! Waiters are served first come, first served across processes: the waiters queued ahead of a
+//! request count as in flight for its decision. Without the queue the process whose own finish
+//! wakes its waiters at once would starve the others, which only notice at their next poll.
 //!
 //! The state is soft: a row that does not parse (written by another version) starts afresh.
 
@@ -32,6 +37,14 @@ CREATE TABLE IF NOT EXISTS permits (
     granted_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS permits_by_provider ON permits (provider);
+CREATE TABLE IF NOT EXISTS waiters (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider  TEXT NOT NULL,
+    pid       INTEGER NOT NULL,
+    pid_start INTEGER,
+    since_ms  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS waiters_by_provider ON waiters (provider);
 CREATE TABLE IF NOT EXISTS providers (
     provider TEXT PRIMARY KEY,
     state    TEXT NOT NULL
@@ -62,7 +75,11 @@ pub(crate) struct Ticket {
 
 pub(crate) enum StoreAdmit {
     Go(Ticket),
-    Wait(Admit),
+    /// Not yet; the caller is queued as `waiter` (give it back with `leave` if it stops waiting).
+    Wait {
+        admit: Admit,
+        waiter: i64,
+    },
 }
 
 pub(crate) struct Store {
@@ -109,26 +126,41 @@ impl Store {
         }
     }
 
-    /// One admission decision for `provider`; on `Go` the permit row is written in the same
-    /// transaction, so no two processes can both take the last slot.
+    /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
+    /// before). On `Go` the permit row is written in the same transaction, so no two processes
+    /// can both take the last slot; on `Wait` the caller keeps (or gets) its place in the queue.
     pub fn try_admit(
         &mut self,
         provider: &str,
         settings: &Settings,
         now_ms: u64,
+        waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
         let me = self.me;
         let result = (|| {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            reclaim_dead(&tx, provider, me)?;
+            reclaim_dead(&tx, "permits", provider, me)?;
+            reclaim_dead(&tx, "waiters", provider, me)?;
             let mut state = load(&tx, provider)?;
-            state.set_in_flight(live_permits(&tx, provider)?);
+            let ahead = waiters_ahead(&tx, provider, waiter)?;
+            state.set_in_flight(live_permits(&tx, provider)?.saturating_add(ahead));
             let decision = state.admit(settings, now_ms);
             let Admit::Go { seq } = decision else {
-                return Ok(StoreAdmit::Wait(decision));
+                let waiter = match waiter {
+                    Some(id) => id,
+                    None => join_queue(&tx, provider, me, now_ms)?,
+                };
+                tx.commit()?;
+                return Ok(StoreAdmit::Wait {
+                    admit: decision,
+                    waiter,
+                });
             };
+            if let Some(id) = waiter {
+                tx.execute("DELETE FROM waiters WHERE id = ?1", [id])?;
+            }
             tx.execute(
                 "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -146,6 +178,14 @@ impl Store {
             Ok(StoreAdmit::Go(Ticket { id, seq }))
         })();
         result.map_err(|e| self.wrap(e))
+    }
+
+    /// Takes a waiter out of the queue (it was cancelled or ran out of time).
+    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM waiters WHERE id = ?1", [waiter])
+            .map(|_| ())
+            .map_err(|e| self.wrap(e))
     }
 
     /// Gives the permit back and feeds its outcome to the provider's state.
@@ -173,15 +213,17 @@ impl Store {
     }
 }
 
-/// Deletes the permits of every holder of `provider`'s permits that is no longer alive.
+/// Deletes the rows of `table` (permits or waiters) whose process is no longer alive.
 fn reclaim_dead(
     tx: &rusqlite::Transaction<'_>,
+    table: &str,
     provider: &str,
     me: Holder,
 ) -> rusqlite::Result<()> {
     let holders: Vec<(i64, Option<i64>)> = {
-        let mut stmt =
-            tx.prepare("SELECT DISTINCT pid, pid_start FROM permits WHERE provider = ?1")?;
+        let mut stmt = tx.prepare(&format!(
+            "SELECT DISTINCT pid, pid_start FROM {table} WHERE provider = ?1"
+        ))?;
         stmt.query_map([provider], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?
     };
@@ -194,11 +236,43 @@ fn reclaim_dead(
             continue;
         }
         tx.execute(
-            "DELETE FROM permits WHERE provider = ?1 AND pid = ?2 AND pid_start IS ?3",
+            &format!("DELETE FROM {table} WHERE provider = ?1 AND pid = ?2 AND pid_start IS ?3"),
             params![provider, pid, start],
         )?;
     }
     Ok(())
+}
+
+/// How many requests queued before `waiter` (all of them for one not queued yet).
+fn waiters_ahead(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    waiter: Option<i64>,
+) -> rusqlite::Result<u32> {
+    let n: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM waiters WHERE provider = ?1 AND id < ?2",
+        params![provider, waiter.unwrap_or(i64::MAX)],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn join_queue(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    me: Holder,
+    now_ms: u64,
+) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO waiters (provider, pid, pid_start, since_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            provider,
+            i64::from(me.pid),
+            me.start_ticks.and_then(|t| i64::try_from(t).ok()),
+            i64::try_from(now_ms).unwrap_or(i64::MAX),
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
 }
 
 fn live_permits(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<u32> {
