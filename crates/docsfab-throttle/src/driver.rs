@@ -492,11 +492,11 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn cancelling_a_waiter_ends_it_without_a_permit() {
+    async fn cancelling_a_waiter_ends_it_without_a_permit_and_frees_its_place_in_the_queue() {
         let dir = tempfile::tempdir().unwrap();
         let t = throttle(dir.path(), 1, Mode::Shared);
         let cancel = CancellationToken::new();
-        let _only = t.acquire("p", &cancel, None).await.unwrap();
+        let only = t.acquire("p", &cancel, None).await.unwrap();
         let waiter_cancel = CancellationToken::new();
         let waiter = {
             let t = t.clone();
@@ -507,6 +507,10 @@ mod tests {
         waiter_cancel.cancel();
         let err = waiter.await.unwrap().unwrap_err();
         assert!(matches!(err, AcquireError::Cancelled { .. }), "{err:?}");
+        // The cancelled waiter left the queue: the next request is not queued behind it.
+        drop(only);
+        let next = t.acquire("p", &cancel, None).await.unwrap();
+        assert_eq!(next.held_for(), None);
     }
 
     #[tokio::test(start_paused = true)]
