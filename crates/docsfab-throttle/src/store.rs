@@ -311,3 +311,50 @@ fn save(
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Mode, Reason};
+
+    #[test]
+    fn a_freed_slot_goes_to_the_earliest_waiter_not_to_the_process_that_freed_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("throttle.db");
+        let (mut here, mut there) = (Store::open(&path).unwrap(), Store::open(&path).unwrap());
+        let one = Settings::new(Mode::Shared, 1).unwrap();
+        let StoreAdmit::Go(ticket) = here.try_admit("p", &one, 0, None).unwrap() else {
+            panic!("the first request goes");
+        };
+        let StoreAdmit::Wait { waiter, .. } = there.try_admit("p", &one, 1, None).unwrap() else {
+            panic!("the cap is full");
+        };
+        let ok = Outcome::Success {
+            input_tokens: None,
+            output_tokens: None,
+        };
+        here.finish("p", &one, ticket, ok, &RateHeaders::none(), 2)
+            .unwrap();
+        match here.try_admit("p", &one, 3, None).unwrap() {
+            StoreAdmit::Wait {
+                admit,
+                waiter: mine,
+            } => {
+                assert_eq!(
+                    admit,
+                    Admit::Wait {
+                        until_ms: None,
+                        reason: Reason::Concurrency
+                    }
+                );
+                assert!(mine > waiter);
+                here.leave(mine).unwrap();
+            }
+            StoreAdmit::Go(_) => panic!("a newcomer jumped the queue"),
+        }
+        assert!(matches!(
+            there.try_admit("p", &one, 4, Some(waiter)).unwrap(),
+            StoreAdmit::Go(_)
+        ));
+    }
+}
