@@ -10,7 +10,8 @@
 //! 2. **concurrency** — at most `max_concurrent` requests in flight.
 //! 3. **adaptive** — an AIMD window under that cap: +1 after a window's worth of successes,
 //!    halved on a 429, never below 1. One congestion event halves it once: a 429 on a request
-//!    sent before the last cut is an echo of the same event.
+//!    sent before the last cut is an echo of the same event. Until the provider has answered
+//!    once, one request goes alone, so the first head tells the budgets before a burst.
 //! 4. **pacing** — each budget the provider reported (requests, tokens, ...) is spread over the
 //!    time to its reset, and its last unit is kept in hand, so the budget is never driven to
 //!    zero. Sends granted after the observed request count against it, so several requests in
@@ -21,7 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::headers::{BudgetKind, Observation, RateHeaders};
+use crate::headers::{BudgetKind, MAX_RESET_HORIZON_MS, Observation, RateHeaders};
 
 /// The range of `maxConcurrentRequests` and its default.
 pub const MAX_CONCURRENT_RANGE: std::ops::RangeInclusive<u32> = 1..=64;
@@ -131,12 +132,22 @@ pub enum Outcome {
 }
 
 /// A budget the provider reported, and which send the report was about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 struct Budget {
     observation: Observation,
     /// The seq of the request whose response carried it.
     seq: u64,
+    /// When `remaining` was true (the head's arrival).
     observed_ms: u64,
+    /// Units the budget regains per millisecond, learnt from limit, remaining and reset (kept
+    /// from an earlier report when this one cannot tell, e.g. a full budget).
+    #[serde(default)]
+    refill_per_ms: Option<f64>,
+    /// The mirrored bucket (with a rate): its level at `level_ms`, after our sends since.
+    #[serde(default)]
+    level: f64,
+    #[serde(default)]
+    level_ms: u64,
 }
 
 /// One provider's throttle state.
@@ -156,6 +167,10 @@ pub struct ThrottleState {
     /// Sends before this seq belong to the congestion event that last cut the window.
     cut_seq: u64,
     budgets: Vec<Budget>,
+    /// Whether the provider has answered anything yet. Until it has, one request goes alone:
+    /// its head tells the budgets before a burst spends them blind.
+    #[serde(default)]
+    answered: bool,
     /// Running means of a request's token counts, for the token budgets.
     avg_input: Option<u64>,
     avg_output: Option<u64>,
@@ -204,7 +219,7 @@ impl ThrottleState {
                 reason: Reason::Concurrency,
             };
         }
-        if self.in_flight >= self.window(settings) {
+        if self.in_flight >= self.window(settings) || (!self.answered && self.in_flight > 0) {
             return Admit::Wait {
                 until_ms: None,
                 reason: Reason::Adaptive,
@@ -220,6 +235,17 @@ impl ThrottleState {
     }
 
     fn grant(&mut self, now_ms: u64) -> Admit {
+        let costs: Vec<u64> = self
+            .budgets
+            .iter()
+            .map(|b| self.cost(b.observation.kind))
+            .collect();
+        for (b, cost) in self.budgets.iter_mut().zip(costs) {
+            if let (Some(limit), Some(rate)) = (b.observation.limit, b.refill_per_ms) {
+                b.level = level_at(b, limit, rate, now_ms) - cost as f64;
+                b.level_ms = b.level_ms.max(now_ms);
+            }
+        }
         let seq = self.sends;
         self.sends = self.sends.saturating_add(1);
         self.last_send_ms = self.last_send_ms.max(now_ms);
@@ -235,16 +261,24 @@ impl ThrottleState {
             .max()
     }
 
-    /// Spreads what is left of one budget evenly over the time to its reset, keeping the last
-    /// unit: with `n` sends left, the next may go `1/n` of the way from the last send to the
-    /// reset, and with one left it waits for the reset.
+    /// The instant one budget lets the next send go, if later than now.
     fn budget_until(&self, b: &Budget, now_ms: u64) -> Option<u64> {
+        let cost = self.cost(b.observation.kind);
+        let later_sends = self.sends.saturating_sub(b.seq.saturating_add(1));
+        match (b.observation.limit, b.refill_per_ms) {
+            (Some(limit), Some(rate)) if rate > 0.0 => mirror_until(b, limit, rate, cost, now_ms),
+            _ => self.spread_until(b, cost, later_sends, now_ms),
+        }
+    }
+
+    /// Without a known refill rate: spreads what is left evenly over the time to the reset,
+    /// keeping the last unit. With `n` sends left the next may go `1/n` of the way from the last
+    /// send to the reset; with one left it waits for the reset.
+    fn spread_until(&self, b: &Budget, cost: u64, later_sends: u64, now_ms: u64) -> Option<u64> {
         let reset = b.observation.reset_at_ms;
         if now_ms >= reset {
             return None;
         }
-        let cost = self.cost(b.observation.kind);
-        let later_sends = self.sends.saturating_sub(b.seq.saturating_add(1));
         let units_left = b
             .observation
             .remaining
@@ -284,6 +318,10 @@ impl ThrottleState {
             return;
         }
         self.observe(seq, headers, now_ms);
+        self.answered |= matches!(
+            outcome,
+            Outcome::Success { .. } | Outcome::RateLimited { .. }
+        );
         match outcome {
             Outcome::Success {
                 input_tokens,
@@ -307,20 +345,33 @@ impl ThrottleState {
     }
 
     /// Keeps the newest report of each budget: one about an earlier send than the one already
-    /// kept is stale (it was measured before sends the kept one already counts).
+    /// kept is stale (it was measured before sends the kept one already counts). A report
+    /// without a learnt rate lapses at its reset; one with a rate stays true by extrapolation
+    /// until a newer report replaces it (or for the horizon at most).
     fn observe(&mut self, seq: u64, headers: &RateHeaders, now_ms: u64) {
-        self.budgets.retain(|b| b.observation.reset_at_ms > now_ms);
+        self.budgets.retain(|b| {
+            b.observation.reset_at_ms > now_ms
+                || (b.refill_per_ms.is_some()
+                    && now_ms.saturating_sub(b.observed_ms) < MAX_RESET_HORIZON_MS)
+        });
+        let observed_ms = headers.at_ms.map_or(now_ms, |at| at.min(now_ms));
         for &observation in &headers.observations {
+            let later_sends = self.sends.saturating_sub(seq.saturating_add(1));
+            let cost = self.cost(observation.kind);
+            let kept = self
+                .budgets
+                .iter_mut()
+                .find(|b| b.observation.kind == observation.kind);
             let fresh = Budget {
                 observation,
                 seq,
-                observed_ms: now_ms,
+                observed_ms,
+                refill_per_ms: refill_rate(&observation, observed_ms)
+                    .or(kept.as_ref().and_then(|k| k.refill_per_ms)),
+                level: observation.remaining as f64 - (later_sends * cost) as f64,
+                level_ms: observed_ms,
             };
-            match self
-                .budgets
-                .iter_mut()
-                .find(|b| b.observation.kind == observation.kind)
-            {
+            match kept {
                 Some(kept) if kept.seq > seq => {}
                 Some(kept) => *kept = fresh,
                 None => self.budgets.push(fresh),
@@ -349,6 +400,43 @@ impl ThrottleState {
         self.cut_seq = self.sends;
     }
 }
+
+/// With the budget's size known, the provider's bucket is mirrored: set from each report (less
+/// what the sends after the reported one took), refilled at the learnt rate up to the size, and
+/// charged by each send we grant. The next send may go once the mirror holds its cost plus a
+/// reserve of a twentieth of the budget, so our own traffic never empties it and another client
+/// on the same key has room.
+fn mirror_until(b: &Budget, limit: u64, rate: f64, cost: u64, now_ms: u64) -> Option<u64> {
+    let need = (cost + limit / 20) as f64;
+    if level_at(b, limit, rate, now_ms) >= need {
+        return None;
+    }
+    if need > limit as f64 {
+        // One send costs more than the budget holds: wait for the provider's reset.
+        return Some(b.observation.reset_at_ms.max(now_ms + 1));
+    }
+    let at = b.level_ms as f64 + ((need - b.level) / rate).ceil();
+    Some((at as u64).max(now_ms + 1))
+}
+
+/// The mirrored level at `now_ms`.
+fn level_at(b: &Budget, limit: u64, rate: f64, now_ms: u64) -> f64 {
+    (b.level + rate * now_ms.saturating_sub(b.level_ms) as f64).min(limit as f64)
+}
+
+/// Units a budget regains per millisecond: what is missing over the time to fill it (less a
+/// margin).
+fn refill_rate(o: &Observation, observed_ms: u64) -> Option<f64> {
+    let limit = o.limit?;
+    let missing = limit.checked_sub(o.remaining).filter(|&m| m > 0)?;
+    let to_full = o.reset_at_ms.checked_sub(observed_ms).filter(|&d| d > 0)?;
+    // A little under the measured rate: the reset is rounded, the clocks differ, and a send
+    // that arrives a hair early is a 429.
+    Some(missing as f64 / to_full as f64 * RATE_MARGIN)
+}
+
+/// The share of the learnt refill rate the mirror counts on.
+const RATE_MARGIN: f64 = 0.97;
 
 /// A running mean weighted 3:1 towards the past, so one odd request moves it a little.
 fn mean(avg: Option<u64>, sample: Option<u64>) -> Option<u64> {
@@ -382,11 +470,21 @@ mod tests {
         }
     }
 
+    /// A state whose provider has answered once (so the first request no longer goes alone).
+    fn warm(s: &Settings) -> ThrottleState {
+        let mut st = ThrottleState::new();
+        let seq = go(&mut st, s, 0);
+        st.on_response(s, seq, ok(), &RateHeaders::none(), 0);
+        st
+    }
+
     fn requests_left(remaining: u64, reset_at_ms: u64) -> RateHeaders {
         RateHeaders {
+            at_ms: None,
             retry_after_ms: None,
             observations: vec![Observation {
                 kind: BudgetKind::Requests,
+                limit: None,
                 remaining,
                 reset_at_ms,
             }],
@@ -406,7 +504,7 @@ mod tests {
     #[test]
     fn the_cap_makes_the_next_send_wait_for_a_finish() {
         let s = settings(2);
-        let mut st = ThrottleState::new();
+        let mut st = warm(&s);
         let a = go(&mut st, &s, 0);
         go(&mut st, &s, 0);
         assert_eq!(
@@ -423,10 +521,11 @@ mod tests {
     #[test]
     fn a_429_holds_new_sends_for_the_longer_of_retry_after_and_the_replay_wait() {
         let s = settings(8);
-        let mut st = ThrottleState::new();
+        let mut st = warm(&s);
         let a = go(&mut st, &s, 1_000);
         let b = go(&mut st, &s, 1_000);
         let head = RateHeaders {
+            at_ms: None,
             retry_after_ms: Some(2_000),
             observations: vec![],
         };
@@ -452,7 +551,7 @@ mod tests {
     #[test]
     fn one_congestion_event_halves_the_window_once_and_successes_grow_it_back() {
         let s = settings(8);
-        let mut st = ThrottleState::new();
+        let mut st = warm(&s);
         let seqs: Vec<u64> = (0..8).map(|_| go(&mut st, &s, 0)).collect();
         for &q in &seqs {
             st.on_response(
@@ -504,13 +603,13 @@ mod tests {
             vec![250, 500, 750],
             "three sends, the fourth unit kept in hand"
         );
-        assert_eq!(st.admit(&s, 1_000), Admit::Go { seq: 4 });
+        assert!(matches!(st.admit(&s, 1_000), Admit::Go { .. }));
     }
 
     #[test]
     fn a_stale_budget_report_does_not_replace_a_newer_one() {
         let s = settings(8);
-        let mut st = ThrottleState::new();
+        let mut st = warm(&s);
         let old = go(&mut st, &s, 0);
         let new = go(&mut st, &s, 0);
         st.on_response(&s, new, ok(), &requests_left(1, 5_000), 10);
@@ -530,9 +629,11 @@ mod tests {
         let mut st = ThrottleState::new();
         let a = go(&mut st, &s, 0);
         let head = RateHeaders {
+            at_ms: None,
             retry_after_ms: None,
             observations: vec![Observation {
                 kind: BudgetKind::Tokens,
+                limit: None,
                 remaining: 1_500,
                 reset_at_ms: 60_000,
             }],
@@ -550,6 +651,24 @@ mod tests {
                 reason: Reason::Pacing
             }
         );
+    }
+
+    #[test]
+    fn until_the_provider_answers_once_one_request_goes_alone() {
+        let s = settings(8);
+        let mut st = ThrottleState::new();
+        let first = go(&mut st, &s, 0);
+        assert_eq!(
+            st.admit(&s, 0),
+            Admit::Wait {
+                until_ms: None,
+                reason: Reason::Adaptive
+            }
+        );
+        st.on_response(&s, first, ok(), &RateHeaders::none(), 5);
+        for _ in 0..8 {
+            go(&mut st, &s, 5);
+        }
     }
 
     #[test]
@@ -606,9 +725,9 @@ mod tests {
                             1 => Outcome::Failed,
                             _ => ok(),
                         };
-                        let head = RateHeaders {
+                        let head = RateHeaders { at_ms: None,
                             retry_after_ms: Some(retry_after_ms),
-                            observations: vec![Observation { kind: BudgetKind::Requests, remaining, reset_at_ms: now + reset_in }],
+                            observations: vec![Observation { kind: BudgetKind::Requests, limit: Some(remaining + 5), remaining, reset_at_ms: now + reset_in }],
                         };
                         st.on_response(&s, seq, outcome, &head, now);
                     }
@@ -633,7 +752,7 @@ mod tests {
             let s = settings(8);
             let mut st = ThrottleState::new();
             let Admit::Go { seq } = st.admit(&s, at) else { unreachable!() };
-            let head = RateHeaders { retry_after_ms: retry_after, observations: vec![] };
+            let head = RateHeaders { at_ms: None, retry_after_ms: retry_after, observations: vec![] };
             st.on_response(&s, seq, Outcome::RateLimited { wait_ms: wait }, &head, at);
             let asked = retry_after.max(wait).unwrap_or(DEFAULT_HOLD_MS);
             let t = at + probe;
@@ -642,6 +761,38 @@ mod tests {
             } else {
                 let admitted = matches!(st.admit(&s, t), Admit::Go { .. });
                 prop_assert!(admitted, "not admitted at the end of the hold");
+            }
+        }
+
+        /// With the budget's size known, the mirrored bucket never admits more sends by any
+        /// instant than the provider's bucket could have refilled by then.
+        #[test]
+        fn the_mirror_never_admits_more_than_the_bucket_refills(
+            limit in 1u64..60,
+            used in 1u64..60,
+            to_full in 100u64..60_000,
+            gaps in prop::collection::vec(0u64..3_000, 1..200),
+        ) {
+            let s = settings(64);
+            let mut st = warm(&s);
+            let Admit::Go { seq } = st.admit(&s, 0) else { unreachable!() };
+            let remaining = limit.saturating_sub(used);
+            let head = RateHeaders {
+                at_ms: Some(0),
+                retry_after_ms: None,
+                observations: vec![Observation { kind: BudgetKind::Requests, limit: Some(limit), remaining, reset_at_ms: to_full }],
+            };
+            st.on_response(&s, seq, ok(), &head, 0);
+            let rate = (limit - remaining) as f64 / to_full as f64;
+            let (mut now, mut admitted) = (0u64, 0u64);
+            for gap in gaps {
+                now += gap;
+                if let Admit::Go { seq } = st.admit(&s, now) {
+                    admitted += 1;
+                    st.on_response(&s, seq, ok(), &RateHeaders::none(), now);
+                    let supply = remaining as f64 + rate * now as f64;
+                    prop_assert!(admitted as f64 <= supply, "{} admitted by {} ms, {} supplied", admitted, now, supply);
+                }
             }
         }
 

@@ -417,9 +417,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = throttle(dir.path(), 4, Mode::Shared);
         let cancel = CancellationToken::new();
+        let probe = t.acquire("p", &cancel, None).await.unwrap();
+        probe.finish(ok(), &RateHeaders::none()).unwrap();
         let first = t.acquire("p", &cancel, None).await.unwrap();
         let in_flight = t.acquire("p", &cancel, None).await.unwrap();
         let head = RateHeaders {
+            at_ms: None,
             retry_after_ms: Some(700),
             observations: vec![],
         };

@@ -60,6 +60,10 @@ impl BudgetKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {
     pub kind: BudgetKind,
+    /// The budget's size, when the provider says it (`x-ratelimit-limit-*`,
+    /// `anthropic-ratelimit-*-limit`); with it the refill rate can be learnt.
+    #[serde(default)]
+    pub limit: Option<u64>,
     pub remaining: u64,
     /// Milliseconds since the Unix epoch.
     pub reset_at_ms: u64,
@@ -68,6 +72,9 @@ pub struct Observation {
 /// Everything the throttle reads from one response head.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RateHeaders {
+    /// When the head was read (milliseconds since the Unix epoch): the instant `remaining` was
+    /// true. `None` means "when it is fed back".
+    pub at_ms: Option<u64>,
     /// `retry-after-ms` or `retry-after`, in milliseconds from the response.
     pub retry_after_ms: Option<u64>,
     pub observations: Vec<Observation>,
@@ -79,7 +86,8 @@ impl RateHeaders {
         RateHeaders::default()
     }
 
-    /// Reads the hints from `(name, value)` pairs (names in any case), as of `now_ms`.
+    /// Reads the hints from `(name, value)` pairs (names in any case), as of `now_ms`: call it
+    /// when the response head arrives, not when the body ends.
     /// A malformed or missing value drops that one hint; a budget counts only when both its
     /// remaining and its reset are readable.
     pub fn from_pairs<'a>(
@@ -99,10 +107,13 @@ impl RateHeaders {
             let remaining = get(&format!("anthropic-ratelimit-{anthropic}-remaining"));
             let reset =
                 get(&format!("anthropic-ratelimit-{anthropic}-reset")).and_then(parse_rfc3339_ms);
+            let mut limit =
+                get(&format!("anthropic-ratelimit-{anthropic}-limit")).and_then(parse_count);
             let mut found = remaining.and_then(parse_count).zip(reset);
             if found.is_none()
                 && let Some(stem) = kind.openai_stem()
             {
+                limit = get(&format!("x-ratelimit-limit-{stem}")).and_then(parse_count);
                 let remaining = get(&format!("x-ratelimit-remaining-{stem}")).and_then(parse_count);
                 let reset = get(&format!("x-ratelimit-reset-{stem}"))
                     .and_then(parse_go_duration_ms)
@@ -114,12 +125,14 @@ impl RateHeaders {
             {
                 observations.push(Observation {
                     kind,
+                    limit: limit.filter(|&l| l >= remaining),
                     remaining,
                     reset_at_ms,
                 });
             }
         }
         RateHeaders {
+            at_ms: Some(now_ms),
             retry_after_ms,
             observations,
         }
@@ -300,6 +313,7 @@ mod tests {
         let now = 1_000_000;
         let h = RateHeaders::from_pairs(
             [
+                ("x-ratelimit-limit-requests", "60"),
                 ("X-RateLimit-Remaining-Requests", "59"),
                 ("x-ratelimit-reset-requests", "1s"),
                 ("x-ratelimit-remaining-tokens", "149000"),
@@ -314,11 +328,13 @@ mod tests {
             vec![
                 Observation {
                     kind: BudgetKind::Requests,
+                    limit: Some(60),
                     remaining: 59,
                     reset_at_ms: now + 1_000
                 },
                 Observation {
                     kind: BudgetKind::Tokens,
+                    limit: None,
                     remaining: 149_000,
                     reset_at_ms: now + 360_000
                 },
@@ -375,6 +391,6 @@ mod tests {
             ],
             0,
         );
-        assert_eq!(h, RateHeaders::none());
+        assert_eq!((h.retry_after_ms, h.observations), (None, vec![]));
     }
 }

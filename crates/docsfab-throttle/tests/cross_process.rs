@@ -146,6 +146,9 @@ fn child_role() {
         // Takes every slot and never gives them back (until it is killed).
         "hog" => rt.block_on(async {
             let t = open(&home, CAP);
+            // One answered request first: until then a provider gets one request at a time.
+            let probe = t.acquire("sim", &cancel, None).await.unwrap();
+            probe.finish(ok(), &RateHeaders::none()).unwrap();
             let mut held = vec![];
             for _ in 0..CAP {
                 held.push(t.acquire("sim", &cancel, None).await.unwrap());
