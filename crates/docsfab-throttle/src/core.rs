@@ -12,10 +12,12 @@
 //!    halved on a 429, never below 1. One congestion event halves it once: a 429 on a request
 //!    sent before the last cut is an echo of the same event. Until the provider has answered
 //!    once, one request goes alone, so the first head tells the budgets before a burst.
-//! 4. **pacing** — each budget the provider reported (requests, tokens, ...) is spread over the
-//!    time to its reset, and its last unit is kept in hand, so the budget is never driven to
-//!    zero. Sends granted after the observed request count against it, so several requests in
-//!    flight do not each spend the same remainder.
+//! 4. **pacing** — each budget the provider reported (requests, tokens, ...). With its size
+//!    known, the provider's bucket is mirrored (refill rate learnt from size, remaining and
+//!    reset) and a send waits until the mirror holds its cost plus a 5 % reserve; without, what
+//!    is left is spread over the time to the reset and the last unit kept in hand. Either way
+//!    sends granted after the reported request count against the report, so several requests
+//!    in flight do not each spend the same remainder.
 //!
 //! Time is milliseconds since the Unix epoch, passed in: the state is shared by processes that
 //! share no monotonic clock. The state serialises so the store can keep it between processes.
