@@ -357,4 +357,23 @@ mod tests {
             StoreAdmit::Go(_)
         ));
     }
+
+    #[test]
+    fn a_state_row_this_version_cannot_read_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("throttle.db");
+        let mut store = Store::open(&path).unwrap();
+        store
+            .conn
+            .execute(
+                "INSERT INTO providers (provider, state) VALUES ('p', '{\"future\": true')",
+                [],
+            )
+            .unwrap();
+        let two = Settings::new(Mode::Shared, 2).unwrap();
+        assert!(matches!(
+            store.try_admit("p", &two, 0, None).unwrap(),
+            StoreAdmit::Go(_)
+        ));
+    }
 }
