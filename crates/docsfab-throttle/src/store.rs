@@ -1,0 +1,379 @@
+//! The throttle's shared state: one SQLite file, `DOCSFAB_HOME/throttle.db`, that every docsfab
+//! process on the same home opens.
+//!
+//! Three tables: `permits` (one row per request in flight: provider, holder pid and start time,
+//! its send seq), `waiters` (one row per request waiting, in arrival order) and `providers`
+//! (the pure core's state per provider, as JSON). Every decision
+//! is one short `BEGIN IMMEDIATE` transaction: give back the permits of dead holders, load the
+//! state, count the live permits, ask the core, write back. SQLite's lock is a file lock the
+//! kernel drops when its holder dies, and the busy timeout bounds every wait for it, so a
+//! killed process can neither keep its permits nor wedge the others.
+//!
+//! Waiters are served first come, first served across processes: the waiters queued ahead of a
+//! request count as in flight for its decision. Without the queue the process whose own finish
+//! wakes its waiters at once would starve the others, which only notice at their next poll.
+//!
+//! The state is soft: a row that does not parse (written by another version) starts afresh.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::core::{Admit, Outcome, Settings, ThrottleState};
+use crate::headers::RateHeaders;
+use crate::process::Holder;
+
+/// How long one transaction waits for another process's lock before it gives up.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS permits (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider   TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    pid_start  INTEGER,
+    seq        INTEGER NOT NULL,
+    granted_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS permits_by_provider ON permits (provider);
+CREATE TABLE IF NOT EXISTS waiters (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    provider  TEXT NOT NULL,
+    pid       INTEGER NOT NULL,
+    pid_start INTEGER,
+    since_ms  INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS waiters_by_provider ON waiters (provider);
+CREATE TABLE IF NOT EXISTS providers (
+    provider TEXT PRIMARY KEY,
+    state    TEXT NOT NULL
+);
+";
+
+/// The throttle database could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("could not create the directory {path} for the throttle state: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the throttle state {path} could not be used: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+}
+
+/// A permit as the store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub id: i64,
+    pub seq: u64,
+}
+
+pub(crate) enum StoreAdmit {
+    Go(Ticket),
+    /// Not yet; the caller is queued as `waiter` (give it back with `leave` if it stops waiting).
+    Wait {
+        admit: Admit,
+        waiter: i64,
+    },
+}
+
+pub(crate) struct Store {
+    conn: Connection,
+    path: PathBuf,
+    me: Holder,
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+                path: parent.to_owned(),
+                source,
+            })?;
+        }
+        let wrap = |source| StoreError::Sqlite {
+            path: path.to_owned(),
+            source,
+        };
+        let mut conn = Connection::open(path).map_err(wrap)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(wrap)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(wrap)?;
+        // Soft state: losing the last decisions to a power cut only loosens the throttle once.
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(wrap)?;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(wrap)?;
+        tx.execute_batch(SCHEMA).map_err(wrap)?;
+        tx.commit().map_err(wrap)?;
+        Ok(Store {
+            conn,
+            path: path.to_owned(),
+            me: Holder::current(),
+        })
+    }
+
+    fn wrap(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
+    /// before). On `Go` the permit row is written in the same transaction, so no two processes
+    /// can both take the last slot; on `Wait` the caller keeps (or gets) its place in the queue.
+    pub fn try_admit(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        now_ms: u64,
+        waiter: Option<i64>,
+    ) -> Result<StoreAdmit, StoreError> {
+        let me = self.me;
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            reclaim_dead(&tx, "permits", provider, me)?;
+            reclaim_dead(&tx, "waiters", provider, me)?;
+            let mut state = load(&tx, provider)?;
+            let ahead = waiters_ahead(&tx, provider, waiter)?;
+            state.set_in_flight(live_permits(&tx, provider)?.saturating_add(ahead));
+            let decision = state.admit(settings, now_ms);
+            let Admit::Go { seq } = decision else {
+                let waiter = match waiter {
+                    Some(id) => id,
+                    None => join_queue(&tx, provider, me, now_ms)?,
+                };
+                tx.commit()?;
+                return Ok(StoreAdmit::Wait {
+                    admit: decision,
+                    waiter,
+                });
+            };
+            if let Some(id) = waiter {
+                tx.execute("DELETE FROM waiters WHERE id = ?1", [id])?;
+            }
+            tx.execute(
+                "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    provider,
+                    i64::from(me.pid),
+                    me.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                    i64::try_from(seq).unwrap_or(i64::MAX),
+                    i64::try_from(now_ms).unwrap_or(i64::MAX),
+                ],
+            )?;
+            let id = tx.last_insert_rowid();
+            save(&tx, provider, &state)?;
+            tx.commit()?;
+            Ok(StoreAdmit::Go(Ticket { id, seq }))
+        })();
+        result.map_err(|e| self.wrap(e))
+    }
+
+    /// Takes a waiter out of the queue (it was cancelled or ran out of time).
+    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute("DELETE FROM waiters WHERE id = ?1", [waiter])
+            .map(|_| ())
+            .map_err(|e| self.wrap(e))
+    }
+
+    /// Gives the permit back and feeds its outcome to the provider's state.
+    pub fn finish(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        ticket: Ticket,
+        outcome: Outcome,
+        headers: &RateHeaders,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut state = load(&tx, provider)?;
+            state.set_in_flight(live_permits(&tx, provider)?);
+            state.on_response(settings, ticket.seq, outcome, headers, now_ms);
+            tx.execute("DELETE FROM permits WHERE id = ?1", [ticket.id])?;
+            save(&tx, provider, &state)?;
+            tx.commit()
+        })();
+        result.map_err(|e| self.wrap(e))
+    }
+}
+
+/// Deletes the rows of `table` (permits or waiters) whose process is no longer alive.
+fn reclaim_dead(
+    tx: &rusqlite::Transaction<'_>,
+    table: &str,
+    provider: &str,
+    me: Holder,
+) -> rusqlite::Result<()> {
+    let holders: Vec<(i64, Option<i64>)> = {
+        let mut stmt = tx.prepare(&format!(
+            "SELECT DISTINCT pid, pid_start FROM {table} WHERE provider = ?1"
+        ))?;
+        stmt.query_map([provider], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?
+    };
+    for (pid, start) in holders {
+        let holder = Holder {
+            pid: u32::try_from(pid).unwrap_or(0),
+            start_ticks: start.and_then(|s| u64::try_from(s).ok()),
+        };
+        if holder == me || (holder.pid != 0 && holder.is_alive()) {
+            continue;
+        }
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE provider = ?1 AND pid = ?2 AND pid_start IS ?3"),
+            params![provider, pid, start],
+        )?;
+    }
+    Ok(())
+}
+
+/// How many requests queued before `waiter` (all of them for one not queued yet).
+fn waiters_ahead(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    waiter: Option<i64>,
+) -> rusqlite::Result<u32> {
+    let n: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM waiters WHERE provider = ?1 AND id < ?2",
+        params![provider, waiter.unwrap_or(i64::MAX)],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn join_queue(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    me: Holder,
+    now_ms: u64,
+) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO waiters (provider, pid, pid_start, since_ms) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            provider,
+            i64::from(me.pid),
+            me.start_ticks.and_then(|t| i64::try_from(t).ok()),
+            i64::try_from(now_ms).unwrap_or(i64::MAX),
+        ],
+    )?;
+    Ok(tx.last_insert_rowid())
+}
+
+fn live_permits(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<u32> {
+    let n: i64 = tx.query_row(
+        "SELECT COUNT(*) FROM permits WHERE provider = ?1",
+        [provider],
+        |r| r.get(0),
+    )?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+fn load(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<ThrottleState> {
+    let text: Option<String> = tx
+        .query_row(
+            "SELECT state FROM providers WHERE provider = ?1",
+            [provider],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(text
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default())
+}
+
+fn save(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    state: &ThrottleState,
+) -> rusqlite::Result<()> {
+    // Serialising plain numbers and vectors cannot fail.
+    let text = serde_json::to_string(state).unwrap_or_default();
+    tx.execute(
+        "INSERT INTO providers (provider, state) VALUES (?1, ?2)
+         ON CONFLICT (provider) DO UPDATE SET state = excluded.state",
+        params![provider, text],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Mode, Reason};
+
+    #[test]
+    fn a_freed_slot_goes_to_the_earliest_waiter_not_to_the_process_that_freed_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("throttle.db");
+        let (mut here, mut there) = (Store::open(&path).unwrap(), Store::open(&path).unwrap());
+        let one = Settings::new(Mode::Shared, 1).unwrap();
+        let StoreAdmit::Go(ticket) = here.try_admit("p", &one, 0, None).unwrap() else {
+            panic!("the first request goes");
+        };
+        let StoreAdmit::Wait { waiter, .. } = there.try_admit("p", &one, 1, None).unwrap() else {
+            panic!("the cap is full");
+        };
+        let ok = Outcome::Success {
+            input_tokens: None,
+            output_tokens: None,
+        };
+        here.finish("p", &one, ticket, ok, &RateHeaders::none(), 2)
+            .unwrap();
+        match here.try_admit("p", &one, 3, None).unwrap() {
+            StoreAdmit::Wait {
+                admit,
+                waiter: mine,
+            } => {
+                assert_eq!(
+                    admit,
+                    Admit::Wait {
+                        until_ms: None,
+                        reason: Reason::Concurrency
+                    }
+                );
+                assert!(mine > waiter);
+                here.leave(mine).unwrap();
+            }
+            StoreAdmit::Go(_) => panic!("a newcomer jumped the queue"),
+        }
+        assert!(matches!(
+            there.try_admit("p", &one, 4, Some(waiter)).unwrap(),
+            StoreAdmit::Go(_)
+        ));
+    }
+
+    #[test]
+    fn a_state_row_this_version_cannot_read_starts_afresh() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("throttle.db");
+        let mut store = Store::open(&path).unwrap();
+        store
+            .conn
+            .execute(
+                "INSERT INTO providers (provider, state) VALUES ('p', '{\"future\": true')",
+                [],
+            )
+            .unwrap();
+        let two = Settings::new(Mode::Shared, 2).unwrap();
+        assert!(matches!(
+            store.try_admit("p", &two, 0, None).unwrap(),
+            StoreAdmit::Go(_)
+        ));
+    }
+}
