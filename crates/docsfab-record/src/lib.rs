@@ -26,6 +26,7 @@ pub use lease::{
     CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
 };
 pub use replay::{ReplayCause, ReplayRecord};
+pub use run::ForEach;
 pub use run::{
     AttemptRecord, AttemptStatus, InterruptedAttempt, LeaseRecord, Retry, RunRecord, RunStatus,
     RunSummary, SCHEMA, StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore,

@@ -157,7 +157,7 @@ impl Reporter {
                 }
             }
         }
-        if print && let Some(text) = p.describe() {
+        if print && let Some(text) = p.describe_line() {
             self.line(&text);
         }
         self.refresh();
