@@ -371,3 +371,91 @@ async fn issue12_cancelling_the_run_cancels_every_running_instance() {
         assert_eq!(s["attempts"][0]["status"], "cancelled");
     }
 }
+
+#[tokio::test]
+async fn issue12_read_only_instances_answer_objects_and_a_fan_out_can_fan_out_again() {
+    let lanes = r#"  - contains: "<mod-00>"
+    responses:
+      - answer: {json: {page: p0}}
+  - contains: "<mod-01>"
+    responses:
+      - answer: {json: {page: p1}}
+  - contains: "Again p0!"
+    responses:
+      - answer: {json: {ok: 0}}
+  - contains: "Again p1!"
+    responses:
+      - answer: {json: {ok: 1}}
+"#;
+    let h = harness(&scenario(&outline_answer(2), lanes)).await;
+    let composition = r#"name: twice
+limits:
+  timeoutMs: 20000
+steps:
+  - id: outline
+    access: read-only
+    instructions: List the modules.
+    contract:
+      schema: {type: object}
+  - id: facts
+    access: read-only
+    forEach: steps.outline.output.modules
+    instructions: "Facts about <{{item.name}}>."
+    contract:
+      schema: {type: object, required: [page]}
+  - id: again
+    access: read-only
+    forEach: steps.facts.output
+    concurrency: 1
+    instructions: "Again {{item.page}}!"
+    contract:
+      schema: {type: object}
+  - id: summary
+    access: read-only
+    instructions: "SUMMARY-STEP: {{steps.facts.output}} {{steps.again.output}}"
+    contract:
+      schema: {type: object}
+"#;
+    let r = run_recorded(&h, composition, args(&[], quiet())).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded);
+    assert_eq!(
+        step_ids(&r),
+        [
+            "outline", "facts[0]", "facts[1]", "again[0]", "again[1]", "summary"
+        ]
+    );
+    // Each read-only instance keeps its answer object as its step output ...
+    assert_eq!(r.json["steps"][2]["output"], json!({"page": "p1"}));
+    // ... the second fan-out ran over the first one's answers ...
+    assert_eq!(
+        r.json["steps"][4]["forEach"],
+        json!({"step": "again", "index": 1, "item": {"page": "p1"}})
+    );
+    // ... and a later step sees both output arrays as JSON, in index order.
+    let reqs = requests(&r.events);
+    let summary = &reqs.iter().find(|q| q.0 == "summary").unwrap().4;
+    let told = strings(&serde_json::from_str::<Value>(summary).unwrap());
+    assert!(
+        told.contains(r#"SUMMARY-STEP: [{"page":"p0"},{"page":"p1"}] [{"ok":0},{"ok":1}]"#),
+        "{told}"
+    );
+}
+
+#[tokio::test]
+async fn issue12_an_element_without_a_member_the_instructions_use_fails_that_instance_unrun() {
+    let outline =
+        r#"{modules: [{name: mod-00, purpose: p}, {name: mod-01}, {name: mod-02, purpose: p}]}"#;
+    let lanes: String = (0..3).map(|i| page_lane(i, "")).collect();
+    let h = harness(&scenario(outline, &lanes)).await;
+    let r = run_recorded(&h, &composition(1), args(&[], quiet())).await;
+    assert_eq!(r.outcome.status, RunStatus::Failed);
+    assert_eq!(step_ids(&r), ["outline", "pages[0]", "pages[1]"]);
+    let s = &r.json["steps"][2];
+    assert_eq!(s["status"], "failed");
+    assert_eq!(s["attempts"], json!([]));
+    assert_eq!(s["failure"]["code"], "item-member-missing");
+    assert_eq!(
+        s["failure"]["message"],
+        "Instance pages[1] was not run: the element has no member purpose for {{item.purpose}}."
+    );
+}
