@@ -459,3 +459,14 @@ async fn issue12_an_element_without_a_member_the_instructions_use_fails_that_ins
         "Instance pages[1] was not run: the element has no member purpose for {{item.purpose}}."
     );
 }
+
+/// Compile-time: a run with fan-out steps is still a `Send` future, so a server can spawn it
+/// on a multi-threaded runtime (the instances share the store behind a mutex, not a `RefCell`).
+#[allow(dead_code)]
+fn a_run_future_is_send(
+    cfg: docsfab_runtime::executor::RunConfig,
+    store: &mut docsfab_runtime::store::RunStore,
+) {
+    fn send<T: Send>(_: &T) {}
+    send(&docsfab_runtime::executor::run_composition(cfg, store));
+}
