@@ -26,6 +26,7 @@ pub use lease::{
     CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
 };
 pub use replay::{ReplayCause, ReplayRecord};
+pub use run::ForEach;
 pub use run::{
     ANSWER_EXCERPT_MAX_BYTES, AttemptRecord, AttemptStatus, FileWritten, InterruptedAttempt,
     LeaseRecord, Retry, RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,

@@ -151,7 +151,23 @@ pub struct StepRecord {
     /// present only on an `interrupted` step whose unfinished attempt wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_attempt: Option<InterruptedAttempt>,
+    /// Set on an instance of a fan-out step: which step, which element. Absent on other steps
+    /// (and in records written before fan-out existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_each: Option<ForEach>,
     pub attempts: Vec<AttemptRecord>,
+}
+
+/// The element a fan-out step instance ran for. The instance's `stepId` is `STEP[INDEX]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForEach {
+    /// The fan-out step's id as the composition names it.
+    pub step: String,
+    /// The element's 0-based position in the array.
+    pub index: u32,
+    /// The element itself.
+    pub item: serde_json::Value,
 }
 
 /// An attempt that never finished because its process died (`kill -9`, power loss): it has no

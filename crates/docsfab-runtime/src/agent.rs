@@ -1239,6 +1239,7 @@ mod tests {
             contract: None,
             write_roots: vec!["docs".to_owned()],
             line: 1,
+            fan_out: None,
         };
         let cancel = CancellationToken::new();
         let input = AttemptInput {

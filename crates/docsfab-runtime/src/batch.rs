@@ -9,9 +9,19 @@ use crate::ledger::{BatchBuilder, CallOutcome, CallResult, ExecutionLease, Lease
 use crate::tools::{HostFailure, StepTools};
 
 /// Told, before a write tool runs, which tool will write which workspace-relative path; the
-/// executor commits it to the run store as a write intent. An error means the intent could not
-/// be kept, and then the write must not run.
-pub type BeforeWrite<'a> = &'a (dyn Fn(Tool, &str) -> Result<(), String> + Send + Sync);
+/// executor commits it to the run store as a write intent. An error means the write must not
+/// run: see [`WriteVeto`].
+pub type BeforeWrite<'a> = &'a (dyn Fn(Tool, &str) -> Result<(), WriteVeto> + Send + Sync);
+
+/// Why the executor stopped a write before it ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteVeto {
+    /// The intent could not be recorded: the host failed, and the batch stops.
+    Unrecorded(String),
+    /// The path is not this writer's to write (a sibling fan-out instance owns it): the model
+    /// gets this sentence as a tool error and may write elsewhere.
+    Refused(String),
+}
 
 /// A tool call as the provider returned it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,9 +118,16 @@ pub fn run_batch_with(
             }
         };
         let tool = authorized.tool();
-        if let (Some(hook), Some(path)) = (before_write, authorized.write_path())
-            && let Err(e) = hook(tool, path)
-        {
+        let veto = match (before_write, authorized.write_path()) {
+            (Some(hook), Some(path)) => hook(tool, path).err().map(|v| (path, v)),
+            _ => None,
+        };
+        if let Some((_, WriteVeto::Refused(detail))) = &veto {
+            builder.refuse(&call.id, &call.name, detail);
+            replies.push(reply(format!("error: {detail}"), true));
+            continue;
+        }
+        if let Some((path, WriteVeto::Unrecorded(e))) = veto {
             let evidence = format!("the intent to write {path} could not be recorded: {e}");
             builder.refuse(
                 &call.id,

@@ -124,6 +124,38 @@ pub struct Step {
     pub write_roots: Vec<String>,
     /// The line of the step's `id` in the file, for messages.
     pub line: u64,
+    /// Set on a fan-out step: one instance runs per element of an earlier step's array.
+    #[serde(rename = "forEach")]
+    pub fan_out: Option<FanOut>,
+}
+
+/// The default number of fan-out instances that run at once.
+pub const DEFAULT_CONCURRENCY: u32 = 4;
+/// The most fan-out instances that may run at once.
+pub const MAX_CONCURRENCY: u32 = 16;
+
+/// A step's `forEach: steps.ID.output.PATH` and its `concurrency`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FanOut {
+    /// The earlier read-only step whose answer holds the array.
+    pub step_id: String,
+    /// Members from the answer object down to the array; empty for the answer itself.
+    pub path: Vec<String>,
+    /// Instances at once, 1..=16.
+    pub concurrency: u32,
+}
+
+impl FanOut {
+    /// The reference as written: `steps.ID.output.PATH`.
+    pub fn source(&self) -> String {
+        let mut s = format!("steps.{}.output", self.step_id);
+        for m in &self.path {
+            s.push('.');
+            s.push_str(m);
+        }
+        s
+    }
 }
 
 /// A `{{steps.ID.output}}` placeholder found in a text.
@@ -163,6 +195,72 @@ pub fn output_references(text: &str) -> Result<Vec<OutputRef>, String> {
         at = close + 2;
     }
     Ok(refs)
+}
+
+/// What a `{{...}}` placeholder in instructions inserts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placeholder {
+    /// `{{steps.ID.output}}`: an earlier step's answer.
+    Output(String),
+    /// `{{item}}` (no members) or `{{item.A.B}}`: the fan-out element or a member of it.
+    Item(Vec<String>),
+    /// `{{index}}`: the fan-out element's 0-based position.
+    Index,
+}
+
+/// A placeholder and where it sits in the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlaceholderAt {
+    pub kind: Placeholder,
+    /// Byte range of the whole placeholder, braces included.
+    pub range: std::ops::Range<usize>,
+}
+
+/// Finds every placeholder in `text` (spaces inside the braces are allowed). Anything else in
+/// braces, or an unclosed `{{`, is an error naming it. Whether item placeholders are allowed is
+/// the caller's question (only a fan-out step has an item).
+pub fn placeholders(text: &str) -> Result<Vec<PlaceholderAt>, String> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(open) = text[at..].find("{{").map(|i| at + i) {
+        let Some(close) = text[open + 2..].find("}}").map(|i| open + 2 + i) else {
+            return Err("an opening {{ has no closing }}".to_string());
+        };
+        let inner = text[open + 2..close].trim();
+        let Some(kind) = placeholder_kind(inner) else {
+            return Err(format!(
+                "the placeholder {} is not of the form {{{{steps.ID.output}}}}, {{{{item}}}}, {{{{item.FIELD}}}} or {{{{index}}}}",
+                shown_value(&format!("{{{{{inner}}}}}"))
+            ));
+        };
+        found.push(PlaceholderAt {
+            kind,
+            range: open..close + 2,
+        });
+        at = close + 2;
+    }
+    Ok(found)
+}
+
+fn placeholder_kind(inner: &str) -> Option<Placeholder> {
+    if inner == "index" {
+        return Some(Placeholder::Index);
+    }
+    if inner == "item" {
+        return Some(Placeholder::Item(Vec::new()));
+    }
+    if let Some(members) = inner.strip_prefix("item.") {
+        let members: Vec<String> = members.split('.').map(str::to_owned).collect();
+        return members
+            .iter()
+            .all(|m| valid_id(m))
+            .then_some(Placeholder::Item(members));
+    }
+    inner
+        .strip_prefix("steps.")
+        .and_then(|rest| rest.strip_suffix(".output"))
+        .filter(|id| valid_id(id))
+        .map(|id| Placeholder::Output(id.to_owned()))
 }
 
 fn valid_id(id: &str) -> bool {
@@ -222,6 +320,9 @@ struct RawStep {
     tools: Vec<Spanned<Tool>>,
     contract: Option<Spanned<RawContract>>,
     write_roots: Option<Spanned<Vec<Spanned<String>>>>,
+    for_each: Option<Spanned<String>>,
+    // Read as any value so that a wrong one is refused by name with its allowed range.
+    concurrency: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -381,6 +482,8 @@ fn check_step(
         Some(c) => Some(check_contract(&site, c)?),
         None => None,
     };
+    let for_each = check_for_each(&site, s.for_each, s.concurrency, earlier, all_ids)?;
+    check_item_placeholders(&site, &s.instructions, for_each.is_some())?;
 
     Ok(Step {
         id,
@@ -390,6 +493,7 @@ fn check_step(
         contract,
         write_roots,
         line,
+        fan_out: for_each,
     })
 }
 
@@ -440,7 +544,7 @@ fn check_instructions<E: Fn(u64, String, String) -> CompositionError>(
             format!("step {shown_id} has empty instructions; say what the step must do"),
         ));
     }
-    let refs = output_references(&instructions.value).map_err(|m| {
+    let refs = placeholders(&instructions.value).map_err(|m| {
         site.fail(
             line,
             "instructions",
@@ -449,6 +553,13 @@ fn check_instructions<E: Fn(u64, String, String) -> CompositionError>(
             ),
         )
     })?;
+    let refs = refs.into_iter().filter_map(|p| match p.kind {
+        Placeholder::Output(step_id) => Some(OutputRef {
+            step_id,
+            range: p.range,
+        }),
+        _ => None,
+    });
     for r in refs {
         if !earlier.iter().any(|e| e.id == r.step_id) {
             let why = if r.step_id == id {
@@ -469,6 +580,164 @@ fn check_instructions<E: Fn(u64, String, String) -> CompositionError>(
         }
     }
     Ok(())
+}
+
+/// `{{item}}`, `{{item.FIELD}}` and `{{index}}` appear only in a fan-out step.
+fn check_item_placeholders<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    instructions: &Spanned<String>,
+    fan_out: bool,
+) -> Result<(), CompositionError> {
+    if fan_out {
+        return Ok(());
+    }
+    let found = placeholders(&instructions.value).unwrap_or_default();
+    let Some(p) = found
+        .iter()
+        .find(|p| matches!(p.kind, Placeholder::Item(_) | Placeholder::Index))
+    else {
+        return Ok(());
+    };
+    Err(site.fail(
+        instructions.defined.line(),
+        "instructions",
+        format!(
+            "step {} uses {}, which only a step with forEach has; add forEach or remove the placeholder",
+            site.shown_id,
+            shown_value(&instructions.value[p.range.clone()])
+        ),
+    ))
+}
+
+/// `forEach` names an array inside an earlier read-only step's answer (as far as that step's
+/// contract schema can tell), and `concurrency` is 1..=16 and only given with it.
+fn check_for_each<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    for_each: Option<Spanned<String>>,
+    concurrency: Option<Spanned<serde_json::Value>>,
+    earlier: &[Step],
+    all_ids: &[String],
+) -> Result<Option<FanOut>, CompositionError> {
+    let shown_id = &site.shown_id;
+    let Some(for_each) = for_each else {
+        return match concurrency {
+            Some(c) => Err(site.fail(
+                c.defined.line(),
+                "concurrency",
+                format!(
+                    "step {shown_id} has concurrency but no forEach, and only a fan-out step runs instances at once; remove concurrency or add forEach"
+                ),
+            )),
+            None => Ok(None),
+        };
+    };
+    let line = for_each.defined.line();
+    let written = for_each.value.trim();
+    let fail = |message: String| site.fail(line, "forEach", message);
+    let Some((step_id, path)) = parse_for_each(written) else {
+        return Err(fail(format!(
+            "forEach of step {shown_id} is {}, which is not of the form steps.ID.output.PATH; name an array in an earlier step's answer, such as steps.outline.output.modules",
+            shown_value(written)
+        )));
+    };
+    let Some(source) = earlier.iter().find(|e| e.id == step_id) else {
+        let why = if all_ids.contains(&step_id) {
+            "a step that runs later or the step itself"
+        } else {
+            "a step that does not exist"
+        };
+        return Err(fail(format!(
+            "forEach of step {shown_id} names step {}, {why}; name a step listed before it",
+            shown_value(&step_id)
+        )));
+    };
+    let Some(contract) = source
+        .contract
+        .as_ref()
+        .filter(|_| source.access == Access::ReadOnly)
+    else {
+        return Err(fail(format!(
+            "forEach of step {shown_id} names step {}, which answers no JSON object (only a read-only step with a contract does); point it at such a step",
+            shown_value(&step_id)
+        )));
+    };
+    // A fan-out step's own output is the array of its instances' answers.
+    let schema = match source.fan_out {
+        Some(_) => serde_json::json!({"type": "array", "items": contract.schema}),
+        None => contract.schema.clone(),
+    };
+    if let Some(declared) = declared_kind(&schema, &path) {
+        return Err(fail(format!(
+            "forEach of step {shown_id} names {}, which the contract of step {} declares as {declared}, not an array; name an array",
+            shown_value(written),
+            shown_value(&step_id)
+        )));
+    }
+    let concurrency = match concurrency {
+        None => DEFAULT_CONCURRENCY,
+        Some(c) if c.value.is_null() => DEFAULT_CONCURRENCY,
+        Some(c) => match c.value.as_u64().and_then(|n| u32::try_from(n).ok()) {
+            Some(n) if (1..=MAX_CONCURRENCY).contains(&n) => n,
+            _ => {
+                return Err(site.fail(
+                    c.defined.line(),
+                    "concurrency",
+                    format!(
+                        "concurrency of step {shown_id} is {}, but it must be a whole number from 1 to {MAX_CONCURRENCY}; fix it or remove it to use the default {DEFAULT_CONCURRENCY}",
+                        shown_value(&c.value.to_string())
+                    ),
+                ));
+            }
+        },
+    };
+    Ok(Some(FanOut {
+        step_id,
+        path,
+        concurrency,
+    }))
+}
+
+/// `steps.ID.output` followed by any number of `.MEMBER`s.
+fn parse_for_each(text: &str) -> Option<(String, Vec<String>)> {
+    let mut parts = text.split('.');
+    if parts.next() != Some("steps") {
+        return None;
+    }
+    let id = parts.next().filter(|id| valid_id(id))?;
+    if parts.next() != Some("output") {
+        return None;
+    }
+    let path: Vec<String> = parts.map(str::to_owned).collect();
+    path.iter()
+        .all(|m| valid_id(m))
+        .then(|| (id.to_owned(), path))
+}
+
+/// What the schema declares at `path` when that is known not to be an array (e.g. `string`,
+/// or `object` for a member of something declared not to be an object). `None` when it is or
+/// may be an array: a schema that says nothing leaves the question to run time.
+fn declared_kind(schema: &serde_json::Value, path: &[String]) -> Option<String> {
+    let mut at = schema;
+    for member in path {
+        if let Some(types) = declared_types(at)
+            && !types.contains(&"object")
+        {
+            return Some(types.join(" or "));
+        }
+        at = at.get("properties")?.get(member)?;
+    }
+    declared_types(at)
+        .filter(|types| !types.contains(&"array"))
+        .map(|types| types.join(" or "))
+}
+
+/// The JSON Schema `type` keyword as a list, when present.
+fn declared_types(schema: &serde_json::Value) -> Option<Vec<&str>> {
+    match schema.get("type")? {
+        serde_json::Value::String(t) => Some(vec![t.as_str()]),
+        serde_json::Value::Array(ts) => Some(ts.iter().filter_map(|t| t.as_str()).collect()),
+        _ => None,
+    }
 }
 
 /// Each tool is listed once, and a writing tool only on a write step.
@@ -927,5 +1196,142 @@ steps:
                 "{msg}"
             );
         }
+    }
+
+    const FAN: &str = r#"name: fan
+steps:
+  - id: outline
+    access: read-only
+    instructions: Survey.
+    contract:
+      schema:
+        type: object
+        required: [modules]
+        properties:
+          modules: {type: array, items: {type: object}}
+          title: {type: string}
+          meta: {type: object}
+  - id: pages
+    access: write
+    forEach: steps.outline.output.modules
+    concurrency: 3
+    instructions: |
+      Write docs/{{item.name}}.md ({{index}}): {{item}} after {{steps.outline.output}}
+    tools: [write_file]
+    writeRoots: [docs/]
+"#;
+
+    #[test]
+    fn issue12_for_each_and_concurrency_parse() {
+        let c = parse(FAN).unwrap();
+        let fan = c.step("pages").unwrap().fan_out.clone().unwrap();
+        assert_eq!(fan.step_id, "outline");
+        assert_eq!(fan.path, vec!["modules".to_owned()]);
+        assert_eq!(fan.concurrency, 3);
+        assert_eq!(fan.source(), "steps.outline.output.modules");
+        let default = parse(&FAN.replace("    concurrency: 3\n", "")).unwrap();
+        assert_eq!(default.steps[1].fan_out.as_ref().unwrap().concurrency, 4);
+        // An undeclared member is left to run time; so is a deeper path into an object.
+        for path in [
+            "steps.outline.output.other",
+            "steps.outline.output.meta.list",
+        ] {
+            let text = FAN.replace("steps.outline.output.modules", path);
+            assert!(parse(&text).is_ok(), "{path}");
+        }
+        assert!(c.steps[0].fan_out.is_none());
+    }
+
+    #[test]
+    fn issue12_for_each_refusals_are_one_sentence_at_the_line() {
+        let cases = [
+            (
+                FAN.replace("steps.outline.output.modules", "outline.modules"),
+                "not of the form",
+            ),
+            (
+                FAN.replace("steps.outline.output.modules", "steps.nope.output.x"),
+                "does not exist",
+            ),
+            (
+                FAN.replace("steps.outline.output.modules", "steps.pages.output.x"),
+                "runs later or the step itself",
+            ),
+            (
+                FAN.replace("steps.outline.output.modules", "steps.outline.output.title"),
+                "declares as string, not an array",
+            ),
+            (
+                FAN.replace(
+                    "steps.outline.output.modules",
+                    "steps.outline.output.title.x",
+                ),
+                "declares as string",
+            ),
+            (
+                FAN.replace("steps.outline.output.modules", "steps.outline.output"),
+                "declares as object, not an array",
+            ),
+            (
+                FAN.replace("    contract:\n", "    contractx:\n"),
+                "contractx",
+            ),
+        ];
+        for (text, want) in &cases {
+            let msg = refused(text).to_string();
+            assert!(msg.contains(want), "{want}: {msg}");
+            assert!(msg.ends_with('.') && !msg.contains('\n'), "{msg}");
+        }
+        let e = refused(&FAN.replace(
+            "steps.outline.output.modules",
+            "steps.outline.output.titel x",
+        ));
+        assert_eq!(e.field.as_deref(), Some("steps[1].forEach"));
+        assert_eq!(e.line, Some(16));
+        // The source must answer a JSON object: a read-only step with a contract.
+        let no_contract = FAN.replace(
+            "    contract:\n      schema:\n        type: object\n        required: [modules]\n        properties:\n          modules: {type: array, items: {type: object}}\n          title: {type: string}\n          meta: {type: object}\n",
+            "",
+        );
+        let msg = refused(&no_contract).to_string();
+        assert!(msg.contains("answers no JSON object"), "{msg}");
+    }
+
+    #[test]
+    fn issue12_concurrency_range_and_placement_refused() {
+        for bad in ["0", "17", "-1", "2.5", "many"] {
+            let e = refused(&FAN.replace("concurrency: 3", &format!("concurrency: {bad}")));
+            assert_eq!(e.field.as_deref(), Some("steps[1].concurrency"), "{bad}");
+            assert!(e.to_string().contains("from 1 to 16"), "{e}");
+        }
+        assert_eq!(
+            parse(&FAN.replace("concurrency: 3", "concurrency: 16"))
+                .unwrap()
+                .steps[1]
+                .fan_out
+                .as_ref()
+                .unwrap()
+                .concurrency,
+            16
+        );
+        let e = refused(&FAN.replace("    forEach: steps.outline.output.modules\n", ""));
+        assert!(e.to_string().contains("concurrency but no forEach"), "{e}");
+    }
+
+    #[test]
+    fn issue12_item_placeholders_only_in_a_fan_out_step() {
+        let text = FAN.replace(
+            "    forEach: steps.outline.output.modules\n    concurrency: 3\n",
+            "",
+        );
+        let msg = refused(&text).to_string();
+        assert!(
+            msg.contains("{{item.name}}") && msg.contains("only a step with forEach"),
+            "{msg}"
+        );
+        let text = QUICKSTART.replace("{{steps.outline.output}}", "{{index}}");
+        assert!(refused(&text).to_string().contains("{{index}}"));
+        let text = FAN.replace("{{item.name}}", "{{item.}}");
+        assert!(refused(&text).to_string().contains("not of the form"));
     }
 }

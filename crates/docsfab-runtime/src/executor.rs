@@ -38,8 +38,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
-use crate::batch::BeforeWrite;
+use crate::batch::{BeforeWrite, WriteVeto};
 use crate::composition::{Access, Composition, Step, Tool, output_references};
+use crate::fanout::WriteClaims;
 use crate::record::{
     AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunContext, RunProvider, RunStatus,
     StepFailure, WriteRestore,
@@ -49,6 +50,9 @@ use crate::snapshot::{RestoreError, WrittenFile};
 use crate::store::{RunStore, StepEnd, StepStart, StoreError};
 use crate::workspace::Workspace;
 use crate::written::{Kept, classify};
+
+mod instances;
+use instances::StepLog;
 
 /// The provider a run talks to, as host.yaml names it, with the key already read from the
 /// variable `apiKeyEnv` names. The key is only ever put in the request header.
@@ -308,7 +312,10 @@ async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, Run
             store.finish_step(ctx.run_id, index, &ctx.cancelled_end())?;
             return Ok(RunStatus::Cancelled);
         }
-        let (status, output) = run_step(ctx, store, step, &outputs).await?;
+        let (status, output) = match &step.fan_out {
+            Some(fan) => instances::run_fan_out(ctx, store, step, fan, &outputs).await?,
+            None => run_step(ctx, store, step, &outputs).await?,
+        };
         ctx.emit(Progress::StepFinished {
             step_id: step.id.clone(),
             status,
@@ -359,6 +366,20 @@ async fn run_step(
     outputs: &BTreeMap<String, String>,
 ) -> Result<(RunStatus, Option<String>), RunError> {
     let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
+    let instructions = substitute_outputs(&step.instructions, outputs);
+    run_begun_step(ctx, store, step, step_index, instructions, None).await
+}
+
+/// Runs a step the store has begun as `step_index`: its attempts, to its end. `claims` is set
+/// for an instance of a fan-out step, whose writes must not touch a sibling's paths.
+async fn run_begun_step(
+    ctx: &Ctx<'_>,
+    store: &mut (dyn StepLog + Send),
+    step: &Step,
+    step_index: u32,
+    instructions: String,
+    claims: Option<&WriteClaims>,
+) -> Result<(RunStatus, Option<String>), RunError> {
     ctx.emit(Progress::StepStarted {
         step_id: step.id.clone(),
         access: step.access,
@@ -368,8 +389,9 @@ async fn run_step(
         step,
         step_index,
         budgets: ctx.cfg.limits.step_budgets(),
-        instructions: substitute_outputs(&step.instructions, outputs),
+        instructions,
         model: selected_model(ctx.cfg),
+        claims,
     };
     let mut past: Vec<PastAttempt> = Vec::new();
 
@@ -404,7 +426,7 @@ async fn run_step(
 
         let (record, decision) = run.decide(&past, &failure, &report, attempt_no, budget);
         // Durable before anything else happens (the next attempt, or the step's end).
-        store.record_attempt(ctx.run_id, step_index, &record)?;
+        store.record_attempt_with_files(ctx.run_id, step_index, &record, &[])?;
         emit_finished(ctx, step, &record);
 
         match decision {
@@ -444,13 +466,15 @@ struct StepRun<'c, 'a> {
     /// The step's instructions with earlier outputs substituted.
     instructions: String,
     model: String,
+    /// The paths of a fan-out step's instances, when this step is one of them.
+    claims: Option<&'c WriteClaims>,
 }
 
 impl StepRun<'_, '_> {
     /// Runs attempt `attempt_no`, carrying `feedback`, and reports its turns to progress.
     async fn attempt(
         &self,
-        store: &mut RunStore,
+        store: &mut (dyn StepLog + Send),
         attempt_no: u32,
         feedback: Option<Feedback>,
     ) -> AttemptReport {
@@ -470,13 +494,17 @@ impl StepRun<'_, '_> {
         // A write step commits each write's intent to the store before the write runs, so a
         // process killed mid-attempt still leaves an account of what it wrote.
         let shared = Mutex::new(store);
-        let (run_id, step_index) = (ctx.run_id, self.step_index);
+        let (run_id, step_index, claims) = (ctx.run_id, self.step_index, self.claims);
         let record_intent = |tool: Tool, path: &str| {
+            // A sibling instance's path is refused to the model before any intent is kept.
+            if let Some(claims) = claims {
+                claims.claim(path, &step.id).map_err(WriteVeto::Refused)?;
+            }
             shared
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .record_write_intent(run_id, step_index, attempt_no, tool.name(), path)
-                .map_err(|e| e.to_string())
+                .map_err(|e| WriteVeto::Unrecorded(e.to_string()))
         };
         let before_write: Option<BeforeWrite<'_>> =
             (step.access == Access::Write).then_some(&record_intent);

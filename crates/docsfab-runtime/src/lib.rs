@@ -20,6 +20,7 @@ pub mod batch;
 pub mod composition;
 pub mod contract;
 pub mod executor;
+pub mod fanout;
 pub mod ledger;
 pub mod progress;
 pub mod record;

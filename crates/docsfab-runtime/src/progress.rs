@@ -239,6 +239,36 @@ pub fn ms_and_human(ms: u64) -> String {
 /// Where progress goes. Called inline, so keep it quick.
 pub type ProgressSink = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+impl Progress {
+    /// The step this event is about, when it is about one.
+    fn step_id(&self) -> Option<&str> {
+        match self {
+            Progress::RunStarted { .. } => None,
+            Progress::StepStarted { step_id, .. }
+            | Progress::AttemptStarted { step_id, .. }
+            | Progress::Turn { step_id, .. }
+            | Progress::AttemptFinished { step_id, .. }
+            | Progress::Backoff { step_id, .. }
+            | Progress::StepFinished { step_id, .. } => Some(step_id),
+        }
+    }
+
+    /// [`Progress::describe`], with the fan-out instance (`pages[3]`) named on the attempt and
+    /// turn lines of an instance: instances run at once, so their lines interleave and the
+    /// indentation under a `step` line no longer says whose they are.
+    pub fn describe_line(&self) -> Option<String> {
+        let line = self.describe()?;
+        match self.step_id() {
+            Some(id) if id.ends_with(']') && line.starts_with(' ') => {
+                let body = line.trim_start();
+                let indent = &line[..line.len() - body.len()];
+                Some(format!("{indent}{id}: {body}"))
+            }
+            _ => Some(line),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,8 @@
 //! ([`SCHEMA`], `crates/docsfab-record/run-record.schema.json`) is the machine-checkable form of
 //! the same shape, and [`validate_against_schema`] checks a serialized record against it.
 
+/// The element a fan-out instance ran for.
+pub use docsfab_record::ForEach;
 pub use docsfab_record::{
     ANSWER_EXCERPT_MAX_BYTES, Access, AttemptRecord, AttemptStatus, Budget, FileWritten,
     InterruptedAttempt, LeaseRecord, RecordedSettlement, ReplayCause, ReplayRecord, Retry,

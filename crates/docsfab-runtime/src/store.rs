@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
+use crate::record::ForEach;
 use crate::record::{
     Access, AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
     StepFailure, StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
@@ -465,6 +466,18 @@ impl RunStore {
 
     /// Adds a step to a running run; returns its index (0-based, in start order).
     pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
+        self.begin_step_for(run_id, step, None)
+    }
+
+    /// [`RunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
+    /// Instances take the next indexes like any step, so starting them in element order keeps
+    /// the record in element order.
+    pub fn begin_step_for(
+        &mut self,
+        run_id: &str,
+        step: &StepStart,
+        for_each: Option<&ForEach>,
+    ) -> Result<u32, StoreError> {
         let record = StepRecord {
             step_id: step.step_id.clone(),
             access: step.access,
@@ -475,6 +488,7 @@ impl RunStore {
             failure: None,
             output: None,
             interrupted_attempt: None,
+            for_each: for_each.cloned(),
             attempts: Vec::new(),
         };
         let json = to_json(&record)?;

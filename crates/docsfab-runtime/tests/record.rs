@@ -138,6 +138,7 @@ fn sample_run() -> RunRecord {
             failure: None,
             output: Some(json!({"modules": ["a"]})),
             interrupted_attempt: None,
+            for_each: None,
             attempts: vec![transport_attempt(), second],
         }],
     }

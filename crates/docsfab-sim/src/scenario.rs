@@ -33,6 +33,18 @@ pub struct Scenario {
     fallback: Fallback,
     /// The provider's rate limit, when the scenario gives one.
     capacity: Option<Capacity>,
+    /// Scripts chosen by the request's content; a request no lane takes uses the main script.
+    lanes: Vec<Lane>,
+}
+
+/// `lanes[i]`: requests whose body contains `contains` are answered from this lane's own
+/// script, in their own arrival order, so concurrent conversations (fan-out instances) each get
+/// their own answers however their requests interleave.
+#[derive(Debug, Clone)]
+struct Lane {
+    contains: String,
+    /// Its responses and fallback; never has lanes or a capacity of its own.
+    script: Scenario,
 }
 
 /// One scripted entry after expansion: answers `repeat` consecutive requests.
@@ -326,6 +338,33 @@ impl Scenario {
         self.pick(index).label
     }
 
+    /// The lane whose text the request body contains (the first such, in the file's order).
+    pub(crate) fn lane_for(&self, body: &[u8]) -> Option<usize> {
+        self.lanes.iter().position(|lane| {
+            let needle = lane.contains.as_bytes();
+            body.windows(needle.len()).any(|w| w == needle)
+        })
+    }
+
+    /// How many lanes the scenario has.
+    pub(crate) fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// The answer for the `index`th request of `lane` (the main script for `None`).
+    pub(crate) fn pick_in(&self, lane: Option<usize>, index: u64) -> Pick {
+        match lane.and_then(|i| self.lanes.get(i).map(|l| (i, l))) {
+            None => self.pick(index),
+            Some((i, l)) => {
+                let inner = l.script.pick(index);
+                Pick {
+                    label: format!("lanes[{i}] {}", inner.label),
+                    step: inner.step,
+                }
+            }
+        }
+    }
+
     pub(crate) fn pick(&self, index: u64) -> Pick {
         let total = self.scripted_len();
         if index < total {
@@ -414,6 +453,18 @@ struct RawScenario {
     fallback: Option<Spanned<RawFallback>>,
     #[serde(default)]
     capacity: Option<Spanned<RawCapacity>>,
+    #[serde(default)]
+    lanes: Vec<Spanned<RawLane>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLane {
+    contains: String,
+    #[serde(default)]
+    responses: Vec<Spanned<RawEntry>>,
+    #[serde(default)]
+    fallback: Option<Spanned<RawFallback>>,
 }
 
 /// `capacity:` keeps the camelCase names fixed in the interfaces document.
@@ -725,12 +776,44 @@ impl Resolver {
                 )
             }
         };
+        let mut lanes = Vec::with_capacity(raw.lanes.len());
+        for spanned in raw.lanes {
+            lanes.push(self.lane(spanned)?);
+        }
         Ok(Scenario {
             name: raw.name,
             slots,
             ends,
             fallback,
             capacity,
+            lanes,
+        })
+    }
+
+    fn lane(&mut self, spanned: Spanned<RawLane>) -> Checked<Lane> {
+        let line = spanned.referenced.line();
+        let raw = spanned.value;
+        if raw.contains.is_empty() {
+            return invalid(
+                line,
+                "lanes[].contains is empty: give the text that marks this lane's requests",
+            );
+        }
+        let script = self
+            .scenario(RawScenario {
+                name: None,
+                responses: raw.responses,
+                fallback: raw.fallback,
+                capacity: None,
+                lanes: Vec::new(),
+            })
+            .map_err(|e| Invalid {
+                line: e.line.or(Some(line)),
+                message: format!("in the lane for {:?}: {}", raw.contains, e.message),
+            })?;
+        Ok(Lane {
+            contains: raw.contains,
+            script,
         })
     }
 

@@ -57,6 +57,8 @@ const FEED_CAPACITY: usize = 1024;
 
 struct LogState {
     next_script_index: u64,
+    /// The next index in each lane's script.
+    lane_next: Vec<u64>,
     entries: Vec<RequestLogEntry>,
     file: Option<std::fs::File>,
     /// The capacity's buckets. Behind the log's lock, so a request is numbered and charged in
@@ -123,6 +125,7 @@ impl SimServer {
         let local = listener
             .local_addr()
             .map_err(|source| SimError::Bind { addr, source })?;
+        let lanes = scenario.lane_count();
         let limiter = scenario
             .capacity()
             .map(|c| Limiter::new(c, tokio::time::Instant::now()));
@@ -130,6 +133,7 @@ impl SimServer {
             scenario,
             state: Mutex::new(LogState {
                 next_script_index: 0,
+                lane_next: vec![0; lanes],
                 entries: Vec::new(),
                 file,
                 limiter,
@@ -228,7 +232,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let (index, route) = {
         let mut state = shared.lock();
         let index = state.entries.len();
-        let route = route(&shared.scenario, &mut state, api, routed, &facts);
+        let lane = shared.scenario.lane_for(&request.body);
+        let route = route(&shared.scenario, &mut state, api, routed, &facts, lane);
         let entry = RequestLogEntry {
             index,
             time_unix_ms: unix_ms(),
@@ -309,11 +314,16 @@ fn route(
     api: Option<Api>,
     routed: Option<Api>,
     facts: &BodyFacts,
+    lane: Option<usize>,
 ) -> Route {
     let Some(api) = routed else {
         return Route::Unserved(api);
     };
-    let pick = scenario.pick(state.next_script_index);
+    let next = match lane {
+        Some(i) => state.lane_next[i],
+        None => state.next_script_index,
+    };
+    let pick = scenario.pick_in(lane, next);
     let verdict = state.limiter.as_mut().map(|limiter| {
         limiter.admit(
             tokio::time::Instant::now(),
@@ -325,7 +335,10 @@ fn route(
     {
         return Route::Refused(api, v, refusal);
     }
-    state.next_script_index += 1;
+    match lane {
+        Some(i) => state.lane_next[i] += 1,
+        None => state.next_script_index += 1,
+    }
     Route::Script(api, pick, verdict)
 }
 

@@ -516,3 +516,86 @@ async fn a_crlf_can_be_split_across_http_chunks() {
     );
     server.shutdown().await;
 }
+
+/// A request's user message with `marker` in it, in the OpenAI shape.
+fn marked_body(marker: &str) -> String {
+    json!({"model": "m", "stream": false, "messages": [{"role": "user", "content": format!("Write the page for {marker}.")}]})
+        .to_string()
+}
+
+fn chat_text(p: &Parsed) -> String {
+    let v: Value = serde_json::from_slice(&p.body).unwrap();
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn lanes_answer_each_marked_conversation_from_its_own_script_in_any_arrival_order() {
+    let yaml = r#"
+responses:
+  - answer: {text: main-1}
+  - answer: {text: main-2}
+lanes:
+  - contains: "module alpha"
+    responses:
+      - answer: {text: alpha-1}
+      - answer: {text: alpha-2}
+  - contains: "module beta"
+    responses:
+      - answer: {text: beta-1}
+"#;
+    let server = start(yaml).await;
+    let addr = server.local_addr();
+    let mut got = Vec::new();
+    // Interleaved arrivals: each lane still answers its own requests in its own order, and the
+    // main script only answers requests no lane takes.
+    for marker in [
+        "module beta",
+        "module alpha",
+        "nothing",
+        "module beta",
+        "module alpha",
+        "module alpha",
+        "nothing",
+    ] {
+        let reply = send(addr, CHAT, &marked_body(marker)).await;
+        got.push(chat_text(&reply.parsed()));
+    }
+    assert_eq!(
+        got,
+        [
+            "beta-1", "alpha-1", "main-1", "beta-1", "alpha-2", "alpha-2", "main-2"
+        ]
+    );
+    let labels: Vec<String> = server.requests().into_iter().map(|e| e.entry).collect();
+    assert_eq!(labels[0], "lanes[1] responses[0]");
+    assert_eq!(labels[2], "responses[0]");
+    assert_eq!(labels[5], "lanes[0] responses[1] (fallback: repeat-last)");
+    server.shutdown().await;
+}
+
+#[test]
+fn a_lane_without_text_or_answers_is_refused_with_its_line() {
+    let e = docsfab_sim::Scenario::from_yaml_str(
+        "responses:\n  - status: 500\nlanes:\n  - contains: ''\n    responses: [{status: 200}]\n",
+        "s.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("line 4") && e.contains("contains is empty"),
+        "{e}"
+    );
+    let e = docsfab_sim::Scenario::from_yaml_str(
+        "responses:\n  - status: 500\nlanes:\n  - contains: x\n",
+        "s.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("lane for \"x\"") && e.contains("responses is empty"),
+        "{e}"
+    );
+}

@@ -278,7 +278,7 @@ impl Reporter {
                 }
             }
         }
-        if print && let Some(text) = p.describe() {
+        if print && let Some(text) = p.describe_line() {
             match line_style(p) {
                 Some(style) => self.line(&paint(self.colour, style, &text)),
                 None => self.line(&text),

@@ -1,0 +1,359 @@
+//! Running a fan-out step: one instance per element of the array its `forEach` names, up to
+//! `concurrency` at once, each an ordinary step run (its own attempts, budgets, lease, record)
+//! under the id `STEP[INDEX]`.
+//!
+//! Instances are futures polled together on the run's task, not spawned tasks: they borrow the
+//! run's context, and all their work is waiting on the provider, so one task loses nothing. The
+//! store is shared behind a mutex that is only held for one synchronous store call. An instance
+//! begins in the store when it is launched, and launches go in element order, so the record
+//! lists instances in index order whatever order they finish in.
+//!
+//! Fail-fast: once an instance ends other than succeeded, no further instance is launched; the
+//! running ones finish (or, on Ctrl-C, end cancelled like any step), and instances never
+//! launched have no record.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use serde_json::Value;
+
+use super::{Ctx, Progress, RunError, run_begun_step, step_start};
+use crate::composition::{FanOut, Step};
+use crate::fanout::{WriteClaims, instance_id, output_array, render_instructions, resolve_items};
+use crate::record::{AttemptRecord, ForEach, RunStatus, StepFailure};
+use crate::snapshot::WrittenFile;
+use crate::store::{RunStore, StepEnd, StepStart, StoreError};
+use crate::written::Kept;
+
+/// The store calls one step run makes, so that a step can run against the run's store directly
+/// or, as a fan-out instance, through the store its siblings share.
+pub(super) trait StepLog {
+    fn begin_step_for(
+        &mut self,
+        run_id: &str,
+        step: &StepStart,
+        for_each: Option<&ForEach>,
+    ) -> Result<u32, StoreError>;
+    /// Records a finished attempt with the contents of the files it changed (empty when it
+    /// wrote nothing or its writes were restored), in one transaction.
+    fn record_attempt_with_files(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+        files: &[(WrittenFile, Kept)],
+    ) -> Result<(), StoreError>;
+    fn record_write_intent(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: u32,
+        tool: &str,
+        path: &str,
+    ) -> Result<(), StoreError>;
+    fn finish_step(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        end: &StepEnd,
+    ) -> Result<(), StoreError>;
+}
+
+impl StepLog for RunStore {
+    fn begin_step_for(
+        &mut self,
+        run_id: &str,
+        step: &StepStart,
+        for_each: Option<&ForEach>,
+    ) -> Result<u32, StoreError> {
+        RunStore::begin_step_for(self, run_id, step, for_each)
+    }
+    fn record_attempt_with_files(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+        files: &[(WrittenFile, Kept)],
+    ) -> Result<(), StoreError> {
+        RunStore::record_attempt_with_files(self, run_id, step_index, attempt, files)
+    }
+    fn record_write_intent(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: u32,
+        tool: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        RunStore::record_write_intent(self, run_id, step_index, attempt, tool, path)
+    }
+    fn finish_step(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        end: &StepEnd,
+    ) -> Result<(), StoreError> {
+        RunStore::finish_step(self, run_id, step_index, end)
+    }
+}
+
+/// One instance's handle on the store its siblings share.
+struct Shared<'s, 'r>(&'s Mutex<&'r mut RunStore>);
+
+impl Shared<'_, '_> {
+    fn with<T>(&self, f: impl FnOnce(&mut RunStore) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+impl StepLog for Shared<'_, '_> {
+    fn begin_step_for(
+        &mut self,
+        run_id: &str,
+        step: &StepStart,
+        for_each: Option<&ForEach>,
+    ) -> Result<u32, StoreError> {
+        self.with(|s| s.begin_step_for(run_id, step, for_each))
+    }
+    fn record_attempt_with_files(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+        files: &[(WrittenFile, Kept)],
+    ) -> Result<(), StoreError> {
+        self.with(|s| s.record_attempt_with_files(run_id, step_index, attempt, files))
+    }
+    fn record_write_intent(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: u32,
+        tool: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        self.with(|s| s.record_write_intent(run_id, step_index, attempt, tool, path))
+    }
+    fn finish_step(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        end: &StepEnd,
+    ) -> Result<(), StoreError> {
+        self.with(|s| s.finish_step(run_id, step_index, end))
+    }
+}
+
+/// How one instance ended.
+struct Ended {
+    index: usize,
+    status: RunStatus,
+    /// The instance's answer as the fan-out's output array holds it.
+    answer: Option<Value>,
+}
+
+/// Runs fan-out step `step` over the elements `fan` names and returns the step's status and,
+/// when it succeeded, the output array later steps see.
+pub(super) async fn run_fan_out(
+    ctx: &Ctx<'_>,
+    store: &mut RunStore,
+    step: &Step,
+    fan: &FanOut,
+    outputs: &BTreeMap<String, String>,
+) -> Result<(RunStatus, Option<String>), RunError> {
+    let items = match resolve_items(fan, outputs) {
+        Ok(items) => items,
+        Err(why) => {
+            // Nothing to run: the step is recorded once, under its own id, with the reason.
+            let index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
+            let end = failed_end(&step.id, fan, &why);
+            store.finish_step(ctx.run_id, index, &end)?;
+            return Ok((end.status, None));
+        }
+    };
+    if items.is_empty() {
+        // An empty array is a fan-out with nothing to do: one record, succeeded, no attempts.
+        let index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
+        let end = StepEnd {
+            status: RunStatus::Succeeded,
+            failure: None,
+            output: None,
+        };
+        store.finish_step(ctx.run_id, index, &end)?;
+        return Ok((RunStatus::Succeeded, Some(output_array(Vec::new()))));
+    }
+
+    let claims = WriteClaims::default();
+    let shared = Mutex::new(store);
+    let mut answers: Vec<Option<Value>> = vec![None; items.len()];
+    let mut worst = RunStatus::Succeeded;
+    let mut running = FuturesUnordered::new();
+    let mut next = 0;
+    let limit = usize::try_from(fan.concurrency).unwrap_or(1).max(1);
+    loop {
+        while worst == RunStatus::Succeeded
+            && !ctx.cancel.is_cancelled()
+            && running.len() < limit
+            && next < items.len()
+        {
+            let launched = Launch {
+                ctx,
+                step,
+                fan,
+                index: next,
+                item: &items[next],
+                outputs,
+                claims: &claims,
+            };
+            // Begun in the store now, in element order, so the record keeps that order.
+            let begun = launched.begin(&mut Shared(&shared))?;
+            running.push(launched.run(Shared(&shared), begun));
+            next += 1;
+        }
+        let Some(ended) = running.next().await else {
+            break;
+        };
+        let Ended {
+            index,
+            status,
+            answer,
+        } = ended?;
+        if status == RunStatus::Succeeded {
+            answers[index] = answer;
+        } else if worst == RunStatus::Succeeded || status == RunStatus::Cancelled {
+            worst = status;
+        }
+    }
+    if worst == RunStatus::Succeeded && ctx.cancel.is_cancelled() && next < items.len() {
+        // Cancelled before every instance could start: the step did not finish its work.
+        worst = RunStatus::Cancelled;
+    }
+    let output = (worst == RunStatus::Succeeded).then(|| output_array(answers));
+    Ok((worst, output))
+}
+
+/// One instance about to launch.
+struct Launch<'l, 'a> {
+    ctx: &'l Ctx<'a>,
+    step: &'l Step,
+    fan: &'l FanOut,
+    index: usize,
+    item: &'l Value,
+    outputs: &'l BTreeMap<String, String>,
+    claims: &'l WriteClaims,
+}
+
+/// An instance the store has begun: its step as it runs, and its index in the store.
+struct Begun {
+    step: Step,
+    step_index: u32,
+}
+
+impl Launch<'_, '_> {
+    /// Begins the instance in the store as `STEP[INDEX]` with its `forEach` object.
+    fn begin(&self, store: &mut dyn StepLog) -> Result<Begun, RunError> {
+        let mut step = self.step.clone();
+        step.id = instance_id(&self.step.id, self.index);
+        step.fan_out = None;
+        let for_each = ForEach {
+            step: self.step.id.clone(),
+            index: u32::try_from(self.index).unwrap_or(u32::MAX),
+            item: self.item.clone(),
+        };
+        let start = step_start(self.ctx, &step);
+        let step_index = store.begin_step_for(self.ctx.run_id, &start, Some(&for_each))?;
+        Ok(Begun { step, step_index })
+    }
+
+    /// Runs the begun instance to its end.
+    async fn run(self, mut store: Shared<'_, '_>, begun: Begun) -> Result<Ended, RunError> {
+        let ctx = self.ctx;
+        let Begun { step, step_index } = begun;
+        let ended = |status, answer| Ended {
+            index: self.index,
+            status,
+            answer,
+        };
+        let instructions =
+            match render_instructions(&step.instructions, self.item, self.index, self.outputs) {
+                Ok(text) => text,
+                Err(why) => {
+                    // The element lacks what the instructions insert: the instance fails unrun.
+                    let end = StepEnd {
+                        status: RunStatus::Failed,
+                        failure: Some(member_failure(self.fan, &step.id, &why)),
+                        output: None,
+                    };
+                    store.finish_step(ctx.run_id, step_index, &end)?;
+                    ctx.emit(Progress::StepFinished {
+                        step_id: step.id.clone(),
+                        status: RunStatus::Failed,
+                    });
+                    return Ok(ended(RunStatus::Failed, None));
+                }
+            };
+        let (status, text) = run_begun_step(
+            ctx,
+            &mut store,
+            &step,
+            step_index,
+            instructions,
+            Some(self.claims),
+        )
+        .await?;
+        ctx.emit(Progress::StepFinished {
+            step_id: step.id.clone(),
+            status,
+        });
+        let answer = text.map(|t| match step.contract {
+            // A step with a contract answers an object; any other answer is its text.
+            Some(_) => serde_json::from_str(&t).unwrap_or(Value::String(t)),
+            None => Value::String(t),
+        });
+        Ok(ended(status, answer))
+    }
+}
+
+/// The end of a fan-out step whose array could not be read from the earlier answer.
+fn failed_end(step_id: &str, fan: &FanOut, why: &str) -> StepEnd {
+    StepEnd {
+        status: RunStatus::Failed,
+        failure: Some(StepFailure {
+            category: "fan-out-input".into(),
+            failure_class: "model-output".into(),
+            code: "for-each-not-array".into(),
+            message: format!("Step {step_id} could not fan out: {why}."),
+            remediation: format!(
+                "Make the contract of step {} require {} as an array, so a wrong answer is retried there.",
+                fan.step_id,
+                path_text(fan)
+            ),
+        }),
+        output: None,
+    }
+}
+
+/// An instance whose element lacks a member its instructions insert.
+fn member_failure(fan: &FanOut, instance: &str, why: &str) -> StepFailure {
+    StepFailure {
+        category: "fan-out-input".into(),
+        failure_class: "model-output".into(),
+        code: "item-member-missing".into(),
+        message: format!("Instance {instance} was not run: {why}."),
+        remediation: format!(
+            "Make the contract of step {} require that member in every element, or drop it from the instructions.",
+            fan.step_id
+        ),
+    }
+}
+
+/// The members down to the array, or "its answer" for the whole answer.
+fn path_text(fan: &FanOut) -> String {
+    if fan.path.is_empty() {
+        "its answer".to_owned()
+    } else {
+        fan.path.join(".")
+    }
+}
