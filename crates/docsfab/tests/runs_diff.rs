@@ -425,7 +425,7 @@ fn issue11_a_cancelled_and_restored_attempt_lists_its_files_and_the_run_has_no_d
     let id = first_line(child.stdout.as_mut().unwrap());
     let mut lines = Lines::new(child.stderr.take().unwrap());
     lines.wait_for(
-        "turn 1: completed; tools requested 1, rejected 0, executed 1",
+        "turn 1: completed; write_file docs/new.md",
         Duration::from_secs(30),
     );
     signal(&child, "INT");
