@@ -99,6 +99,14 @@ def assistant_turn(message):
     return [out] + [{"role": "tool", "tool_call_id": c.id, "content": TOOL_RESULT} for c in calls]
 
 
+def failure_kind(error):
+    """The exception's class, and whether LiteLLM refused locally rather than relaying a 429."""
+    text = str(error)
+    if "No deployments available" in text or "over defined rpm limit" in text or "user-defined ratelimit" in text:
+        return type(error).__name__ + " (router's own limit)"
+    return type(error).__name__
+
+
 async def task(index, complete, turns, gate):
     messages = [
         {"role": "system", "content": "You document a Rust workspace."},
@@ -109,7 +117,7 @@ async def task(index, complete, turns, gate):
             try:
                 response = await complete(messages)
             except Exception as e:  # the task fails: any call that finally raises
-                return type(e).__name__
+                return failure_kind(e)
             messages += assistant_turn(response.choices[0].message)
     return None
 
