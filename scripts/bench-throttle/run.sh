@@ -39,6 +39,9 @@ if [[ -z "${DOCSFAB_BIN:-}" ]]; then
   echo "building docsfab (debug)"
   (cd "$root" && CARGO_INCREMENTAL=0 cargo build -q -p docsfab)
   DOCSFAB_BIN=$root/target/debug/docsfab
+  built_from="debug build of $(git -C "$root" rev-parse --short HEAD)"
+else
+  built_from=$DOCSFAB_BIN
 fi
 [[ -x "$DOCSFAB_BIN" ]] || { echo "no docsfab binary at $DOCSFAB_BIN (set DOCSFAB_BIN)" >&2; exit 2; }
 
@@ -55,7 +58,7 @@ if [[ "$TIME_SCALE" == 1 ]]; then cp "$here/scenario.yaml" "$scenario"; else
 fi
 cp -r "$here/workspace" "$OUT/workspace"
 python3 - "$OUT/meta.json" "$TIME_SCALE" "$TASKS" "$CONCURRENCY" "$CASES" "$LITELLM_VERSION" "$OPENAI_VERSION" \
-  "$("$DOCSFAB_BIN" --version) ($(git -C "$root" rev-parse --short HEAD))" "$*" <<'EOF'
+  "$("$DOCSFAB_BIN" --version) ($built_from)" "$*" <<'EOF'
 import json, sys
 out, scale, tasks, conc, cases, ll, oa, df, argv = sys.argv[1:]
 meta = {"capacity": {"requestsPerMinute": 120, "burst": 2, "timeScale": float(scale)},
