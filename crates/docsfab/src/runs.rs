@@ -10,6 +10,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
+use docsfab_runtime::ledger::{CallOutcome, ToolCallEntry};
 use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{
     AttemptRecord, AttemptStatus, FileWritten, RunRecord, StepRecord, TurnRecord,
@@ -441,6 +442,18 @@ fn files_written(files: &[FileWritten]) -> String {
     files.iter().map(one).collect::<Vec<_>>().join(", ")
 }
 
+/// `read_file (ok)`, `write_file (refused: ...)`: one call of a turn's tool batch as
+/// `runs show` names it. The record keeps the tool and its outcome, not its arguments.
+fn call_text(c: &ToolCallEntry) -> String {
+    let outcome = match &c.outcome {
+        CallOutcome::Executed { result: Some(r) } => name_of(r),
+        CallOutcome::Executed { result: None } => "executed, result not recorded".to_string(),
+        CallOutcome::Rejected { detail, .. } => format!("rejected: {}", shown(detail)),
+        CallOutcome::Refused { detail } => format!("refused: {}", shown(detail)),
+    };
+    format!("{} ({outcome})", shown(&c.tool))
+}
+
 fn render_turn(out: &mut String, t: &TurnRecord) {
     let b = &t.tool_batch;
     let tools = if b.requested == 0 {
@@ -480,6 +493,10 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
                 .map(|ms| format!(", Retry-After {}", human_duration(ms)))
                 .unwrap_or_default()
         );
+    }
+    if !b.calls.is_empty() {
+        let calls: Vec<String> = b.calls.iter().map(call_text).collect();
+        let _ = writeln!(out, "      tools: {}", calls.join(", "));
     }
 }
 

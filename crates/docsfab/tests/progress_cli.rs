@@ -255,6 +255,10 @@ fn issue11_a_write_run_names_its_writes_and_points_to_runs_diff() {
         )),
         "{stdout}"
     );
+    // `runs show` names each call of a turn with its outcome.
+    let show = s.docsfab().args(["runs", "show", id]).output().unwrap();
+    let show = text(&show.stdout);
+    assert!(show.contains("\n      tools: write_file (ok)\n"), "{show}");
 }
 
 /// Doctor keeps its fixed lines byte for byte and gives their times in human units beside them:
