@@ -77,6 +77,19 @@ impl Progress {
                         ms_and_human(entry.wait_ms)
                     )
                 }
+                // A short hold is normal pacing; only one a person would notice gets a line.
+                TurnEvent::Held {
+                    turn,
+                    held_ms,
+                    reason,
+                } if *held_ms >= HELD_LINE_MS => format!(
+                    "    turn {turn}: held {} by the provider throttle ({reason})",
+                    ms_and_human(*held_ms)
+                ),
+                TurnEvent::Held { .. } => return None,
+                TurnEvent::ThrottleUnavailable { message } => {
+                    format!("warning: {message}; provider requests go unthrottled")
+                }
                 TurnEvent::Finished {
                     turn,
                     status,
@@ -225,6 +238,9 @@ pub fn human_duration(ms: u64) -> String {
         format!("{days}d {}h", hours % 24)
     }
 }
+
+/// A throttle hold at least this long gets its own progress line.
+pub const HELD_LINE_MS: u64 = 1000;
 
 /// The exact milliseconds, and the human form beside them when it says something more
 /// (`16000 ms (16 s)`, but `400 ms`).
