@@ -289,6 +289,27 @@ impl Progress {
 mod tests {
     use super::*;
 
+    fn held(held_ms: u64) -> Progress {
+        Progress::Turn {
+            step_id: "pages[1]".into(),
+            attempt: 1,
+            event: TurnEvent::Held {
+                turn: 2,
+                held_ms,
+                reason: "hold",
+            },
+        }
+    }
+
+    #[test]
+    fn issue12_a_hold_of_a_second_or_more_gets_one_line_and_a_shorter_one_none() {
+        assert_eq!(
+            held(3200).describe().as_deref(),
+            Some("    turn 2: held 3200 ms (3.2 s) by the provider throttle (hold)")
+        );
+        assert_eq!(held(999).describe(), None);
+    }
+
     #[test]
     fn issue11_durations_read_in_human_units() {
         assert_eq!(human_duration(0), "0 ms");

@@ -63,7 +63,7 @@ mod tests {
     use docsfab_policy::host::ThrottleGiven;
 
     #[test]
-    fn host_throttle_settings_map_mode_and_cap_one_to_one() {
+    fn issue12_host_throttle_settings_map_mode_and_cap_one_to_one() {
         let shared = ProviderThrottle {
             max_concurrent_requests: 2,
             mode: ThrottleMode::Shared,

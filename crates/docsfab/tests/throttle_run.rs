@@ -302,3 +302,26 @@ fn issue12_two_processes_with_throttle_off_do_not_share_a_hold() {
         "the second process waited for another's 429 with throttle: off ({t429} -> {second})"
     );
 }
+
+/// A throttle file that cannot be opened does not stop a run: one warning line naming it, and
+/// the run goes on unthrottled (the file holds only soft state).
+#[test]
+fn issue12_an_unusable_throttle_file_is_one_warning_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(tmp.path(), &storm_scenario(&["a"], 0));
+    let s = Setup::new(&sim.base_url, "");
+    // A directory where the SQLite file should be: it cannot be opened as a database.
+    std::fs::create_dir_all(s.home().join("throttle.db")).unwrap();
+    let comp = s.composition(&fan(1));
+    let (code, stdout, stderr) = run(&s, &comp);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("throttle.db"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with("warning: ") && warnings[0].contains("go unthrottled"),
+        "{stderr}"
+    );
+}
