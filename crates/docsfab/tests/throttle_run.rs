@@ -109,6 +109,8 @@ fn sent_during_hold(entries: &[(u64, String)], t429: u64) -> Vec<(u64, String)> 
         .collect()
 }
 
+/// Runs the 429 storm; returns the setup, the simulator's log, the run's stderr followed by
+/// `runs show`, and the record.
 fn storm(throttle: &str) -> (Setup, Vec<(u64, String)>, String, String) {
     let tmp = tempfile::tempdir().unwrap();
     let log_path = tmp.path().join("requests.jsonl");
@@ -121,7 +123,10 @@ fn storm(throttle: &str) -> (Setup, Vec<(u64, String)>, String, String) {
     assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET));
     let id = stdout.lines().next().unwrap().to_owned();
     let record = s.show_json(&id);
+    let shown = s.docsfab().args(["runs", "show", &id]).output().unwrap();
+    assert!(shown.status.success());
     drop(sim);
+    let stderr = format!("{stderr}\n--- runs show ---\n{}", text(&shown.stdout));
     (s, log(&log_path), stderr, record.to_string())
 }
 
@@ -171,6 +176,10 @@ fn issue12_a_429_in_a_fan_out_holds_every_instance_until_its_retry_after() {
     assert!(
         stderr.contains("by the provider throttle (hold)"),
         "{stderr}"
+    );
+    assert!(
+        stderr.contains("provider retries; held "),
+        "runs show names the hold: {stderr}"
     );
 }
 
