@@ -13,7 +13,7 @@ use serde_json::Value;
 use support::run::{SECRET, Setup, Sim, docsfab};
 
 /// The Retry-After of the scripted 429, in ms: the hold every sender must keep.
-const HOLD_MS: u64 = 3000;
+const HOLD_MS: u64 = 4000;
 /// A request the simulator read this close to the 429 may have left before the 429 reached
 /// the client (it was in flight, and in-flight requests go on); the hold's own end is exact,
 /// so this slack is only for the scheduling of the test machine.
