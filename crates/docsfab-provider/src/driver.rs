@@ -24,6 +24,14 @@
 //!   never the reverse, so a replay cannot consume a provider turn, append a ledger entry or run
 //!   a lease preflight: the code that could do so is not reachable from here.
 //!
+//! * **Shared provider throttle.** With a [`Gate`], every send (the first and each replay)
+//!   first takes a permit from `docsfab_throttle::Throttle`, bounded by the same cancellation
+//!   and deadline, and gives it back with how the request went and its rate-limit headers. A
+//!   429 is reported before this turn's own backoff starts, so every other sender holds at
+//!   once. The wait is the turn's `heldMs`: not a replay, not replay wait, so the windows and
+//!   the attempt count mean what they meant. A throttle that cannot be read fails open: the
+//!   request goes unthrottled and the caller is told once per event ([`DriverEvent`]).
+//!
 //! Time comes only from `tokio::time`, so tests run the exact schedules on a paused clock.
 
 use std::time::Duration;
@@ -33,6 +41,7 @@ use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
+use docsfab_throttle::{AcquireError, Outcome as ThrottleOutcome, Permit, Reason, Throttle};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -110,6 +119,10 @@ pub struct TurnAccount {
     pub stop_reason: Option<StopReason>,
     /// One line for people about how the turn ended; never holds the API key.
     pub detail: Option<String>,
+    /// Time the shared provider throttle held this turn's requests before they were sent.
+    /// Not replay wait: it spends no replay window.
+    #[serde(default)]
+    pub held_ms: u64,
     /// Tokens over every request of the turn, failed ones included.
     pub usage: Usage,
     pub duration_ms: u64,
@@ -145,6 +158,30 @@ pub struct TurnResult {
     pub record: TurnAccount,
 }
 
+/// The shared provider throttle a turn's sends pass, and the provider's host.yaml name (the
+/// throttle's key).
+#[derive(Debug, Clone, Copy)]
+pub struct Gate<'a> {
+    pub throttle: &'a Throttle,
+    pub provider: &'a str,
+}
+
+/// What the driver tells its caller while a turn runs.
+#[derive(Debug, Clone, Copy)]
+pub enum DriverEvent<'a> {
+    /// A replay was scheduled (before its wait).
+    Replay(&'a ReplayEntry),
+    /// The throttle held the request `held_ms` before it was sent; `reason` is the last gate
+    /// that made it wait.
+    Held {
+        held_ms: u64,
+        reason: Option<Reason>,
+    },
+    /// The throttle's shared state could not be read or written; the request went (or its
+    /// result was kept) without it. One sentence naming `throttle.db`.
+    ThrottleUnavailable(&'a str),
+}
+
 /// Runs one provider turn with in-turn replay. See the module docs for the rules it keeps.
 pub async fn run_turn(
     transport: &dyn Transport,
@@ -166,6 +203,34 @@ pub async fn run_turn_observed(
     deadline: Option<Instant>,
     on_replay: &mut (dyn FnMut(&ReplayEntry) + Send),
 ) -> TurnResult {
+    let mut on_event = |e: DriverEvent<'_>| {
+        if let DriverEvent::Replay(entry) = e {
+            on_replay(entry);
+        }
+    };
+    run_turn_gated(
+        transport,
+        limits,
+        payload,
+        cancel,
+        deadline,
+        None,
+        &mut on_event,
+    )
+    .await
+}
+
+/// [`run_turn_observed`] with every send passing `gate` (the shared provider throttle) when
+/// there is one, and the caller told of holds and throttle trouble too.
+pub async fn run_turn_gated(
+    transport: &dyn Transport,
+    limits: &ReplayLimits,
+    payload: &dyn PayloadSource,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+    gate: Option<Gate<'_>>,
+    on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
+) -> TurnResult {
     let started = Instant::now();
     let ms_since_start = |t: Instant| duration_ms(t.saturating_duration_since(started));
     let deadline_ms = deadline.map(ms_since_start);
@@ -178,6 +243,7 @@ pub async fn run_turn_observed(
         past: Vec::new(),
         requests: 0,
         usage: Usage::default(),
+        held_ms: 0,
     };
 
     let mut attempt: u32 = 1;
@@ -203,6 +269,42 @@ pub async fn run_turn_observed(
             );
         }
 
+        let permit = match gate {
+            None => None,
+            Some(gate) => match gate.throttle.acquire(gate.provider, cancel, deadline).await {
+                Ok(permit) => {
+                    turn.held_ms = turn.held_ms.saturating_add(permit.held_ms());
+                    if let Some(reason) = permit.held_for() {
+                        on_event(DriverEvent::Held {
+                            held_ms: permit.held_ms(),
+                            reason: Some(reason),
+                        });
+                    }
+                    Some(permit)
+                }
+                Err(AcquireError::Cancelled { held_ms }) => {
+                    turn.held_ms = turn.held_ms.saturating_add(held_ms);
+                    return turn.finish(TurnEnd::Cancelled, None);
+                }
+                Err(AcquireError::Deadline { held_ms, reason }) => {
+                    turn.held_ms = turn.held_ms.saturating_add(held_ms);
+                    return turn.finish(
+                        TurnEnd::DeadlineReached { last_failure },
+                        Some(format!(
+                            "the provider throttle ({}) would not let the request go before the attempt deadline; it was not sent",
+                            reason.as_str()
+                        )),
+                    );
+                }
+                // Fail open: a broken shared file must not turn into a provider failure or a
+                // replay; the operator is told and the request goes as it would without one.
+                Err(AcquireError::Store(e)) => {
+                    on_event(DriverEvent::ThrottleUnavailable(&e.to_string()));
+                    None
+                }
+            },
+        };
+
         turn.requests = turn.requests.saturating_add(1);
         let sent = tokio::select! {
             biased;
@@ -219,6 +321,11 @@ pub async fn run_turn_observed(
         let failed = match sent {
             Ok(outcome) => {
                 turn.usage = turn.usage + outcome.usage;
+                let reported = ThrottleOutcome::Success {
+                    input_tokens: Some(outcome.usage.input_tokens),
+                    output_tokens: Some(outcome.usage.output_tokens),
+                };
+                give_back(permit, reported, &outcome.rate_headers, on_event);
                 return turn.finish(TurnEnd::Completed(outcome), None);
             }
             Err(f) => f,
@@ -235,8 +342,18 @@ pub async fn run_turn_observed(
             };
         }
 
+        let rate_limited = failed.failure.http_status == Some(429)
+            || failed.failure.class == ProviderErrorClass::RateLimit;
+        let reported = |wait_ms: Option<u64>| {
+            if rate_limited {
+                ThrottleOutcome::RateLimited { wait_ms }
+            } else {
+                ThrottleOutcome::Failed
+            }
+        };
         let (wait_ms, window) = match decision {
             ReplayDecision::Stop { reason } => {
+                give_back(permit, reported(None), &failed.body.rate_headers, on_event);
                 let detail = Some(failed.detail.clone());
                 return turn.finish(
                     TurnEnd::Failed {
@@ -248,6 +365,13 @@ pub async fn run_turn_observed(
             }
             ReplayDecision::Replay { wait_ms, window } => (wait_ms, window),
         };
+        // Before this turn's own wait, so other senders hold from now on.
+        give_back(
+            permit,
+            reported(Some(wait_ms)),
+            &failed.body.rate_headers,
+            on_event,
+        );
 
         let f = failed.failure;
         let entry = ReplayEntry {
@@ -265,7 +389,7 @@ pub async fn run_turn_observed(
             failure: f,
             wait_ms,
         });
-        on_replay(&entry);
+        on_event(DriverEvent::Replay(&entry));
 
         tokio::select! {
             biased;
@@ -285,6 +409,7 @@ struct Turn {
     past: Vec<PastReplay>,
     requests: u32,
     usage: Usage,
+    held_ms: u64,
 }
 
 impl Turn {
@@ -319,9 +444,24 @@ impl Turn {
             stop_reason,
             detail,
             usage: self.usage,
+            held_ms: self.held_ms,
             duration_ms: duration_ms(self.started.elapsed()),
         };
         TurnResult { end, record }
+    }
+}
+
+/// Returns the permit with how the request went. A store error changes nothing about the turn.
+fn give_back(
+    permit: Option<Permit>,
+    outcome: ThrottleOutcome,
+    headers: &docsfab_throttle::RateHeaders,
+    on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
+) {
+    if let Some(permit) = permit
+        && let Err(e) = permit.finish(outcome, headers)
+    {
+        on_event(DriverEvent::ThrottleUnavailable(&e.to_string()));
     }
 }
 

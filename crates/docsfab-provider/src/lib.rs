@@ -22,7 +22,8 @@ pub mod secret;
 pub mod transport;
 
 pub use driver::{
-    PayloadSource, ReplayCause, ReplayEntry, TurnAccount, TurnEnd, TurnResult, TurnStatus, run_turn,
+    DriverEvent, Gate, PayloadSource, ReplayCause, ReplayEntry, TurnAccount, TurnEnd, TurnResult,
+    TurnStatus, run_turn, run_turn_gated,
 };
 pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{

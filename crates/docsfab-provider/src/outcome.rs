@@ -116,6 +116,10 @@ pub struct StreamOutcome {
     /// configuration it was judged under ([`crate::HttpTransport::with_boundary`]).
     #[serde(skip)]
     pub verdict: Option<(docsfab_boundary::BoundaryConfig, Verdict)>,
+    /// The rate-limit hints of the response head, read as the head arrived: the shared
+    /// provider throttle paces later sends by them.
+    #[serde(skip)]
+    pub rate_headers: docsfab_throttle::RateHeaders,
 }
 
 impl StreamOutcome {
@@ -179,6 +183,9 @@ pub struct FailureBody {
     /// can forward the provider's own event (BND-2). `None` for a body that was cut or that
     /// outran those bounds.
     pub raw: Option<bytes::Bytes>,
+    /// The rate-limit hints of the response head (none when no head arrived), read as the head
+    /// arrived: a 429's Retry-After and budgets feed the shared provider throttle.
+    pub rate_headers: docsfab_throttle::RateHeaders,
 }
 
 /// Error codes and types that say the request did not fit the model's context window. Only
@@ -510,6 +517,7 @@ impl StreamReader {
             models: self.models,
             raw_body: None,
             verdict: None,
+            rate_headers: Default::default(),
         })
     }
 

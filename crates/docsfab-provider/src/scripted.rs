@@ -64,6 +64,7 @@ pub fn answer(text: &str) -> StreamOutcome {
         models: vec!["scripted-model".to_owned()],
         raw_body: None,
         verdict: None,
+        rate_headers: Default::default(),
     }
 }
 

@@ -13,6 +13,8 @@ use bytes::{Bytes, BytesMut};
 use docsfab_boundary::{BoundaryConfig, EventReader, Redactor};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
 use docsfab_policy::retry_after::parse_retry_after;
+use docsfab_throttle::RateHeaders;
+use docsfab_throttle::headers::unix_ms;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
@@ -189,7 +191,25 @@ impl HttpTransport {
             .send()
             .await
             .map_err(|e| before_head_failure(&e.without_url()))?;
+        // Read when the head arrives: that is the instant the budgets it reports were true.
+        let rate_headers = rate_headers(response.headers(), SystemTime::now());
+        match self.read_response(response).await {
+            Ok(mut outcome) => {
+                outcome.rate_headers = rate_headers;
+                Ok(outcome)
+            }
+            Err(mut failure) => {
+                failure.body.rate_headers = rate_headers;
+                Err(failure)
+            }
+        }
+    }
 
+    /// Reads a response whose head arrived: a non-2xx status, a JSON body or a stream.
+    async fn read_response(
+        &self,
+        response: reqwest::Response,
+    ) -> Result<StreamOutcome, TransportFailure> {
         let status = response.status().as_u16();
         if !response.status().is_success() {
             return Err(status_failure(response).await);
@@ -339,6 +359,26 @@ impl Transport for HttpTransport {
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// The rate-limit headers the throttle reads (`retry-after(-ms)`, `x-ratelimit-*`,
+/// `anthropic-ratelimit-*`), at most [`RATE_HEADER_LIMIT`] of them; other headers are not kept.
+fn rate_headers(head: &HeaderMap, now: SystemTime) -> RateHeaders {
+    let pairs = head
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_str();
+            n == "retry-after"
+                || n == "retry-after-ms"
+                || n.starts_with("x-ratelimit-")
+                || n.starts_with("anthropic-ratelimit-")
+        })
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .take(RATE_HEADER_LIMIT);
+    RateHeaders::from_pairs(pairs, unix_ms(now))
+}
+
+/// Both families together send at most 20 rate-limit headers; more is not a real provider.
+const RATE_HEADER_LIMIT: usize = 32;
 
 /// A request that got no response head: its fault label (see [`before_head_fault`]) and what
 /// the client said.

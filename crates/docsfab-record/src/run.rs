@@ -55,6 +55,10 @@ pub struct RunRecord {
     /// The docsfab version that ran it.
     #[serde(default)]
     pub docsfab_version: Option<String>,
+    /// The sum of every turn's `heldMs` in the run; derived from the turns when the record is
+    /// read (0 in a record written before the throttle existed).
+    #[serde(default)]
+    pub held_ms: u64,
     pub steps: Vec<StepRecord>,
 }
 
@@ -155,6 +159,10 @@ pub struct StepRecord {
     /// (and in records written before fan-out existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub for_each: Option<ForEach>,
+    /// The sum of the `heldMs` of every turn of every attempt of the step; derived from the
+    /// turns when the record is read.
+    #[serde(default)]
+    pub held_ms: u64,
     pub attempts: Vec<AttemptRecord>,
 }
 
@@ -384,6 +392,9 @@ pub struct TurnRecord {
     /// Why a turn that did not complete ended, in one short line (`provider fault: HTTP 503
     /// (server) after 8 requests`, `attempt deadline`, `cancelled`); `None` for a completed turn.
     pub reason: Option<String>,
+    /// Time the shared provider throttle held the turn's requests before they were sent (0
+    /// in a record written before the throttle existed). Not a replay and not replay wait.
+    pub held_ms: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -397,6 +408,8 @@ struct TurnWire {
     usage: Usage,
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    held_ms: u64,
 }
 
 impl From<TurnRecord> for TurnWire {
@@ -409,6 +422,7 @@ impl From<TurnRecord> for TurnWire {
             tool_batch: t.tool_batch,
             usage: t.usage,
             reason: t.reason,
+            held_ms: t.held_ms,
         }
     }
 }
@@ -431,6 +445,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             tool_batch: w.tool_batch,
             usage: w.usage,
             reason: w.reason,
+            held_ms: w.held_ms,
         })
     }
 }
@@ -438,6 +453,28 @@ impl TryFrom<TurnWire> for TurnRecord {
 impl TurnRecord {
     pub fn provider_retries(&self) -> u32 {
         u32::try_from(self.replays.len()).unwrap_or(u32::MAX)
+    }
+}
+
+impl StepRecord {
+    /// The throttle's hold over every turn of every attempt: the step's `heldMs`.
+    pub fn turns_held_ms(&self) -> u64 {
+        self.attempts
+            .iter()
+            .flat_map(|a| &a.turns)
+            .fold(0u64, |sum, t| sum.saturating_add(t.held_ms))
+    }
+}
+
+impl RunRecord {
+    /// Sets the step and run `heldMs` totals from the turns (their one source).
+    pub fn sum_held(&mut self) {
+        let mut run = 0u64;
+        for step in &mut self.steps {
+            step.held_ms = step.turns_held_ms();
+            run = run.saturating_add(step.held_ms);
+        }
+        self.held_ms = run;
     }
 }
 

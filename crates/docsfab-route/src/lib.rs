@@ -31,10 +31,11 @@ use axum::routing::post;
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Secret, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
-use docsfab_provider::driver::run_turn_observed;
+use docsfab_provider::driver::{DriverEvent, Gate, run_turn_gated};
 use docsfab_provider::{
-    Api, ApiKey, HttpConfig, HttpTransport, Payload, ReplayEntry, TransportFailure, TurnEnd,
+    Api, ApiKey, HttpConfig, HttpTransport, Payload, TransportFailure, TurnEnd,
 };
+use docsfab_throttle::Throttle;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -86,6 +87,9 @@ pub struct Upstream {
     pub limits: ReplayLimits,
     /// The composition's `limits.timeoutMs`.
     pub timeout: Duration,
+    /// The shared provider throttle: the route sends with the host's key, so it shares the
+    /// hold and the in-flight cap with every run on the same DOCSFAB_HOME. `None` sends at once.
+    pub throttle: Option<Throttle>,
 }
 
 /// The route holds the host's key and answers anyone who can connect: never off the host.
@@ -118,6 +122,7 @@ pub fn serve(
         key,
         limits,
         timeout,
+        throttle,
     } = upstream;
     if key.is_empty() {
         return Err(RouteError::BadInput(format!(
@@ -157,6 +162,8 @@ pub fn serve(
         cancel: CancellationToken::new(),
         requests: AtomicU64::new(0),
         body_timeout: server.body_timeout,
+        throttle,
+        provider_name,
     });
     let rt = tokio::runtime::Runtime::new()
         .map_err(|e| RouteError::Failed(format!("cannot start the async runtime: {e}")))?;
@@ -354,6 +361,9 @@ struct Route {
     requests: AtomicU64,
     /// How long a request body may take to arrive after its head.
     body_timeout: Duration,
+    throttle: Option<Throttle>,
+    /// host.yaml's name of the provider: the throttle's key.
+    provider_name: String,
 }
 
 impl Route {
@@ -387,23 +397,39 @@ impl Route {
         };
         let payload = Payload::from_bytes(self.api, bytes);
         let deadline = Instant::now() + self.timeout;
-        let mut on_replay = |e: &ReplayEntry| {
-            self.log(
+        let mut on_event = |e: DriverEvent<'_>| match e {
+            DriverEvent::Replay(e) => self.log(
                 n,
                 path,
                 &format!(
                     "{} ({}), replaying in {} ms",
                     e.cause, e.provider_error_class, e.wait_ms
                 ),
-            );
+            ),
+            DriverEvent::Held { held_ms, reason } => self.log(
+                n,
+                path,
+                &format!(
+                    "held {held_ms} ms by the provider throttle ({})",
+                    reason.map_or("hold", |r| r.as_str())
+                ),
+            ),
+            DriverEvent::ThrottleUnavailable(why) => {
+                self.log(n, path, &format!("{why}; sent unthrottled"));
+            }
         };
-        let result = run_turn_observed(
+        let gate = self.throttle.as_ref().map(|throttle| Gate {
+            throttle,
+            provider: &self.provider_name,
+        });
+        let result = run_turn_gated(
             &self.transport,
             &self.limits,
             &payload,
             &self.cancel,
             Some(deadline),
-            &mut on_replay,
+            gate,
+            &mut on_event,
         )
         .await;
         let requests = result.record.requests;

@@ -6,7 +6,7 @@
 //!   executed-call evidence only (LSE-1, LSE-3);
 //! - read supervision ([`ReadSupervisor`](crate::supervision::ReadSupervisor)) answers re-reads with a notice and reports
 //!   no-progress (LSE-4);
-//! - the provider's replay driver ([`run_turn_observed`]) runs each turn with its in-turn
+//! - the provider's replay driver ([`run_turn_gated`]) runs each turn with its in-turn
 //!   replays, bounded by the attempt deadline and the cancellation token (REP-9, REP-10).
 //!
 //! The loop itself is a sans-IO state machine too (`AgentLoop`, quinn-proto's shape): it holds
@@ -45,6 +45,7 @@
 //! deadline and the cancellation are checked after each batch.
 
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -57,7 +58,7 @@ use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
     Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
     TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
-    driver::{TurnResult, run_turn_observed},
+    driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
 use serde_json::Value;
 use tokio::time::Instant;
@@ -91,6 +92,8 @@ pub const CONTINUE_INSTRUCTION: &str = "Your answer was cut at the output limit.
 /// every attempt of a step gets the same ones and a fresh source-read budget (STP-2).
 pub struct AttemptInput<'a> {
     pub transport: &'a dyn Transport,
+    /// The shared provider throttle every send of the attempt passes; `None` sends at once.
+    pub gate: Option<Gate<'a>>,
     pub api: Api,
     pub model: &'a str,
     pub step: &'a Step,
@@ -126,6 +129,16 @@ pub enum TurnEvent {
     },
     /// The replay driver scheduled an in-turn replay after `wait_ms`.
     Replay { turn: u32, entry: ReplayEntry },
+    /// The shared provider throttle held a request of the turn `held_ms` before it was sent;
+    /// `reason` is the last gate that made it wait (`hold`, `concurrency`, `adaptive`, `pacing`).
+    Held {
+        turn: u32,
+        held_ms: u64,
+        reason: &'static str,
+    },
+    /// The throttle's shared state could not be used, so requests go unthrottled. Sent once per
+    /// process, however often it happens.
+    ThrottleUnavailable { message: String },
     /// The turn ended.
     Finished {
         turn: u32,
@@ -432,6 +445,8 @@ struct AgentLoop<'a> {
     /// The final answer the attempt ended on (judged, refused or cut), as the model sent it;
     /// `None` while there is none and for a write step that closed without text.
     final_answer: Option<String>,
+    /// The provider throttle's hold of the turn being recorded (see `push_turn`).
+    turn_held_ms: u64,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -463,6 +478,7 @@ impl<'a> AgentLoop<'a> {
             usage: Usage::default(),
             provider_failure: None,
             final_answer: None,
+            turn_held_ms: 0,
         }
     }
 
@@ -530,6 +546,7 @@ impl<'a> AgentLoop<'a> {
             output_tokens: result.record.usage.output_tokens,
         };
         self.usage = self.usage + turn_usage;
+        self.turn_held_ms = result.record.held_ms;
         let outcome = match result.end {
             TurnEnd::Completed(outcome) => outcome,
             other => {
@@ -782,6 +799,7 @@ impl<'a> AgentLoop<'a> {
             tool_batch,
             usage,
             reason,
+            held_ms: std::mem::take(&mut self.turn_held_ms),
         });
     }
 
@@ -861,15 +879,19 @@ async fn drive(
                     payload: payload.bytes().clone(),
                 });
                 let observer = input.observer;
-                let mut on_replay =
-                    |e: &ReplayEntry| observer(TurnEvent::Replay { turn, entry: *e });
-                let result = run_turn_observed(
+                let mut on_event = |e: DriverEvent<'_>| {
+                    if let Some(event) = driver_event(turn, e) {
+                        observer(event);
+                    }
+                };
+                let result = run_turn_gated(
                     input.transport,
                     &input.replay_limits,
                     &payload,
                     input.cancel,
                     Some(lp.deadline),
-                    &mut on_replay,
+                    input.gate,
+                    &mut on_event,
                 )
                 .await;
                 lp.turn_ended(turn, result)
@@ -884,6 +906,28 @@ async fn drive(
                 Instant::now(),
             ),
         };
+    }
+}
+
+/// The turn event for what the replay driver reported, if the observer hears of it.
+fn driver_event(turn: u32, e: DriverEvent<'_>) -> Option<TurnEvent> {
+    /// One warning per process: the operator needs to know once, not per request.
+    static THROTTLE_WARNED: AtomicBool = AtomicBool::new(false);
+    match e {
+        DriverEvent::Replay(entry) => Some(TurnEvent::Replay {
+            turn,
+            entry: *entry,
+        }),
+        DriverEvent::Held { held_ms, reason } => Some(TurnEvent::Held {
+            turn,
+            held_ms,
+            reason: reason.map_or("hold", |r| r.as_str()),
+        }),
+        DriverEvent::ThrottleUnavailable(message) => (!THROTTLE_WARNED
+            .swap(true, Ordering::Relaxed))
+        .then(|| TurnEvent::ThrottleUnavailable {
+            message: message.to_owned(),
+        }),
     }
 }
 
@@ -1207,6 +1251,7 @@ mod tests {
                 models: vec!["m".to_owned()],
                 raw_body: None,
                 verdict: None,
+                rate_headers: Default::default(),
             }),
             record: TurnAccount {
                 status: ProviderTurnStatus::Completed,
@@ -1219,6 +1264,7 @@ mod tests {
                 stop_reason: None,
                 detail: None,
                 usage: Default::default(),
+                held_ms: 0,
                 duration_ms: 1,
             },
         }
@@ -1244,6 +1290,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let input = AttemptInput {
             transport: &transport,
+            gate: None,
             api: Api::OpenaiChat,
             model: "m",
             step: &step,

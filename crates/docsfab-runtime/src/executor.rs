@@ -33,7 +33,10 @@ use docsfab_policy::step::{
     self, AttemptFailure, PastAttempt, StepAccess::ReadOnly, StepBudgets, StepDecision,
     WriteDecision, WritePlan, WriteSettlement as PolicySettlement,
 };
-use docsfab_provider::{Api, ApiKey, HttpConfig, HttpTransport, Transport, TransportBuildError};
+use docsfab_provider::{
+    Api, ApiKey, Gate, HttpConfig, HttpTransport, Transport, TransportBuildError,
+};
+use docsfab_throttle::Throttle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -100,6 +103,9 @@ pub struct RunConfig {
     /// The job deadline; `None` uses `runtime.deadlineMilliseconds` from `limits`.
     pub job_deadline: Option<Duration>,
     pub progress: Option<ProgressSink>,
+    /// The shared provider throttle (`DOCSFAB_HOME/throttle.db`) every provider request of the
+    /// run passes, fan-out instances included; `None` sends at once.
+    pub throttle: Option<Throttle>,
 }
 
 /// Why a run was cancelled.
@@ -510,6 +516,10 @@ impl StepRun<'_, '_> {
             (step.access == Access::Write).then_some(&record_intent);
         agent::run_attempt(AttemptInput {
             transport: ctx.transport,
+            gate: cfg.throttle.as_ref().map(|throttle| Gate {
+                throttle,
+                provider: &cfg.provider.name,
+            }),
             api: cfg.provider.api,
             model: &self.model,
             step,

@@ -77,6 +77,19 @@ impl Progress {
                         ms_and_human(entry.wait_ms)
                     )
                 }
+                // A short hold is normal pacing; only one a person would notice gets a line.
+                TurnEvent::Held {
+                    turn,
+                    held_ms,
+                    reason,
+                } if *held_ms >= HELD_LINE_MS => format!(
+                    "    turn {turn}: held {} by the provider throttle ({reason})",
+                    ms_and_human(*held_ms)
+                ),
+                TurnEvent::Held { .. } => return None,
+                TurnEvent::ThrottleUnavailable { message } => {
+                    format!("warning: {message}; provider requests go unthrottled")
+                }
                 TurnEvent::Finished {
                     turn,
                     status,
@@ -226,6 +239,9 @@ pub fn human_duration(ms: u64) -> String {
     }
 }
 
+/// A throttle hold at least this long gets its own progress line.
+pub const HELD_LINE_MS: u64 = 1000;
+
 /// The exact milliseconds, and the human form beside them when it says something more
 /// (`16000 ms (16 s)`, but `400 ms`).
 pub fn ms_and_human(ms: u64) -> String {
@@ -272,6 +288,27 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn held(held_ms: u64) -> Progress {
+        Progress::Turn {
+            step_id: "pages[1]".into(),
+            attempt: 1,
+            event: TurnEvent::Held {
+                turn: 2,
+                held_ms,
+                reason: "hold",
+            },
+        }
+    }
+
+    #[test]
+    fn issue12_a_hold_of_a_second_or_more_gets_one_line_and_a_shorter_one_none() {
+        assert_eq!(
+            held(3200).describe().as_deref(),
+            Some("    turn 2: held 3200 ms (3.2 s) by the provider throttle (hold)")
+        );
+        assert_eq!(held(999).describe(), None);
+    }
 
     #[test]
     fn issue11_durations_read_in_human_units() {

@@ -489,6 +489,7 @@ impl RunStore {
             output: None,
             interrupted_attempt: None,
             for_each: for_each.cloned(),
+            held_ms: 0,
             attempts: Vec::new(),
         };
         let json = to_json(&record)?;
@@ -792,7 +793,7 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
             steps.push(step);
         }
     }
-    Ok(Some(RunRecord {
+    let mut record = RunRecord {
         run_id: run_id.to_owned(),
         composition,
         status: parse_status(&status)?,
@@ -802,8 +803,11 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         model: context.as_ref().map(|c| c.model.clone()),
         docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
         provider: context.map(|c| c.provider),
+        held_ms: 0,
         steps,
-    }))
+    };
+    record.sum_held();
+    Ok(Some(record))
 }
 
 fn load_attempts(

@@ -92,6 +92,7 @@ async fn run(api: Api, scenario: &str, rules: RulesTable) -> Ran {
             cancel: CancellationToken::new(),
             job_deadline: None,
             progress: Some(sink),
+            throttle: None,
         },
         &mut store,
     )

@@ -56,6 +56,7 @@ async fn issue11_the_recorded_host_never_holds_userinfo_or_query() {
             cancel: CancellationToken::new(),
             job_deadline: None,
             progress: None,
+            throttle: None,
         },
         &mut store,
     )

@@ -532,6 +532,7 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
             cancel: CancellationToken::new(),
             job_deadline: None,
             progress: None,
+            throttle: None,
         },
         &mut store,
     )

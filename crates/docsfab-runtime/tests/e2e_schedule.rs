@@ -131,6 +131,7 @@ fn scripted_config(
         cancel: CancellationToken::new(),
         job_deadline: None,
         progress,
+        throttle: None,
     }
 }
 

@@ -67,6 +67,7 @@ fn transport_attempt() -> AttemptRecord {
                     output_tokens: 40,
                 },
                 reason: None,
+                held_ms: 0,
             },
             TurnRecord {
                 turn: 2,
@@ -91,6 +92,7 @@ fn transport_attempt() -> AttemptRecord {
                     output_tokens: 0,
                 },
                 reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
+                held_ms: 1200,
             },
         ],
     }
@@ -123,6 +125,8 @@ fn sample_run() -> RunRecord {
         }),
         model: Some("some-model".into()),
         docsfab_version: Some("0.1.0".into()),
+        // Both attempts' second turns were held 1200 ms.
+        held_ms: 2400,
         steps: vec![StepRecord {
             step_id: "outline".into(),
             access: Access::ReadOnly,
@@ -139,6 +143,7 @@ fn sample_run() -> RunRecord {
             output: Some(json!({"modules": ["a"]})),
             interrupted_attempt: None,
             for_each: None,
+            held_ms: 2400,
             attempts: vec![transport_attempt(), second],
         }],
     }

@@ -196,6 +196,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
             tool_batch,
             usage: Usage::default(),
             reason: None,
+            held_ms: 0,
         })
         .collect();
     AttemptRecord {

@@ -123,6 +123,9 @@ pub fn run(color: ColorChoice) -> Result<(), CliError> {
             rules,
             cancel: CancellationToken::new(),
             progress: None,
+            // The demo's provider is its own in-process simulator, not a shared key: a hold or
+            // a learnt budget of it must not reach real runs on the same DOCSFAB_HOME.
+            throttle: None,
         };
         let outcome = execute(config, &mut store, color).await;
         server.shutdown().await;

@@ -255,6 +255,7 @@ impl Reporter {
                         ));
                     }
                     TurnEvent::Finished { .. } => s.waiting = None,
+                    TurnEvent::Held { .. } | TurnEvent::ThrottleUnavailable { .. } => {}
                 },
                 Progress::AttemptFinished { .. } => s.waiting = None,
                 Progress::Backoff {

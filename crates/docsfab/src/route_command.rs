@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use docsfab_route::{RouteError, ServerLimits, Upstream};
+
+use crate::throttle::ThrottlePlan;
 use docsfab_runtime::composition::Composition;
 
 use crate::error::CliError;
@@ -92,6 +94,7 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
         key: std::env::var(&provider.api_key_env).unwrap_or_default(),
         limits: ctx.limits.replay_limits(),
         timeout: Duration::from_millis(composition.limits.timeout_ms),
+        throttle: ThrottlePlan::new(&ctx.home.dir, &ctx.host).open(),
     };
     docsfab_route::serve(args.listen, upstream, args.server_limits()).map_err(cli_error)
 }

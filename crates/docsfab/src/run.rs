@@ -38,6 +38,7 @@ use crate::error::{CliError, emit};
 use crate::home::{Selected, validate_run_inputs};
 use crate::progress::{ColorChoice, Reporter, paint, status_style};
 use crate::runs::{STORE_FILE_NAME, open_store, to_json};
+use crate::throttle::ThrottlePlan;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -54,9 +55,10 @@ pub struct RunArgs {
 }
 
 pub fn run(args: &RunArgs, color: ColorChoice) -> Result<(), CliError> {
-    let (config, store_path) = prepare(args)?;
+    let (mut config, store_path, throttle) = prepare(args)?;
     let _workspace_lock = lock_workspace(&config)?;
     let mut store = open_store(&store_path)?;
+    config.throttle = throttle.open();
     let started = Instant::now();
     let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
     let record = load_record(&store, &store_path, &outcome.run_id)?;
@@ -70,7 +72,7 @@ pub fn run(args: &RunArgs, color: ColorChoice) -> Result<(), CliError> {
 }
 
 /// Checks the whole configuration and builds the run; nothing is written.
-fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
+fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf, ThrottlePlan), CliError> {
     let path = &args.composition;
     let (ctx, composition) = validate_run_inputs(path, "`docsfab run`", true)?;
     for warning in ctx.unknown_env_warnings() {
@@ -108,8 +110,10 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
         cancel: CancellationToken::new(),
         job_deadline: Some(Duration::from_millis(ctx.limits.deadline_ms())),
         progress: None,
+        throttle: None,
     };
-    Ok((config, ctx.home.dir.join(STORE_FILE_NAME)))
+    let throttle = ThrottlePlan::new(&ctx.home.dir, &ctx.host);
+    Ok((config, ctx.home.dir.join(STORE_FILE_NAME), throttle))
 }
 
 /// The provider's key, from the variable host.yaml names. Messages name the variable, never a

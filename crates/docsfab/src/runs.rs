@@ -469,9 +469,18 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
         .as_deref()
         .map(|r| format!(" ({})", shown(r)))
         .unwrap_or_default();
+    // Absent when nothing was held, so records without holds print as before.
+    let held = if t.held_ms == 0 {
+        String::new()
+    } else {
+        format!(
+            "; held {} by the provider throttle",
+            human_duration(t.held_ms)
+        )
+    };
     let _ = writeln!(
         out,
-        "    Turn {}: {}{reason}, {} provider retr{}{tools}",
+        "    Turn {}: {}{reason}, {} provider retr{}{tools}{held}",
         t.turn,
         t.status.as_str(),
         t.provider_retries(),

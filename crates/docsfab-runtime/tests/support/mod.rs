@@ -126,6 +126,7 @@ pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Reco
             cancel: args.cancel,
             job_deadline: args.job_deadline,
             progress: Some(sink),
+            throttle: None,
         },
         &mut store,
     )
