@@ -89,8 +89,7 @@ pub struct Tally {
     pub by_class: Counts,
     /// By the retry rule that decided; empty for replays (the provider's schedule decides).
     pub by_rule: Counts,
-    /// By what failed (`HTTP 503`, `connection-dropped`); replays only.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    /// By what failed (`HTTP 503`, `connection-dropped`); empty but for replays.
     pub by_cause: Counts,
 }
 
