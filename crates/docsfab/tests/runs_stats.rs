@@ -107,6 +107,52 @@ fn issue13_runs_stats_counts_the_faults_the_simulator_sent() {
     assert!(text.contains("  <1s    1 of 2 (50 %)"), "{text}");
 }
 
+/// Two attempts give up after 7 requests of HTTP 503 each (the replay window of FAST_CATALOG
+/// allows 6 replays) and are retried by the step; the third answers at once.
+#[test]
+fn issue13_runs_stats_counts_step_retries_bursts_that_gave_up_and_backoffs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - status: 503\n    repeat: 14\n  - answer: {json: {modules: [lib]}}\n",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let out = s.run_command(&s.composition(ONE_STEP)).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = stats(&s, &[]);
+    assert_eq!(
+        (st["attempts"].clone(), st["turns"].clone()),
+        (json!(3), json!(3))
+    );
+    assert_eq!(st["requests"], 15);
+    assert_eq!(st["replays"]["total"], 12);
+    assert_eq!(st["stepRetries"]["total"], 2);
+    assert_eq!(st["stepRetries"]["byRule"], json!({"class-server": 2}));
+    assert_eq!(st["faultBursts"]["beforeGiveUp"], json!({"7": 2}));
+    assert_eq!(st["faultBursts"]["beforeSuccess"], json!({"0": 1}));
+    assert_eq!(st["exhaustedSteps"]["total"], 0);
+    // The step's backoffs, as its record gives them.
+    let id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    let record = s.show_json(&id);
+    let backoffs: u64 = record["steps"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["waitMs"].as_u64())
+        .sum();
+    assert!(backoffs > 0);
+    assert_eq!(st["waitingMs"]["stepBackoffs"], backoffs);
+}
+
 /// A --since that is not a duration is refused in one sentence with exit 2, before the store
 /// is read or created.
 #[test]
