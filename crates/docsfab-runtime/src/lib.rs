@@ -26,6 +26,7 @@ pub mod progress;
 pub mod record;
 pub mod settlement;
 pub mod snapshot;
+pub mod stats;
 pub mod store;
 pub mod supervision;
 pub mod tools;

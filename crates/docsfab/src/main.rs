@@ -14,6 +14,7 @@ mod route_command;
 mod run;
 mod runs;
 mod runs_diff;
+mod runs_stats;
 mod setup;
 mod sim;
 mod throttle;

@@ -1,9 +1,10 @@
 //! What `docsfab run` and `docsfab demo` show on stderr while a run goes.
 //!
 //! Every event the executor describes becomes one line on stderr, so each replay, each retry
-//! decision and each step backoff is visible as it happens. On a terminal an indicatif status
-//! line sits below those lines: the step, the attempt and its budget, the turn, the replays so
-//! far and a live countdown during any wait. When stderr is not a terminal (a pipe, a CI log)
+//! decision and each step backoff is visible as it happens. On a terminal indicatif status
+//! lines sit below those lines: the step, the attempt and its budget, the turn, the replays so
+//! far and a live countdown during any wait; one line for a plain step, one per running instance
+//! while a fan-out step runs (an instance's line goes when it ends). When stderr is not a terminal (a pipe, a CI log)
 //! there is no status line, only the plain lines, and a step backoff is announced once rather
 //! than once a second.
 //!
@@ -14,6 +15,7 @@
 
 use std::ffi::OsStr;
 use std::io::{IsTerminal as _, Write as _};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,7 +23,7 @@ use anstyle::{AnsiColor, Effects, Style};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::{Progress, countdown_text};
 use docsfab_runtime::record::{AttemptStatus, RunStatus, TurnStatus};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 /// `--color`: when docsfab colours its output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -130,10 +132,10 @@ pub fn stdout_is_stderr_terminal() -> bool {
     matches!((meta(out.as_fd()), meta(err.as_fd())), (Ok(a), Ok(b)) if a == b)
 }
 
-/// Where the run currently is, for the status line.
+/// Where one running step (or fan-out instance) is, for its status line.
 #[derive(Debug, Default)]
-struct State {
-    step: Option<String>,
+struct Lane {
+    step: String,
     attempt: u32,
     budget: &'static str,
     turn: u32,
@@ -141,15 +143,103 @@ struct State {
     replays: u32,
     /// A wait in progress: what is waited for, and when it ends.
     waiting: Option<(String, Instant)>,
-    /// The step backoff already announced in plain lines: (step, next attempt).
-    announced_backoff: Option<(String, u32)>,
+    /// The next attempt whose step backoff was already announced in plain lines.
+    announced_backoff: Option<u32>,
+    /// The step ended; its line stays only while nothing else runs.
+    finished: bool,
+}
+
+impl Lane {
+    fn new(step: &str) -> Lane {
+        Lane {
+            step: step.to_owned(),
+            ..Lane::default()
+        }
+    }
+}
+
+/// Where the run currently is: one lane per step or fan-out instance still worth a line.
+#[derive(Debug, Default)]
+struct State {
+    lanes: Vec<Lane>,
     cancelling: bool,
 }
 
+impl State {
+    fn lane(&mut self, step: &str) -> Option<&mut Lane> {
+        self.lanes.iter_mut().find(|l| l.step == step)
+    }
+
+    /// A step or instance starts: lanes that ended make way; a plain step is the only lane.
+    fn start(&mut self, step: &str) {
+        if is_instance(step) {
+            self.lanes.retain(|l| !l.finished && l.step != step);
+        } else {
+            self.lanes.clear();
+        }
+        self.lanes.push(Lane::new(step));
+    }
+}
+
+/// A fan-out instance's step id reads `pages[3]`.
+fn is_instance(step: &str) -> bool {
+    step.ends_with(']')
+}
+
+/// The live lines on a terminal: a multi-line group with one bar per status line.
+struct Screen {
+    multi: MultiProgress,
+    bars: Mutex<Vec<ProgressBar>>,
+}
+
+impl Screen {
+    fn new() -> Screen {
+        Screen {
+            multi: MultiProgress::new(),
+            bars: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn bars(&self) -> MutexGuard<'_, Vec<ProgressBar>> {
+        self.bars.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Shows `lines`, one bar each: bars are added or removed at the bottom to match.
+    fn show(&self, lines: Vec<String>) {
+        let mut bars = self.bars();
+        while bars.len() < lines.len() {
+            let bar = self.multi.add(ProgressBar::new_spinner());
+            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
+                bar.set_style(style);
+            }
+            // The tick redraws the message too, which keeps the countdown moving.
+            bar.enable_steady_tick(Duration::from_millis(100));
+            bars.push(bar);
+        }
+        while bars.len() > lines.len() {
+            if let Some(bar) = bars.pop() {
+                bar.finish_and_clear();
+                self.multi.remove(&bar);
+            }
+        }
+        for (bar, line) in bars.iter().zip(lines) {
+            bar.set_message(line);
+        }
+    }
+
+    fn clear(&self) {
+        for bar in self.bars().drain(..) {
+            bar.finish_and_clear();
+            self.multi.remove(&bar);
+        }
+    }
+}
+
 /// Shows progress on stderr. Share it as `Arc<Reporter>`; [`Reporter::finish`] removes the
-/// status line.
+/// status lines.
 pub struct Reporter {
-    bar: Option<ProgressBar>,
+    screen: Option<Screen>,
+    finished: AtomicBool,
     state: Mutex<State>,
     /// Colour the lines on stderr.
     colour: bool,
@@ -158,29 +248,23 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    /// A status line when stderr is a terminal, plain lines otherwise; `color` decides colour.
+    /// Status lines when stderr is a terminal, plain lines otherwise; `color` decides colour.
     pub fn for_stderr(color: ColorChoice) -> Arc<Reporter> {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}") {
-                bar.set_style(style);
-            }
-            // The tick redraws the message too, which keeps the countdown moving.
-            bar.enable_steady_tick(Duration::from_millis(100));
-            bar
-        });
+        let terminal = std::io::stderr().is_terminal();
         let reporter = Arc::new(Reporter {
-            bar,
+            screen: terminal.then(Screen::new),
+            finished: AtomicBool::new(false),
             state: Mutex::new(State::default()),
-            colour: color.for_stream(std::io::stderr().is_terminal()),
+            colour: color.for_stream(terminal),
             quiet_run_id: stdout_is_stderr_terminal(),
         });
-        if reporter.bar.is_some() {
+        if reporter.screen.is_some() {
+            reporter.refresh();
             // The steady tick only redraws; this thread recomputes the countdown text.
             let weak = Arc::downgrade(&reporter);
             std::thread::spawn(move || {
                 while let Some(r) = weak.upgrade() {
-                    if r.bar.as_ref().is_none_or(ProgressBar::is_finished) {
+                    if r.finished.load(Ordering::Relaxed) {
                         break;
                     }
                     r.refresh();
@@ -197,95 +281,45 @@ impl Reporter {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One line above the status line (or alone on stderr).
+    /// One line above the status lines (or alone on stderr).
     pub fn line(&self, text: &str) {
-        match &self.bar {
-            Some(bar) => bar.println(text),
+        match &self.screen {
+            Some(screen) => {
+                let _ = screen.multi.println(text);
+            }
             None => {
                 let _ = writeln!(std::io::stderr(), "{text}");
             }
         }
     }
 
-    /// Writes `text` to stdout with the status line out of the way, so the two streams do not
+    /// Writes `text` to stdout with the status lines out of the way, so the two streams do not
     /// share a terminal line. A closed stdout is not an error here: the run goes on regardless.
     pub fn stdout(&self, text: &str) {
         let write = || {
             let _ = crate::error::emit(text);
         };
-        match &self.bar {
-            Some(bar) => bar.suspend(write),
+        match &self.screen {
+            Some(screen) => screen.multi.suspend(write),
             None => write(),
         }
     }
 
     /// Handles one executor event.
     pub fn on_event(&self, p: &Progress) {
-        let mut print = true;
-        {
-            let mut s = self.state();
-            match p {
-                Progress::RunStarted { .. } => print = !self.quiet_run_id,
-                Progress::StepStarted { step_id, .. } => {
-                    s.step = Some(step_id.clone());
-                    s.attempt = 0;
-                    s.turn = 0;
-                    s.replays = 0;
-                    s.waiting = None;
-                }
-                Progress::AttemptStarted {
-                    attempt, budget, ..
-                } => {
-                    s.attempt = *attempt;
-                    s.budget = budget.label();
-                    s.turn = 0;
-                    s.replays = 0;
-                    s.waiting = None;
-                }
-                Progress::Turn { event, .. } => match event {
-                    TurnEvent::Request { turn, .. } => {
-                        s.turn = *turn;
-                        s.waiting = None;
-                    }
-                    TurnEvent::Replay { entry, .. } => {
-                        s.replays += 1;
-                        s.waiting = Some((
-                            "replay".to_owned(),
-                            Instant::now() + Duration::from_millis(entry.wait_ms),
-                        ));
-                    }
-                    TurnEvent::Finished { .. } => s.waiting = None,
-                    TurnEvent::Held { .. } | TurnEvent::ThrottleUnavailable { .. } => {}
-                },
-                Progress::AttemptFinished { .. } => s.waiting = None,
-                Progress::Backoff {
-                    step_id,
-                    next_attempt,
-                    remaining_ms,
-                } => {
-                    s.waiting = Some((
-                        format!("attempt {next_attempt}"),
-                        Instant::now() + Duration::from_millis(*remaining_ms),
-                    ));
-                    let key = (step_id.clone(), *next_attempt);
-                    if s.announced_backoff.as_ref() == Some(&key) {
-                        print = false;
-                    } else {
-                        s.announced_backoff = Some(key);
-                    }
-                }
-                Progress::StepFinished { .. } => {
-                    s.waiting = None;
-                }
-            }
-        }
+        let print = match p {
+            Progress::RunStarted { .. } => !self.quiet_run_id,
+            _ => self.state().apply(p, Instant::now()),
+        };
+        // The status lines change first, so the line printed above them is not followed by a
+        // frame that still shows an instance that has ended.
+        self.refresh();
         if print && let Some(text) = p.describe_line() {
             match line_style(p) {
                 Some(style) => self.line(&paint(self.colour, style, &text)),
                 None => self.line(&text),
             }
         }
-        self.refresh();
     }
 
     /// Says the run is being cancelled (a signal arrived).
@@ -297,48 +331,140 @@ impl Reporter {
         self.refresh();
     }
 
-    /// Redraws the status line from the state.
+    /// Redraws the status lines from the state.
     fn refresh(&self) {
-        let Some(bar) = &self.bar else { return };
-        let text = status_text(&self.state(), Instant::now());
-        bar.set_message(text);
+        let Some(screen) = &self.screen else { return };
+        if self.finished.load(Ordering::Relaxed) {
+            return;
+        }
+        let lines = status_lines(&self.state(), Instant::now());
+        screen.show(lines);
     }
 
-    /// Removes the status line; the plain lines stay.
+    /// Removes the status lines; the plain lines stay.
     pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
+        self.finished.store(true, Ordering::Relaxed);
+        if let Some(screen) = &self.screen {
+            screen.clear();
         }
     }
 }
 
-/// The status line: `step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in
-/// 1.4 s`, or `starting` before the first step.
-fn status_text(s: &State, now: Instant) -> String {
-    let Some(step) = &s.step else {
-        return "starting".to_owned();
+impl State {
+    /// Follows one event (not `RunStarted`); returns whether its plain line is printed: a step
+    /// backoff is announced once per attempt, not with every countdown event.
+    fn apply(&mut self, p: &Progress, now: Instant) -> bool {
+        match p {
+            Progress::RunStarted { .. } => {}
+            Progress::StepStarted { step_id, .. } => self.start(step_id),
+            Progress::AttemptStarted {
+                step_id,
+                attempt,
+                budget,
+            } => {
+                if let Some(l) = self.lane(step_id) {
+                    l.attempt = *attempt;
+                    l.budget = budget.label();
+                    l.turn = 0;
+                    l.replays = 0;
+                    l.waiting = None;
+                }
+            }
+            Progress::Turn { step_id, event, .. } => {
+                let Some(l) = self.lane(step_id) else {
+                    return true;
+                };
+                match event {
+                    TurnEvent::Request { turn, .. } => {
+                        l.turn = *turn;
+                        l.waiting = None;
+                    }
+                    TurnEvent::Replay { entry, .. } => {
+                        l.replays += 1;
+                        l.waiting = Some((
+                            "replay".to_owned(),
+                            now + Duration::from_millis(entry.wait_ms),
+                        ));
+                    }
+                    TurnEvent::Finished { .. } => l.waiting = None,
+                    TurnEvent::Held { .. } | TurnEvent::ThrottleUnavailable { .. } => {}
+                }
+            }
+            Progress::AttemptFinished { step_id, .. } => {
+                if let Some(l) = self.lane(step_id) {
+                    l.waiting = None;
+                }
+            }
+            Progress::Backoff {
+                step_id,
+                next_attempt,
+                remaining_ms,
+            } => {
+                let Some(l) = self.lane(step_id) else {
+                    return true;
+                };
+                l.waiting = Some((
+                    format!("attempt {next_attempt}"),
+                    now + Duration::from_millis(*remaining_ms),
+                ));
+                if l.announced_backoff == Some(*next_attempt) {
+                    return false;
+                }
+                l.announced_backoff = Some(*next_attempt);
+            }
+            Progress::StepFinished { step_id, .. } => {
+                if let Some(l) = self.lane(step_id) {
+                    l.waiting = None;
+                    l.finished = true;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// The status lines: one per running step or fan-out instance, in the order they started; when
+/// none runs, the last one's line stays (as a plain step's does until the next step), or
+/// `starting` before the first step. `cancelling` joins the first line.
+fn status_lines(s: &State, now: Instant) -> Vec<String> {
+    let running: Vec<&Lane> = s.lanes.iter().filter(|l| !l.finished).collect();
+    let shown = if running.is_empty() {
+        s.lanes.last().into_iter().collect()
+    } else {
+        running
     };
-    let mut parts = vec![format!("step {step}")];
-    if s.attempt > 0 {
-        parts.push(format!("attempt {} ({})", s.attempt, s.budget));
+    let mut lines: Vec<String> = shown.iter().map(|l| lane_text(l, now)).collect();
+    if lines.is_empty() {
+        lines.push("starting".to_owned());
     }
-    if s.turn > 0 {
-        parts.push(format!("turn {}", s.turn));
+    if s.cancelling {
+        lines[0].push_str(" · cancelling");
     }
-    if s.replays > 0 {
+    lines
+}
+
+/// One status line: `step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay
+/// in 1.4 s`.
+fn lane_text(l: &Lane, now: Instant) -> String {
+    let mut parts = vec![format!("step {}", l.step)];
+    if l.attempt > 0 {
+        parts.push(format!("attempt {} ({})", l.attempt, l.budget));
+    }
+    if l.turn > 0 {
+        parts.push(format!("turn {}", l.turn));
+    }
+    if l.replays > 0 {
         parts.push(format!(
             "{} replay{}",
-            s.replays,
-            if s.replays == 1 { "" } else { "s" }
+            l.replays,
+            if l.replays == 1 { "" } else { "s" }
         ));
     }
-    if let Some((what, end)) = &s.waiting {
+    // A wait that is over (the replayed request is out) no longer counts down.
+    if let Some((what, end)) = l.waiting.as_ref().filter(|(_, end)| *end > now) {
         let remaining_ms =
             u64::try_from(end.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX);
         parts.push(format!("{what} in {}", countdown_text(remaining_ms)));
-    }
-    if s.cancelling {
-        parts.push("cancelling".to_owned());
     }
     parts.join(" · ")
 }
@@ -346,6 +472,8 @@ fn status_text(s: &State, now: Instant) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use docsfab_runtime::composition::Access;
+    use docsfab_runtime::record::Budget;
 
     #[test]
     fn issue11_colour_honours_the_flag_no_color_and_a_dumb_terminal() {
@@ -369,18 +497,112 @@ mod tests {
     fn the_status_line_names_step_attempt_turn_replays_and_the_countdown() {
         let now = Instant::now();
         let s = State {
-            step: Some("outline".into()),
-            attempt: 2,
-            budget: "transport budget",
-            turn: 3,
-            replays: 2,
-            waiting: Some(("replay".into(), now + Duration::from_millis(1450))),
-            ..State::default()
+            lanes: vec![Lane {
+                attempt: 2,
+                budget: "transport budget",
+                turn: 3,
+                replays: 2,
+                waiting: Some(("replay".into(), now + Duration::from_millis(1450))),
+                ..Lane::new("outline")
+            }],
+            cancelling: true,
         };
         assert_eq!(
-            status_text(&s, now),
-            "step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in 1.5 s"
+            status_lines(&s, now),
+            [
+                "step outline · attempt 2 (transport budget) · turn 3 · 2 replays · replay in 1.5 s · cancelling"
+            ]
         );
-        assert_eq!(status_text(&State::default(), now), "starting");
+        assert_eq!(status_lines(&State::default(), now), ["starting"]);
+    }
+
+    fn started(step: &str) -> Progress {
+        Progress::StepStarted {
+            step_id: step.into(),
+            access: Access::Write,
+        }
+    }
+
+    fn attempt(step: &str, n: u32) -> Progress {
+        Progress::AttemptStarted {
+            step_id: step.into(),
+            attempt: n,
+            budget: Budget::Initial,
+        }
+    }
+
+    fn finished(step: &str) -> Progress {
+        Progress::StepFinished {
+            step_id: step.into(),
+            status: RunStatus::Succeeded,
+        }
+    }
+
+    /// Issue 12: running instances each get a line, an instance's line goes when it ends, and a
+    /// plain step is a single line again.
+    #[test]
+    fn issue12_each_running_instance_has_its_own_status_line_until_it_ends() {
+        let now = Instant::now();
+        let mut s = State::default();
+        let lines = |s: &State| status_lines(s, now);
+        s.apply(&started("outline"), now);
+        s.apply(&finished("outline"), now);
+        assert_eq!(lines(&s), ["step outline"]);
+        for e in [
+            started("pages[0]"),
+            attempt("pages[0]", 1),
+            started("pages[1]"),
+            attempt("pages[1]", 1),
+        ] {
+            s.apply(&e, now);
+        }
+        assert_eq!(
+            lines(&s),
+            [
+                "step pages[0] · attempt 1 (initial)",
+                "step pages[1] · attempt 1 (initial)"
+            ]
+        );
+        s.apply(&finished("pages[0]"), now);
+        s.apply(&started("pages[2]"), now);
+        assert_eq!(
+            lines(&s),
+            ["step pages[1] · attempt 1 (initial)", "step pages[2]"]
+        );
+        s.apply(&finished("pages[2]"), now);
+        s.apply(&finished("pages[1]"), now);
+        assert_eq!(
+            lines(&s).len(),
+            1,
+            "the last line stays until the next step"
+        );
+        s.apply(&started("summary"), now);
+        assert_eq!(lines(&s), ["step summary"]);
+    }
+
+    /// Interleaved backoffs of two instances are each announced once.
+    #[test]
+    fn issue12_instance_backoffs_are_announced_once_each() {
+        let now = Instant::now();
+        let mut s = State::default();
+        let backoff = |step: &str| Progress::Backoff {
+            step_id: step.into(),
+            next_attempt: 2,
+            remaining_ms: 3000,
+        };
+        s.apply(&started("pages[0]"), now);
+        s.apply(&started("pages[1]"), now);
+        let printed: Vec<bool> = ["pages[0]", "pages[1]", "pages[0]", "pages[1]"]
+            .iter()
+            .map(|id| s.apply(&backoff(id), now))
+            .collect();
+        assert_eq!(printed, [true, true, false, false]);
+        assert_eq!(
+            status_lines(&s, now),
+            [
+                "step pages[0] · attempt 2 in 3.0 s",
+                "step pages[1] · attempt 2 in 3.0 s"
+            ]
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! `docsfab runs list`, `docsfab runs show ID` and `docsfab runs diff ID`: the run store, read
-//! back (the diff itself is `runs_diff`).
+//! `docsfab runs list`, `docsfab runs show ID`, `docsfab runs diff ID` and `docsfab runs stats`:
+//! the run store, read back (the diff itself is `runs_diff`, the figures `runs_stats`).
 //!
 //! Both open `DOCSFAB_HOME/runs.db`, and opening it marks every run whose process died while it
 //! was `running` as `interrupted`, so a run killed with `kill -9` shows up as such here. Neither
@@ -58,6 +58,20 @@ pub enum RunsCommand {
         #[arg(long)]
         stat: bool,
     },
+    /// Retry figures across recorded runs: requests, replays and step retries by class and
+    /// rule, fault bursts, 429 after 429 by wait, time waiting, tokens of failed attempts.
+    Stats {
+        /// Only runs started within this long before now: 7d, 24h, 90m, 30s.
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// Only runs whose record names this provider (`(unknown)`: runs recorded before
+        /// records named their provider).
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+        /// Print the figures as JSON (docs/observability.md, `runs stats`).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(args: &RunsArgs) -> Result<(), CliError> {
@@ -67,6 +81,11 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json } => show(&path, id, *json),
         RunsCommand::Diff { id, stat } => diff(&path, id, *stat),
+        RunsCommand::Stats {
+            since,
+            provider,
+            json,
+        } => crate::runs_stats::stats(&path, since.as_deref(), provider.as_deref(), *json),
     }
 }
 
@@ -116,7 +135,7 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
     Ok(store)
 }
 
-fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
+pub(crate) fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
     let reason = plain_reason(&e.to_string(), "it is damaged or not a docsfab run store");
     CliError::failed(format!(
         "cannot read the run store {} ({reason}); check the file, or move it aside to start a new one.",

@@ -289,3 +289,99 @@ fn issue11_doctor_gives_the_envelope_in_human_units_below_its_exact_line() {
         "{stdout}"
     );
 }
+
+/// Issue 12: on a terminal a fan-out gets one live status line per running instance (its
+/// step, attempt, turn and replays), and an instance's line goes when it ends.
+#[test]
+fn issue12_on_a_terminal_each_running_fan_out_instance_has_its_own_live_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Instance `slow` holds its answer longer than `quick`, so for a while both run, and
+    // then only `slow` does. `quick` is replayed once first.
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:
+  - answer: {json: {modules: [{name: quick}, {name: slow}]}}
+lanes:
+  - contains: module quick
+    responses:
+      - status: 503
+      - delay_ms: 1500
+        answer: {json: {page: quick}}
+  - contains: module slow
+    responses:
+      - delay_ms: 4000
+        answer: {json: {page: slow}}
+",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let comp = s.composition(
+        "name: fan
+limits:
+  timeoutMs: 60000
+steps:
+  - id: outline
+    access: read-only
+    instructions: List the modules.
+    contract:
+      schema: {type: object, required: [modules]}
+  - id: pages
+    access: read-only
+    forEach: steps.outline.output.modules
+    concurrency: 2
+    instructions: \"Describe module {{item.name}}.\"
+    contract:
+      schema: {type: object, required: [page]}
+",
+    );
+    let (code, screen) = on_pty(&s.run_command(&comp));
+    assert_eq!(code, Some(0), "{screen}");
+    // indicatif pads each line to the terminal's width rather than ending it, and redraws in
+    // place (`\r`, cursor moves, erase line): split the screen where a line ends or is padded.
+    let plain = strip_escapes(&screen);
+    let pieces: Vec<&str> = plain
+        .split(['\r', '\n'])
+        .flat_map(|p| p.split("   "))
+        .map(|p| {
+            p.trim_start_matches(|c| ('\u{2800}'..='\u{28ff}').contains(&c))
+                .trim()
+        })
+        .filter(|p| !p.is_empty())
+        .collect();
+    let quick = "step pages[0] · attempt 1 (initial) · turn 1 · 1 replay";
+    let slow = "step pages[1] · attempt 1 (initial) · turn 1";
+    let both = pieces
+        .windows(2)
+        .any(|w| w[0].contains(quick) && w[1].contains(slow));
+    assert!(both, "no frame with both instance lines: {screen:?}");
+    // After `quick` ends, frames show `slow` alone.
+    let ended = pieces
+        .iter()
+        .position(|p| p.contains("step pages[0] succeeded"))
+        .unwrap_or_else(|| panic!("{screen:?}"));
+    let after = &pieces[ended..];
+    assert!(after.iter().any(|p| p.contains(slow)), "{screen:?}");
+    assert!(
+        !after.iter().any(|p| p.contains("step pages[0] ·")),
+        "the ended instance's line stayed: {screen:?}"
+    );
+}
+
+/// `text` without its CSI escape sequences (colours, cursor moves, erase line).
+fn strip_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
