@@ -384,6 +384,9 @@ pub struct TurnRecord {
     /// Why a turn that did not complete ended, in one short line (`provider fault: HTTP 503
     /// (server) after 8 requests`, `attempt deadline`, `cancelled`); `None` for a completed turn.
     pub reason: Option<String>,
+    /// From the turn's start to the next turn's start (or the attempt's end): its request,
+    /// replays and tool batch. `None` in records from before docsfab kept it.
+    pub duration_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -397,6 +400,8 @@ struct TurnWire {
     usage: Usage,
     #[serde(default)]
     reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
 }
 
 impl From<TurnRecord> for TurnWire {
@@ -409,6 +414,7 @@ impl From<TurnRecord> for TurnWire {
             tool_batch: t.tool_batch,
             usage: t.usage,
             reason: t.reason,
+            duration_ms: t.duration_ms,
         }
     }
 }
@@ -431,6 +437,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             tool_batch: w.tool_batch,
             usage: w.usage,
             reason: w.reason,
+            duration_ms: w.duration_ms,
         })
     }
 }

@@ -67,6 +67,7 @@ fn transport_attempt() -> AttemptRecord {
                     output_tokens: 40,
                 },
                 reason: None,
+                duration_ms: Some(1200),
             },
             TurnRecord {
                 turn: 2,
@@ -91,6 +92,8 @@ fn transport_attempt() -> AttemptRecord {
                     output_tokens: 0,
                 },
                 reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
+                // A turn as docsfab recorded it before it kept turn durations.
+                duration_ms: None,
             },
         ],
     }

@@ -196,6 +196,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
             tool_batch,
             usage: Usage::default(),
             reason: None,
+            duration_ms: None,
         })
         .collect();
     AttemptRecord {

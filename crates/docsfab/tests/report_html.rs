@@ -550,3 +550,40 @@ fn issue13_html_to_a_missing_directory_is_bad_input() {
         .unwrap();
     assert_eq!(both.status.code(), Some(2));
 }
+
+/// Each turn of the demo's record has a `durationMs` (the timeline draws turns to scale with
+/// it): a turn lasts at least the replay waits the driver slept in it, and an attempt's turns
+/// fit in the attempt (each rounded down to the millisecond).
+#[test]
+fn issue13_turn_durations_cover_their_replay_waits_and_fit_in_the_attempt() {
+    let home = tempfile::tempdir().unwrap();
+    let id = run_demo(home.path());
+    let record = show_json(home.path(), &id);
+    docsfab_runtime::record::validate_against_schema(&record).unwrap();
+    for (key, a) in attempts(&record) {
+        let turns = a["turns"].as_array().unwrap();
+        let mut sum = 0;
+        for t in turns {
+            let d = t["durationMs"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{key}: no durationMs"));
+            let waits: u64 = t["replays"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["waitMs"].as_u64().unwrap())
+                .sum();
+            assert!(
+                d >= waits,
+                "{key} turn {}: {d} ms < its waits {waits} ms",
+                t["turn"]
+            );
+            sum += d;
+        }
+        let attempt = a["durationMs"].as_u64().unwrap();
+        assert!(
+            sum <= attempt + 1,
+            "{key}: turns {sum} ms > attempt {attempt} ms"
+        );
+    }
+}
