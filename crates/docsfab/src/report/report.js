@@ -80,7 +80,7 @@
     item('b-initial', 'initial attempt');
     item('b-transport', 'transport retry');
     item('b-contract', 'contract retry');
-    item('s-failed b-initial', 'failed (striped, red edge)');
+    item('s-failed b-initial', 'failed (striped, red ring)');
     item('s-cancelled b-initial', 'cancelled');
     item('mark-sw', 'replay within a turn');
     item('wait-sw', 'wait before the next attempt');
