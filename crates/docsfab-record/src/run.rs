@@ -395,6 +395,9 @@ pub struct TurnRecord {
     /// Time the shared provider throttle held the turn's requests before they were sent (0
     /// in a record written before the throttle existed). Not a replay and not replay wait.
     pub held_ms: u64,
+    /// From the turn's start to the next turn's start (or the attempt's end): its request,
+    /// replays and tool batch. `None` in records from before docsfab kept it.
+    pub duration_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -410,6 +413,8 @@ struct TurnWire {
     reason: Option<String>,
     #[serde(default)]
     held_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
 }
 
 impl From<TurnRecord> for TurnWire {
@@ -423,6 +428,7 @@ impl From<TurnRecord> for TurnWire {
             usage: t.usage,
             reason: t.reason,
             held_ms: t.held_ms,
+            duration_ms: t.duration_ms,
         }
     }
 }
@@ -446,6 +452,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             usage: w.usage,
             reason: w.reason,
             held_ms: w.held_ms,
+            duration_ms: w.duration_ms,
         })
     }
 }

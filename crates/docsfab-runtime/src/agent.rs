@@ -286,6 +286,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
     let mut tools = tools_for_attempt(&input);
     let mut state = AgentLoop::new(&input, deadline);
     let (result, message) = drive(&input, &mut state, &mut tools).await;
+    state.time_turns(Instant::now());
     let mut lease = state
         .lease
         .record()
@@ -440,6 +441,8 @@ struct AgentLoop<'a> {
     events: Vec<TurnEvent>,
     lease: ExecutionLease,
     turns: Vec<TurnRecord>,
+    /// When each turn began (the n-th entry for turn n), for the turns' `durationMs`.
+    turn_starts: Vec<Instant>,
     usage: Usage,
     provider_failure: Option<ProviderFailure>,
     /// The final answer the attempt ended on (judged, refused or cut), as the model sent it;
@@ -475,6 +478,7 @@ impl<'a> AgentLoop<'a> {
             events: Vec::new(),
             lease: ExecutionLease::new(input.limits.max_turns),
             turns: Vec::new(),
+            turn_starts: Vec::new(),
             usage: Usage::default(),
             provider_failure: None,
             final_answer: None,
@@ -800,7 +804,26 @@ impl<'a> AgentLoop<'a> {
             usage,
             reason,
             held_ms: std::mem::take(&mut self.turn_held_ms),
+            duration_ms: None,
         });
+    }
+
+    /// Each turn lasts until the next one begins (an attempt that asked for one more turn and
+    /// was refused stops there) or, for the last, until the attempt ended at `ended`.
+    fn time_turns(&mut self, ended: Instant) {
+        for t in &mut self.turns {
+            let n = t.turn as usize;
+            let (Some(start), end) = (
+                self.turn_starts.get(n.wrapping_sub(1)),
+                self.turn_starts.get(n).copied().unwrap_or(ended),
+            ) else {
+                continue;
+            };
+            t.duration_ms = Some(
+                u64::try_from(end.saturating_duration_since(*start).as_millis())
+                    .unwrap_or(u64::MAX),
+            );
+        }
     }
 
     /// Records the turn and tells the observer it ended. A tool turn's calls are still pending
@@ -871,7 +894,10 @@ async fn drive(
         action = match action {
             Action::Finish(ending) => return ending,
             Action::BeginTurn if input.cancel.is_cancelled() => lp.cancelled(),
-            Action::BeginTurn => lp.begin_turn(tools.preflight()),
+            Action::BeginTurn => {
+                lp.turn_starts.push(Instant::now());
+                lp.begin_turn(tools.preflight())
+            }
             Action::Send { turn, payload } => {
                 (input.observer)(TurnEvent::Request {
                     turn,

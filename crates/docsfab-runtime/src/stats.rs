@@ -335,6 +335,8 @@ mod tests {
             tool_batch: BatchBuilder::new().build(),
             usage: Usage::default(),
             reason: None,
+            held_ms: 0,
+            duration_ms: None,
         }
     }
 
@@ -415,6 +417,7 @@ mod tests {
             }),
             model: None,
             docsfab_version: None,
+            held_ms: 0,
             steps: vec![StepRecord {
                 step_id: "s".into(),
                 access: Access::ReadOnly,
@@ -431,6 +434,7 @@ mod tests {
                 output: None,
                 interrupted_attempt: None,
                 for_each: None,
+                held_ms: 0,
                 attempts,
             }],
         }
@@ -522,6 +526,7 @@ mod tests {
             Waiting {
                 replay_waits: 8800,
                 step_backoffs: 1500,
+                throttle_holds: 0,
                 total: 10_300
             }
         );
@@ -553,6 +558,22 @@ mod tests {
                 (">=20s", 0, 0, None)
             ]
         );
+    }
+
+    /// Issue 12/13: a throttle hold is waiting time of its own, not a replay wait or backoff.
+    #[test]
+    fn issue13_throttle_holds_are_counted_as_waiting() {
+        let mut held = turn(TurnStatus::Completed, vec![]);
+        held.held_ms = 700;
+        let records = vec![run(
+            "2026-11-30T10:00:00.000Z",
+            None,
+            vec![attempt(vec![held])],
+        )];
+        let s = Stats::from_records(&records, &Filter::default());
+        assert_eq!(s.waiting_ms.throttle_holds, 700);
+        assert_eq!(s.waiting_ms.total, 700);
+        assert_eq!(s.replays.total, 0);
     }
 
     #[test]

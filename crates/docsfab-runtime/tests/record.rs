@@ -68,6 +68,7 @@ fn transport_attempt() -> AttemptRecord {
                 },
                 reason: None,
                 held_ms: 0,
+                duration_ms: Some(1200),
             },
             TurnRecord {
                 turn: 2,
@@ -93,6 +94,8 @@ fn transport_attempt() -> AttemptRecord {
                 },
                 reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
                 held_ms: 1200,
+                // A turn as docsfab recorded it before it kept turn durations.
+                duration_ms: None,
             },
         ],
     }

@@ -197,6 +197,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
             usage: Usage::default(),
             reason: None,
             held_ms: 0,
+            duration_ms: None,
         })
         .collect();
     AttemptRecord {

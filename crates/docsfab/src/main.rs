@@ -10,6 +10,7 @@ mod home;
 mod preflight;
 mod probe;
 mod progress;
+mod report_html;
 mod route_command;
 mod run;
 mod runs;

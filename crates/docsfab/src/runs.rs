@@ -48,6 +48,10 @@ pub enum RunsCommand {
         /// Print the run record (docs/run-record.md) instead of the readable view.
         #[arg(long)]
         json: bool,
+        /// Write the run as one self-contained HTML page (timeline, attempts, diffs) to FILE,
+        /// or to standard output with `-`.
+        #[arg(long, value_name = "FILE", conflicts_with = "json")]
+        html: Option<std::path::PathBuf>,
     },
     /// Everything a run wrote, as a unified diff (`git apply` takes it), from each file's
     /// content before the run to its content after.
@@ -79,7 +83,10 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     let path = home.dir.join(STORE_FILE_NAME);
     match &args.command {
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
-        RunsCommand::Show { id, json } => show(&path, id, *json),
+        RunsCommand::Show { id, json, html } => match html {
+            Some(target) => show_html(&path, id, target),
+            None => show(&path, id, *json),
+        },
         RunsCommand::Diff { id, stat } => diff(&path, id, *stat),
         RunsCommand::Stats {
             since,
@@ -238,6 +245,13 @@ fn diff(path: &Path, id: &str, stat: bool) -> Result<(), CliError> {
     let (store, record) = load(path, id)?;
     let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
     emit(&crate::runs_diff::render(&record, &rows, stat))
+}
+
+fn show_html(path: &Path, id: &str, target: &Path) -> Result<(), CliError> {
+    let (store, record) = load(path, id)?;
+    let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
+    let page = crate::report_html::render(&record, &crate::runs_diff::per_file(&rows))?;
+    crate::report_html::write(&page, target)
 }
 
 fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {

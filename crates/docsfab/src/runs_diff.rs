@@ -130,33 +130,38 @@ fn nothing_to_show(record: &RunRecord, rows: &[StoredWrite]) -> String {
 }
 
 fn render_diff(changed: &[PathChange<'_>]) -> String {
-    let mut out = String::new();
-    for c in changed {
-        if let Some(kept) = c.not_kept() {
-            let _ = writeln!(out, "{}", not_shown_line(c, kept));
-            continue;
-        }
-        let (old, new) = c.texts();
-        if old.is_empty() && new.is_empty() {
-            // No hunk can say it, and a header alone is not a patch.
-            let how = if c.before().sha256.is_none() {
-                "created"
-            } else {
-                "removed"
-            };
-            let _ = writeln!(out, "File {}: {how}, empty.", c.path);
-            continue;
-        }
-        let diff = TextDiff::from_lines(old, new);
-        let _ = write!(
-            out,
-            "{}",
-            diff.unified_diff()
-                .context_radius(CONTEXT)
-                .header(&c.old_name(), &c.new_name())
-        );
+    changed.iter().map(file_diff).collect()
+}
+
+/// Per changed path, in the order the run first wrote it: the path and its part of the diff
+/// (what `runs diff` prints for it). The HTML report links each written file to its part.
+pub fn per_file(rows: &[StoredWrite]) -> Vec<(String, String)> {
+    changes(rows)
+        .iter()
+        .map(|c| (c.path.to_owned(), file_diff(c)))
+        .collect()
+}
+
+/// One path's part of the diff: its hunks, or the one line saying why there are none.
+fn file_diff(c: &PathChange<'_>) -> String {
+    if let Some(kept) = c.not_kept() {
+        return format!("{}\n", not_shown_line(c, kept));
     }
-    out
+    let (old, new) = c.texts();
+    if old.is_empty() && new.is_empty() {
+        // No hunk can say it, and a header alone is not a patch.
+        let how = if c.before().sha256.is_none() {
+            "created"
+        } else {
+            "removed"
+        };
+        return format!("File {}: {how}, empty.\n", c.path);
+    }
+    TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(CONTEXT)
+        .header(&c.old_name(), &c.new_name())
+        .to_string()
 }
 
 /// The one line for a file whose contents were not kept.
