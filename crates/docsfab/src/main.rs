@@ -16,6 +16,7 @@ mod runs;
 mod runs_diff;
 mod setup;
 mod sim;
+mod telemetry;
 
 use std::io::Write as _;
 use std::process::ExitCode;
