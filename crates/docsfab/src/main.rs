@@ -104,7 +104,10 @@ fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    // A run's OpenTelemetry export, if one is under way (bounded; a failure is a warning).
+    telemetry::wait_for_export();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Every refusal passes the one redaction path on its way out, whatever built it:

@@ -203,11 +203,12 @@ pub async fn execute(
     let result = run_composition(config, store).await;
     signals.abort();
     reporter.finish();
-    // After the record is committed: the export cannot change the run or its exit code.
+    // After the record is committed, and in the background: the export cannot change the
+    // run, its summary or its exit code (main waits for it last).
     if let (Some(t), Ok(outcome)) = (&telemetry, &result)
         && let Ok(Some(record)) = store.load_run(&outcome.run_id)
     {
-        t.export(&record).await;
+        t.start_export(&record);
     }
     result.map_err(|e| match e {
         RunError::Workspace(text) => workspace_refused(&text),

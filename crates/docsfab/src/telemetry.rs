@@ -11,13 +11,14 @@
 //! HTTP/protobuf on a thread of their own. The record stays the one account of what happened,
 //! and a collector that is down or slow costs one warning line after the run, never the run:
 //! the export starts after the record is committed, the span queue is bounded (the SDK's batch
-//! processor), each request has the exporter's timeout and is not retried, and the CLI waits
-//! for the whole export at most [`wait_bound`].
+//! processor), each request has the exporter's timeout and is not retried, and the export runs
+//! beside the command's summary; the command waits for it at its very end
+//! ([`wait_for_export`]), at most [`wait_bound`].
 
 pub mod plan;
 
 use std::io::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use docsfab_boundary::redact::Redactor;
@@ -140,8 +141,8 @@ impl Telemetry {
         };
         let p = &config.provider;
         let redactor = match &p.api_key {
-            Some(key) => Redactor::new(&[key.expose()]),
-            None => Redactor::default(),
+            Some(key) => Arc::new(Redactor::new(&[key.expose()])),
+            None => Arc::default(),
         };
         let server = reqwest::Url::parse(&p.base_url)
             .ok()
@@ -166,42 +167,79 @@ impl Telemetry {
         }
     }
 
-    /// Exports the recorded run. Never fails: a failed or timed-out export is one warning line
-    /// on stderr.
-    pub async fn export(&self, record: &RunRecord) {
+    /// Starts exporting the recorded run on a thread of its own and returns at once, so the
+    /// command's summary and timing do not wait for the collector; [`wait_for_export`], at
+    /// the end of the command, waits for it (bounded).
+    pub fn start_export(&self, record: &RunRecord) {
         let run_end = SystemTime::now();
         let (span, points) = match self.timeline.lock() {
             Ok(t) => plan::plan(record, &t, &self.facts, run_end),
             Err(_) => return,
         };
         let signals = self.signals.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        // A thread of its own: the OTLP exporters use reqwest's blocking client, which must not
-        // run on (or be dropped on) a thread of the async runtime.
+        let (tx, rx) = mpsc::channel();
+        // Not a task of the async runtime: the OTLP exporters use reqwest's blocking client,
+        // which must not run (or be dropped) on one of its threads, and the runtime ends with
+        // the run.
         let spawned = std::thread::Builder::new()
             .name("docsfab-otel".into())
             .spawn(move || {
                 let _ = tx.send(export_blocking(&signals, span, points));
             });
-        let outcome = match spawned {
-            Ok(_) => match tokio::time::timeout(wait_bound(&self.signals), rx).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(_)) => Err("the export thread ended without a result".to_owned()),
-                Err(_) => Err(format!(
-                    "no answer within {} s",
-                    wait_bound(&self.signals).as_secs()
-                )),
+        let pending = match spawned {
+            Ok(_) => Pending {
+                result: Ok(rx),
+                bound: wait_bound(&self.signals),
+                endpoint: self.signals.endpoint.clone(),
+                redactor: Arc::clone(&self.facts.redactor),
             },
-            Err(e) => Err(format!("cannot start the export thread ({e})")),
+            Err(e) => Pending {
+                result: Err(format!("cannot start the export thread ({e})")),
+                bound: Duration::ZERO,
+                endpoint: self.signals.endpoint.clone(),
+                redactor: Arc::clone(&self.facts.redactor),
+            },
         };
-        if let Err(why) = outcome {
-            let line = format!(
-                "warning: OpenTelemetry export to {} failed: {why}; the run and its record are not affected.",
-                self.signals.endpoint
-            );
-            // Not eprintln!: a closed stderr must not fail the run.
-            let _ = writeln!(std::io::stderr(), "{}", self.facts.redactor.line(&line));
+        if let Ok(mut slot) = PENDING.lock() {
+            *slot = Some(pending);
         }
+    }
+}
+
+/// An export under way: where its result will come, how long to wait for it, and what the
+/// warning needs.
+struct Pending {
+    result: Result<mpsc::Receiver<Result<(), String>>, String>,
+    bound: Duration,
+    endpoint: String,
+    redactor: Arc<Redactor>,
+}
+
+/// The export the command started, if any (one run per process).
+static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
+
+/// Waits for the export the command started, at most its bound. Never fails: a failed or
+/// unanswered export is one warning line on stderr. Does nothing when nothing was exported.
+pub fn wait_for_export() {
+    let Some(p) = PENDING.lock().ok().and_then(|mut slot| slot.take()) else {
+        return;
+    };
+    let outcome = p.result.and_then(|rx| match rx.recv_timeout(p.bound) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            Err(format!("no answer within {} s", p.bound.as_secs()))
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err("the export thread ended without a result".to_owned())
+        }
+    });
+    if let Err(why) = outcome {
+        let line = format!(
+            "warning: OpenTelemetry export to {} failed: {why}; the run and its record are not affected.",
+            p.endpoint
+        );
+        // Not eprintln!: a closed stderr must not fail the command.
+        let _ = writeln!(std::io::stderr(), "{}", p.redactor.line(&line));
     }
 }
 
@@ -273,7 +311,20 @@ fn export_traces(span: &PlannedSpan, resource: Resource) -> Result<(), String> {
     // Shutdown drops the export's result; the flush reports it.
     let flushed = provider.force_flush();
     let _ = provider.shutdown();
-    flushed.map_err(|e| e.to_string())
+    flushed.map_err(|e| innermost(&e.to_string()).to_owned())
+}
+
+/// The exporter's own words inside the SDK's wrapping (`Operation failed: errs:
+/// [Err(InternalFailure("HTTP export failed: network error"))]` reads `network error`).
+fn innermost(message: &str) -> &str {
+    let inner = match message.rfind("(\"") {
+        Some(at) => {
+            let rest = &message[at + 2..];
+            rest.find("\")").map_or(rest, |end| &rest[..end])
+        }
+        None => message,
+    };
+    inner.strip_prefix("HTTP export failed: ").unwrap_or(inner)
 }
 
 /// One planned span and its subtree, children ended before their parent.
@@ -354,9 +405,7 @@ fn export_metrics(points: &MetricPoints, resource: Resource) -> Result<(), Strin
     }
     // Cumulative points: a flush and then the shutdown's own final collection would send them
     // twice, so the shutdown alone exports them. It only says whether that worked.
-    provider
-        .shutdown()
-        .map_err(|_| "the points were not delivered".to_owned())
+    provider.shutdown().map_err(|_| "not delivered".to_owned())
 }
 
 #[cfg(test)]
@@ -371,6 +420,13 @@ mod tests {
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect();
         move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn issue13_the_warning_quotes_the_exporter_not_the_sdk_wrapping() {
+        let wrapped = r#"Operation failed: errs: [Err(InternalFailure("HTTP export failed: network error"))]"#;
+        assert_eq!(innermost(wrapped), "network error");
+        assert_eq!(innermost("timed out"), "timed out");
     }
 
     #[test]

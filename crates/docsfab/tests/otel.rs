@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::routing::post;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -28,13 +29,18 @@ use support::run::{FAST_CATALOG, KEY_VAR, ONE_STEP, Setup, Sim, docsfab_at, look
 /// A metric's data points: each one's attributes (as text) and value.
 type Points = Vec<(HashMap<String, String>, f64)>;
 
-/// The bodies a receiver got, by path (`/v1/traces`, `/v1/metrics`).
-type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+/// What a receiver got: each body by path (`/v1/traces`, `/v1/metrics`), and the
+/// `x-docsfab-team` header of each request.
+#[derive(Default)]
+struct Inbox {
+    bodies: Mutex<Vec<(String, Vec<u8>)>>,
+    team_headers: Mutex<Vec<Option<String>>>,
+}
 
 /// An OTLP/HTTP receiver on 127.0.0.1, on a runtime of its own; stops when dropped.
 struct Receiver {
     _rt: tokio::runtime::Runtime,
-    received: Received,
+    inbox: Arc<Inbox>,
     endpoint: String,
 }
 
@@ -45,10 +51,18 @@ impl Receiver {
             .enable_all()
             .build()
             .unwrap();
-        let received: Received = Arc::default();
+        let inbox: Arc<Inbox> = Arc::default();
         let store = |path: &'static str| {
-            move |State(r): State<Received>, body: Bytes| async move {
-                r.lock().unwrap().push((path.to_owned(), body.to_vec()));
+            move |State(inbox): State<Arc<Inbox>>, headers: HeaderMap, body: Bytes| async move {
+                let team = headers
+                    .get("x-docsfab-team")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                inbox.team_headers.lock().unwrap().push(team);
+                inbox
+                    .bodies
+                    .lock()
+                    .unwrap()
+                    .push((path.to_owned(), body.to_vec()));
                 // An empty Export*ServiceResponse: full success.
                 (
                     [("content-type", "application/x-protobuf")],
@@ -59,7 +73,7 @@ impl Receiver {
         let app = Router::new()
             .route("/v1/traces", post(store("/v1/traces")))
             .route("/v1/metrics", post(store("/v1/metrics")))
-            .with_state(Arc::clone(&received));
+            .with_state(Arc::clone(&inbox));
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -67,13 +81,14 @@ impl Receiver {
         rt.spawn(async move { axum::serve(listener, app).await });
         Receiver {
             _rt: rt,
-            received,
+            inbox,
             endpoint,
         }
     }
 
     fn bodies(&self, path: &str) -> Vec<Vec<u8>> {
-        self.received
+        self.inbox
+            .bodies
             .lock()
             .unwrap()
             .iter()
@@ -388,6 +403,15 @@ fn key_piece_in(hay: &[u8], key: &str) -> Option<usize> {
 /// Runs `scenario` against `docsfab sim serve` with `key` as the API key and OTLP export to
 /// `endpoint`; the exit code and the output.
 fn run_exporting(key: &str, scenario: &str, endpoint: &str) -> std::process::Output {
+    run_exporting_with(key, scenario, endpoint, &[])
+}
+
+fn run_exporting_with(
+    key: &str,
+    scenario: &str,
+    endpoint: &str,
+    vars: &[(&str, &str)],
+) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), scenario);
     let setup = Setup::new(
@@ -399,13 +423,15 @@ fn run_exporting(key: &str, scenario: &str, endpoint: &str) -> std::process::Out
         .run_command(&composition)
         .env(KEY_VAR, key)
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+        .envs(vars.iter().copied())
         .output()
         .unwrap()
 }
 
 /// Issue 9's canary, now for telemetry: the key in a replayed 503's error body, in a tool call's
 /// id (a turn the boundary refuses) and in a terminal 400's error object reaches no exported
-/// byte, traces or metrics.
+/// byte, traces or metrics. The same runs show `OTEL_SERVICE_NAME` and
+/// `OTEL_EXPORTER_OTLP_HEADERS` honoured.
 #[test]
 fn issue13_the_canary_key_appears_in_no_exported_byte() {
     let key = long_canary();
@@ -424,7 +450,15 @@ fn issue13_the_canary_key_appears_in_no_exported_byte() {
     let terminal = format!("responses:\n  - status: 400\n    body: '{body}'\n");
     let mut codes = Vec::new();
     for scenario in [replayed, tool_id, terminal] {
-        let out = run_exporting(&key, &scenario, &receiver.endpoint);
+        let out = run_exporting_with(
+            &key,
+            &scenario,
+            &receiver.endpoint,
+            &[
+                ("OTEL_SERVICE_NAME", "docs-ci"),
+                ("OTEL_EXPORTER_OTLP_HEADERS", "x-docsfab-team=docs"),
+            ],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             looks_like_run_id(stdout.lines().next().unwrap_or("")),
@@ -433,7 +467,23 @@ fn issue13_the_canary_key_appears_in_no_exported_byte() {
         codes.push(out.status.code());
     }
     assert_eq!(codes, [Some(0), Some(1), Some(1)]);
-    let received = receiver.received.lock().unwrap();
+    // The standard variables are honoured: the service name and the extra header.
+    let teams = receiver.inbox.team_headers.lock().unwrap().clone();
+    assert!(
+        teams.iter().all(|t| t.as_deref() == Some("docs")),
+        "{teams:?}"
+    );
+    let first =
+        ExportTraceServiceRequest::decode(receiver.bodies("/v1/traces")[0].as_slice()).unwrap();
+    let resource = attrs(
+        &first.resource_spans[0]
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes,
+    );
+    assert_eq!(resource["service.name"], "docs-ci");
+    let received = receiver.inbox.bodies.lock().unwrap();
     let traces = received.iter().filter(|(p, _)| p == "/v1/traces").count();
     let metrics = received.iter().filter(|(p, _)| p == "/v1/metrics").count();
     assert!(
@@ -468,12 +518,11 @@ fn issue13_an_unreachable_collector_costs_one_warning_line_and_nothing_else() {
         .filter(|l| l.contains("OpenTelemetry"))
         .collect();
     assert_eq!(warnings.len(), 1, "{stderr}");
-    assert!(
-        warnings[0].starts_with(&format!(
-            "warning: OpenTelemetry export to {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT) failed: traces: "
-        )) && warnings[0].ends_with("the run and its record are not affected."),
-        "{}",
-        warnings[0]
+    assert_eq!(
+        warnings[0],
+        format!(
+            "warning: OpenTelemetry export to {endpoint} (OTEL_EXPORTER_OTLP_ENDPOINT) failed: traces: network error; metrics: not delivered; the run and its record are not affected."
+        )
     );
 }
 

@@ -9,6 +9,7 @@
 //! code, failure class, tool call id) pass through the run's [`Redactor`] first.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use docsfab_boundary::redact::Redactor;
@@ -101,7 +102,7 @@ pub struct RunFacts {
     /// The provider's host and port (`server.address`, `server.port`).
     pub server: Option<(String, u16)>,
     /// Built from the run's API key: every free string passes through it.
-    pub redactor: Redactor,
+    pub redactor: Arc<Redactor>,
 }
 
 impl RunFacts {
@@ -577,7 +578,7 @@ mod tests {
             api: Api::OpenaiChat,
             model: "demo-model".into(),
             server: Some(("127.0.0.1".into(), 4000)),
-            redactor: Redactor::new(&["CnryK3y-7h2Qx9"]),
+            redactor: Arc::new(Redactor::new(&["CnryK3y-7h2Qx9"])),
         }
     }
 
