@@ -79,7 +79,6 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf), CliError> {
     }
     let selected = ctx.select_provider(&composition, path)?;
     let api_key = read_key(&selected)?;
-    crate::telemetry::check_env()?;
     crate::preflight::check_provider(
         selected.provider_name,
         &selected.provider.base_url,

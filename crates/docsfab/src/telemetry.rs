@@ -30,7 +30,9 @@ use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_otlp::{Protocol, RetryPolicy, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
+};
 
 use crate::error::CliError;
 use plan::{MetricPoints, PlannedSpan, RunFacts, Timeline};
@@ -295,6 +297,9 @@ fn scope() -> InstrumentationScope {
         .build()
 }
 
+/// The most spans one run's export queues (a run with more loses the rest, counted by the SDK).
+const MAX_QUEUE: usize = 65_536;
+
 fn export_traces(span: &PlannedSpan, resource: Resource) -> Result<(), String> {
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
@@ -302,8 +307,17 @@ fn export_traces(span: &PlannedSpan, resource: Resource) -> Result<(), String> {
         .with_retry_policy(RetryPolicy::disabled())
         .build()
         .map_err(|e| e.to_string())?;
+    // The whole tree is ended at once, faster than any collector takes it: unless the
+    // operator sized the queue, it holds the run's spans (bounded all the same).
+    let mut batch = BatchConfigBuilder::default();
+    if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+        batch = batch.with_max_queue_size(span.count().clamp(2048, MAX_QUEUE));
+    }
+    let processor = BatchSpanProcessor::builder(exporter)
+        .with_batch_config(batch.build())
+        .build();
     let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_span_processor(processor)
         .with_resource(resource)
         .build();
     let tracer = provider.tracer_with_scope(scope());

@@ -527,7 +527,7 @@ fn issue13_an_unreachable_collector_costs_one_warning_line_and_nothing_else() {
 }
 
 /// A protocol docsfab does not speak is bad input, refused before the run: exit 2, one sentence,
-/// nothing recorded.
+/// nothing recorded; `doctor --composition` refuses a bad endpoint the same way.
 #[test]
 fn issue13_an_unsupported_otlp_protocol_is_refused_before_the_run() {
     let setup = Setup::new("http://127.0.0.1:9/v1", "");
@@ -546,4 +546,18 @@ fn issue13_an_unsupported_otlp_protocol_is_refused_before_the_run() {
     );
     assert!(out.stdout.is_empty());
     assert!(!setup.store().exists(), "nothing recorded");
+    // doctor --composition runs the same startup checks.
+    let doctor = setup
+        .docsfab()
+        .args(["doctor", "--composition"])
+        .arg(&composition)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&doctor.stderr);
+    assert_eq!(doctor.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("OTEL_EXPORTER_OTLP_ENDPOINT is \"localhost:4318\", which is not an http:// or https:// URL"),
+        "{stderr}"
+    );
 }

@@ -133,6 +133,13 @@ pub struct PlannedSpan {
     pub children: Vec<PlannedSpan>,
 }
 
+impl PlannedSpan {
+    /// This span and all below it.
+    pub fn count(&self) -> usize {
+        1 + self.children.iter().map(PlannedSpan::count).sum::<usize>()
+    }
+}
+
 /// A span event (an in-turn replay).
 #[derive(Debug, Clone)]
 pub struct PlannedEvent {
@@ -650,6 +657,8 @@ mod tests {
             "stream-incomplete"
         );
         assert_eq!(points.replays.len(), 4);
+        // run, 2 steps, 4 attempts, 10 turns, 6 tool calls
+        assert_eq!(run.count(), 23);
         assert_eq!(points.step_retries.len(), 2);
         let turns = record
             .steps
