@@ -23,11 +23,21 @@ use docsfab_runtime::record::{
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
 
-/// A start and, once seen, an end.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A start and an end, each once seen (a fan-out instance reports its end but not its start).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Times {
-    start: SystemTime,
+    start: Option<SystemTime>,
     end: Option<SystemTime>,
+}
+
+impl Times {
+    fn started(&mut self, now: SystemTime) {
+        self.start.get_or_insert(now);
+    }
+
+    fn ended(&mut self, now: SystemTime) {
+        self.end = Some(now);
+    }
 }
 
 type AttemptKey = (String, u32);
@@ -46,30 +56,27 @@ pub struct Timeline {
 impl Timeline {
     /// Stamps `event` with `now`. Called inline by the progress sink, so it only files times.
     pub fn observe(&mut self, event: &Progress, now: SystemTime) {
-        let open = Times {
-            start: now,
-            end: None,
-        };
         match event {
             Progress::RunStarted { .. } => {
                 self.run_start.get_or_insert(now);
             }
             Progress::StepStarted { step_id, .. } => {
-                self.steps.entry(step_id.clone()).or_insert(open);
+                self.steps.entry(step_id.clone()).or_default().started(now);
             }
             Progress::StepFinished { step_id, .. } => {
-                self.steps.entry(step_id.clone()).or_insert(open).end = Some(now);
+                self.steps.entry(step_id.clone()).or_default().ended(now);
             }
             Progress::AttemptStarted {
                 step_id, attempt, ..
             } => {
-                self.attempts.insert((step_id.clone(), *attempt), open);
+                let key = (step_id.clone(), *attempt);
+                self.attempts.entry(key).or_default().started(now);
             }
             Progress::AttemptFinished {
                 step_id, attempt, ..
             } => {
                 let key = (step_id.clone(), *attempt);
-                self.attempts.entry(key).or_insert(open).end = Some(now);
+                self.attempts.entry(key).or_default().ended(now);
             }
             Progress::Turn {
                 step_id,
@@ -79,18 +86,31 @@ impl Timeline {
                 let key = |turn: u32| (step_id.clone(), *attempt, turn);
                 match event {
                     TurnEvent::Request { turn, .. } => {
-                        self.turns.entry(key(*turn)).or_insert(open);
+                        self.turns.entry(key(*turn)).or_default().started(now);
                     }
                     TurnEvent::Replay { turn, .. } => {
                         self.replays.entry(key(*turn)).or_default().push(now);
                     }
                     TurnEvent::Finished { turn, .. } => {
-                        self.turns.entry(key(*turn)).or_insert(open).end = Some(now);
+                        self.turns.entry(key(*turn)).or_default().ended(now);
                     }
                 }
             }
             Progress::Backoff { .. } => {}
         }
+    }
+
+    /// A step's times; a step whose start was not reported starts with its first attempt.
+    fn step(&self, s: &StepRecord) -> Times {
+        let mut t = self.steps.get(&s.step_id).copied().unwrap_or_default();
+        if t.start.is_none() {
+            t.start = s
+                .attempts
+                .iter()
+                .filter_map(|a| self.attempts.get(&(s.step_id.clone(), a.attempt))?.start)
+                .min();
+        }
+        t
     }
 }
 
@@ -226,7 +246,7 @@ fn step_span(
     parent: (SystemTime, SystemTime),
     points: &mut MetricPoints,
 ) -> PlannedSpan {
-    let (start, end) = within(times.steps.get(&s.step_id), parent, None);
+    let (start, end) = within(Some(&times.step(s)), parent, None);
     let mut attributes = vec![
         kv("docsfab.step.id", facts.text(&s.step_id)),
         kv("docsfab.step.access", s.access.as_str()),
@@ -512,7 +532,8 @@ fn within(
     recorded: Option<Duration>,
 ) -> (SystemTime, SystemTime) {
     let start = stamped
-        .map_or(parent.0, |t| t.start)
+        .and_then(|t| t.start)
+        .unwrap_or(parent.0)
         .clamp(parent.0, parent.1);
     let end = stamped
         .and_then(|t| t.end)
@@ -707,12 +728,13 @@ mod tests {
             event,
         };
         t.observe(&Progress::RunStarted { run_id: "r".into() }, at(0));
+        // No StepStarted (as for a fan-out instance): the step starts with its first attempt.
         t.observe(
-            &Progress::StepStarted {
+            &Progress::StepFinished {
                 step_id: "outline".into(),
-                access: Access::ReadOnly,
+                status: RunStatus::Succeeded,
             },
-            at(10),
+            at(4_000),
         );
         t.observe(
             &Progress::AttemptStarted {
@@ -753,6 +775,10 @@ mod tests {
         let (run, points) = plan(&record, &t, &facts(), at(5_000));
         assert_nested(&run);
         assert_eq!(run.start, at(0));
+        assert_eq!(
+            (run.children[0].start, run.children[0].end),
+            (at(20), at(4_000))
+        );
         let a1 = &run.children[0].children[0];
         assert_eq!(a1.start, at(20));
         // Not finished in the timeline: the recorded 250 ms.
