@@ -66,6 +66,7 @@ const DEMO_MODEL: &str = "demo-model";
 const DEMO_PROVIDER: &str = "demo-simulator";
 
 pub fn run(color: ColorChoice) -> Result<(), CliError> {
+    crate::telemetry::check_env()?;
     // The embedded files are part of the binary; a problem with them is a build defect.
     let bug = |what: &str, e: &dyn std::fmt::Display| {
         CliError::failed(format!(

@@ -156,6 +156,7 @@ pub fn validate_run_inputs(
         let selected = ctx.select_provider(&composition, composition_path)?;
         check_transport(&selected)?;
     }
+    crate::telemetry::check_env()?;
     Ok((ctx, composition))
 }
 

@@ -18,6 +18,7 @@ mod runs_diff;
 mod runs_stats;
 mod setup;
 mod sim;
+mod telemetry;
 mod throttle;
 
 use std::io::Write as _;
@@ -106,7 +107,10 @@ fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let result = run(cli);
+    // A run's OpenTelemetry export, if one is under way (bounded; a failure is a warning).
+    telemetry::wait_for_export();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Every refusal passes the one redaction path on its way out, whatever built it:

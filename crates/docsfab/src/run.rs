@@ -189,18 +189,30 @@ pub async fn execute(
     store: &mut RunStore,
     color: ColorChoice,
 ) -> Result<RunOutcome, CliError> {
+    let telemetry = crate::telemetry::Telemetry::from_env(&config)?;
     let reporter = Reporter::for_stderr(color);
     let signals = watch_signals(config.cancel.clone(), Arc::clone(&reporter))?;
     let sink_reporter = Arc::clone(&reporter);
+    let sink_telemetry = telemetry.clone();
     config.progress = Some(Arc::new(move |p: &Progress| {
         if let Progress::RunStarted { run_id } = p {
             sink_reporter.stdout(&format!("{run_id}\n"));
         }
         sink_reporter.on_event(p);
+        if let Some(t) = &sink_telemetry {
+            t.observe(p);
+        }
     }));
     let result = run_composition(config, store).await;
     signals.abort();
     reporter.finish();
+    // After the record is committed, and in the background: the export cannot change the
+    // run, its summary or its exit code (main waits for it last).
+    if let (Some(t), Ok(outcome)) = (&telemetry, &result)
+        && let Ok(Some(record)) = store.load_run(&outcome.run_id)
+    {
+        t.start_export(&record);
+    }
     result.map_err(|e| match e {
         RunError::Workspace(text) => workspace_refused(&text),
         RunError::Transport(e) => CliError::bad_input(format!(
