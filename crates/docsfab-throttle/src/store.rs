@@ -26,6 +26,18 @@ use crate::process::Holder;
 
 /// How long one transaction waits for another process's lock before it gives up.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often opening the file is tried when its first-time setup meets another process's.
+const OPEN_TRIES: u32 = 8;
+/// The first pause between those tries; it doubles, up to half a second.
+const OPEN_RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e,
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS permits (
@@ -100,23 +112,42 @@ impl Store {
             path: path.to_owned(),
             source,
         };
-        let mut conn = Connection::open(path).map_err(wrap)?;
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(wrap)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(wrap)?;
-        // Soft state: losing the last decisions to a power cut only loosens the throttle once.
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(wrap)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(wrap)?;
-        tx.execute_batch(SCHEMA).map_err(wrap)?;
-        tx.commit().map_err(wrap)?;
+        // Several processes often start at once. Turning a new file into WAL, or creating the
+        // schema, can meet SQLITE_BUSY without SQLite's busy handler ever waiting (a second
+        // connection in the middle of the same first-time setup), so the setup is retried.
+        let mut pause = OPEN_RETRY_PAUSE;
+        let mut tries = 1;
+        let conn = loop {
+            match Self::connect(path) {
+                Err(e) if is_busy(&e) && tries < OPEN_TRIES => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                    tries += 1;
+                }
+                other => break other.map_err(wrap)?,
+            }
+        };
         Ok(Store {
             conn,
             path: path.to_owned(),
             me: Holder::current(),
         })
+    }
+
+    /// One attempt at opening the file and making sure of its mode and schema.
+    fn connect(path: &Path) -> Result<Connection, rusqlite::Error> {
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+        }
+        // Soft state: losing the last decisions to a power cut only loosens the throttle once.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(SCHEMA)?;
+        tx.commit()?;
+        Ok(conn)
     }
 
     fn wrap(&self, source: rusqlite::Error) -> StoreError {
@@ -315,6 +346,30 @@ fn save(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Processes starting together all open a new throttle file: the first-time setup (WAL,
+    /// schema) of one must not make another fail with "database is locked".
+    #[test]
+    fn many_connections_opening_a_new_file_at_once_all_succeed() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("throttle.db");
+            let barrier = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let opened: Vec<_> = (0..8)
+                .map(|_| {
+                    let (path, barrier) = (path.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        Store::open(&path).map(|_| ())
+                    })
+                })
+                .collect();
+            for t in opened {
+                let result = t.join().unwrap();
+                assert!(result.is_ok(), "round {round}: {result:?}");
+            }
+        }
+    }
     use crate::core::{Mode, Reason};
 
     #[test]
