@@ -25,6 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use docsfab_throttle::process::Holder;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
@@ -141,64 +142,6 @@ impl std::fmt::Debug for StoreOptions {
             .field("on_busy", &self.on_busy.is_some())
             .finish()
     }
-}
-
-/// The process that owns a running run: its id and its start time in clock ticks since boot
-/// (field 22 of `/proc/PID/stat`), which tells a live owner from a reused process id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    pub pid: u32,
-    pub start_ticks: Option<u64>,
-}
-
-impl Owner {
-    /// This process.
-    pub fn current() -> Owner {
-        let pid = std::process::id();
-        Owner {
-            pid,
-            start_ticks: process_start_ticks(pid),
-        }
-    }
-
-    /// Whether the process is still the one that created the run. A zombie counts as gone.
-    pub fn is_alive(&self) -> bool {
-        let Some(stat) = read_stat(self.pid) else {
-            return false;
-        };
-        if stat.state == 'Z' || stat.state == 'X' {
-            return false;
-        }
-        match self.start_ticks {
-            Some(ticks) => stat.start_ticks == Some(ticks),
-            None => true,
-        }
-    }
-}
-
-struct ProcStat {
-    state: char,
-    start_ticks: Option<u64>,
-}
-
-fn read_stat(pid: u32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
-}
-
-/// Parses `/proc/PID/stat`. The command name (field 2) may hold spaces and parentheses, so the
-/// fields are counted from the last `)`: state is field 3, starttime field 22.
-fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let start_ticks = fields.nth(18).and_then(|f| f.parse().ok());
-    Some(ProcStat { state, start_ticks })
-}
-
-/// The start time of a process in clock ticks since boot, where `/proc` offers it.
-pub fn process_start_ticks(pid: u32) -> Option<u64> {
-    read_stat(pid)?.start_ticks
 }
 
 /// What a step is started with; the rest of its record fills in as it runs.
@@ -405,7 +348,7 @@ impl RunStore {
 
     /// Creates a run owned by this process, `running`, and returns its id.
     pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
-        self.create_run_owned_by(composition, Owner::current())
+        self.create_run_owned_by(composition, Holder::current())
     }
 
     /// Creates a run owned by this process, `running`, with its context (workspace, provider,
@@ -415,14 +358,14 @@ impl RunStore {
         composition: &str,
         context: &RunContext,
     ) -> Result<String, StoreError> {
-        self.insert_run(composition, Some(context), Owner::current())
+        self.insert_run(composition, Some(context), Holder::current())
     }
 
     /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
     pub fn create_run_owned_by(
         &mut self,
         composition: &str,
-        owner: Owner,
+        owner: Holder,
     ) -> Result<String, StoreError> {
         self.insert_run(composition, None, owner)
     }
@@ -431,7 +374,7 @@ impl RunStore {
         &mut self,
         composition: &str,
         context: Option<&RunContext>,
-        owner: Owner,
+        owner: Holder,
     ) -> Result<String, StoreError> {
         let context = context.map(to_json).transpose()?;
         let now = SystemTime::now();
@@ -872,7 +815,7 @@ fn find_orphans(conn: &Connection) -> Result<Vec<String>, StoreError> {
     let mut orphans = Vec::new();
     for row in rows {
         let (run_id, pid, start) = row?;
-        let owner = Owner {
+        let owner = Holder {
             pid: u32::try_from(pid).unwrap_or(0),
             start_ticks: start.and_then(|s| u64::try_from(s).ok()),
         };
@@ -1027,27 +970,6 @@ fn new_run_id(started_at: &str, composition: &str, pid: u32, now: SystemTime) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_stat_with_a_command_holding_spaces_and_parens() {
-        let text = "1234 (my (odd) cmd) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
-                    987654 1000 50 18446744073709551615";
-        let stat = parse_stat(text).unwrap();
-        assert_eq!(stat.state, 'S');
-        assert_eq!(stat.start_ticks, Some(987_654));
-    }
-
-    #[test]
-    fn this_process_is_alive_and_a_wrong_start_time_is_not() {
-        let me = Owner::current();
-        assert!(me.start_ticks.is_some());
-        assert!(me.is_alive());
-        let reused = Owner {
-            pid: me.pid,
-            start_ticks: me.start_ticks.map(|t| t + 1),
-        };
-        assert!(!reused.is_alive());
-    }
 
     #[test]
     fn run_ids_are_distinct_and_shaped() {

@@ -6,10 +6,9 @@ use std::process::{Command, Stdio};
 use docsfab_runtime::ledger::{Disposition, LeaseStop};
 use docsfab_runtime::record::*;
 use docsfab_runtime::snapshot::WrittenFile;
-use docsfab_runtime::store::{
-    BusyRetry, Owner, RunStore, StepEnd, StepStart, StoreError, StoreOptions, process_start_ticks,
-};
+use docsfab_runtime::store::{BusyRetry, RunStore, StepEnd, StepStart, StoreError, StoreOptions};
 use docsfab_runtime::written::{Kept, MAX_RUN_BYTES, MAX_SIDE_BYTES};
+use docsfab_throttle::process::Holder;
 use serde_json::json;
 
 fn step_start(id: &str) -> StepStart {
@@ -222,10 +221,7 @@ fn run_of_a_killed_owner_is_interrupted_with_its_attempts_intact() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let owner = Owner {
-        pid: child.id(),
-        start_ticks: process_start_ticks(child.id()),
-    };
+    let owner = Holder::of(child.id());
     assert!(owner.start_ticks.is_some());
     let (run, done) = {
         let mut store = RunStore::open(&path).unwrap();
@@ -273,8 +269,8 @@ fn run_of_a_killed_owner_is_interrupted_with_its_attempts_intact() {
 fn a_reused_process_id_is_not_mistaken_for_the_owner() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.db");
-    let me = Owner::current();
-    let impostor = Owner {
+    let me = Holder::current();
+    let impostor = Holder {
         pid: me.pid,
         start_ticks: me.start_ticks.map(|t| t.wrapping_sub(1)),
     };
@@ -436,10 +432,7 @@ fn hardening_write_intents_of_a_killed_attempt_are_listed_on_the_next_open() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let owner = Owner {
-        pid: child.id(),
-        start_ticks: process_start_ticks(child.id()),
-    };
+    let owner = Holder::of(child.id());
     let run = {
         let mut store = RunStore::open(&path).unwrap();
         let run = store.create_run_owned_by("q", owner).unwrap();

@@ -2,8 +2,9 @@
 //! `kill -9` is given back instead of holding a slot for ever.
 //!
 //! A process is named by its id and its start time in clock ticks since boot (field 22 of
-//! `/proc/PID/stat`), so a reused process id does not keep a dead holder's permits alive. This
-//! is the same test the run store applies to a run's owner.
+//! `/proc/PID/stat`), so a reused process id does not keep a dead holder's permits alive. The
+//! run store asks the same question about a run's owner, with this same type, so there is one
+//! liveness test in docsfab.
 
 /// A process, as a permit's holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +16,12 @@ pub struct Holder {
 impl Holder {
     /// This process.
     pub fn current() -> Holder {
-        let pid = std::process::id();
+        Holder::of(std::process::id())
+    }
+
+    /// The process with id `pid` as it is now (its start time read from `/proc` where there is
+    /// one).
+    pub fn of(pid: u32) -> Holder {
         Holder {
             pid,
             start_ticks: read_stat(pid).and_then(|s| s.start_ticks),
