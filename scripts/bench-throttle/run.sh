@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throttle benchmark for docs/throttle-benchmark.md (issue 12): 40 agents x 3 turns (120
+# Throttle benchmark for docs/throttle.md ("Benchmark") (issue 12): 40 agents x 3 turns (120
 # requests) at concurrency 8 against `docsfab sim serve` with a capacity of 120 requests a
 # minute, burst 2 (so 120 requests need about 60 s), a fresh simulator per case. The 429s and
 # request counts are read from the simulator's request log. Not run in CI. It installs pinned
