@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use docsfab_throttle::process::Holder;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use sha2::{Digest, Sha256};
 
 use crate::record::ForEach;
@@ -37,62 +37,7 @@ use crate::record::{
 use crate::snapshot::WrittenFile;
 use crate::written::{self, Kept, StoredWrite};
 
-/// A failure of the run store. Messages say what failed; the CLI adds what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("the run store failed: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    #[error("cannot create the run store's directory {path}: {source}")]
-    CreateDir {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("a stored record is unreadable: {0}")]
-    Corrupt(String),
-    #[error("no run {0}")]
-    UnknownRun(String),
-    #[error("run {run_id} has no step #{step_index}")]
-    UnknownStep { run_id: String, step_index: u32 },
-    #[error("run {run_id} is {status}, not running")]
-    NotRunning {
-        run_id: String,
-        status: &'static str,
-    },
-    #[error("attempt {got} recorded out of order: step {step_id} expects attempt {expected}")]
-    AttemptOutOfOrder {
-        step_id: String,
-        expected: u32,
-        got: u32,
-    },
-    #[error("step {step_id} is {status}; it takes no more attempts")]
-    StepFinished {
-        step_id: String,
-        status: &'static str,
-    },
-    #[error("a run cannot be finished as running")]
-    FinishAsRunning,
-    #[error(
-        "the run store stayed locked by another process while {operation} ({tries} tries, each waiting up to {timeout_ms} ms)"
-    )]
-    Busy {
-        operation: &'static str,
-        tries: u32,
-        timeout_ms: u64,
-    },
-    #[error("attempt {attempt} of step {step_id} already finished; it takes no more writes")]
-    AttemptFinished { step_id: String, attempt: u32 },
-}
-
-impl StoreError {
-    /// SQLite's "busy" or "locked": another connection holds the lock. Worth trying again.
-    fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(e.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-        )
-    }
-}
+pub use crate::store_error::StoreError;
 
 /// A store operation that SQLite still found busy after the busy timeout, about to be tried
 /// again.

@@ -17,7 +17,7 @@
 use rusqlite::{Connection, params};
 
 use crate::snapshot::WrittenFile;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// The most one side (before or after) of a file may hold to be kept: 1 MiB.
 pub const MAX_SIDE_BYTES: usize = 1 << 20;

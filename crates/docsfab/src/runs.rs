@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use docsfab_runtime::ledger::{CallOutcome, ToolCallEntry};
@@ -15,6 +16,7 @@ use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{
     AttemptRecord, AttemptStatus, FileWritten, RunRecord, StepRecord, TurnRecord,
 };
+use docsfab_runtime::stats::{Filter, Stats};
 use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
 use serde::Serialize;
 
@@ -92,7 +94,7 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
             since,
             provider,
             json,
-        } => crate::runs_stats::stats(&path, since.as_deref(), provider.as_deref(), *json),
+        } => stats(&path, since.as_deref(), provider.as_deref(), *json),
     }
 }
 
@@ -556,4 +558,57 @@ mod tests {
         );
         assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
     }
+}
+
+/// `docsfab runs stats`: the records in the window, summed by `docsfab_runtime::stats`.
+fn stats(
+    path: &Path,
+    since: Option<&str>,
+    provider: Option<&str>,
+    json: bool,
+) -> Result<(), CliError> {
+    let since = since.map(crate::runs_stats::parse_since).transpose()?;
+    let filter = Filter {
+        started_at_or_after: since.map(|d| {
+            docsfab_runtime::record::rfc3339_utc(
+                SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH),
+            )
+        }),
+        provider: provider.map(str::to_owned),
+    };
+    let records = load_records(path, &filter)?;
+    let stats = Stats::from_records(&records, &filter);
+    if json {
+        emit(&format!("{}\n", to_json(&stats)?))
+    } else {
+        emit(&crate::runs_stats::render(&stats))
+    }
+}
+
+/// The records of the runs that started in the window (all of them without `--since`); none,
+/// and no store created, when there is no store yet.
+fn load_records(
+    path: &Path,
+    filter: &Filter,
+) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let store = open_store(path)?;
+    let failed = |e: docsfab_runtime::store::StoreError| read_failed(path, e);
+    let mut records = Vec::new();
+    for summary in store.list_runs().map_err(failed)? {
+        // The summary's start is enough to skip a run outside the window unread.
+        if filter
+            .started_at_or_after
+            .as_deref()
+            .is_some_and(|cut| summary.started_at.as_str() < cut)
+        {
+            continue;
+        }
+        if let Some(record) = store.load_run(&summary.run_id).map_err(failed)? {
+            records.push(record);
+        }
+    }
+    Ok(records)
 }

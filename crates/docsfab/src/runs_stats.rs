@@ -1,20 +1,15 @@
-//! `docsfab runs stats`: retry figures across the recorded runs (the figures themselves are
-//! `docsfab_runtime::stats`; this reads the store, parses the flags and renders).
-//!
-//! Every admitted run's record is loaded through the store, one read per run: thousands of
-//! runs take a moment, not a minute, and no second copy of the figures has to be kept in step
-//! with the records.
+//! `docsfab runs stats`: the pure parts of the command — its `--since` flag and the readable
+//! rendering. The figures are `docsfab_runtime::stats`; `runs.rs` reads the records from the
+//! store (one read per admitted run: thousands of runs take a moment, and no second copy of the
+//! figures has to be kept in step with the records).
 
 use std::fmt::Write as _;
-use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::rfc3339_utc;
-use docsfab_runtime::stats::{Counts, Filter, Stats, UNKNOWN_PROVIDER};
+use docsfab_runtime::stats::{Counts, Stats, UNKNOWN_PROVIDER};
 
-use crate::error::{CliError, emit};
-use crate::runs::{open_store, to_json};
+use crate::error::CliError;
 
 /// `--since`: `7d`, `24h`, `90m` or `30s`, a whole positive number and one unit.
 pub fn parse_since(text: &str) -> Result<Duration, CliError> {
@@ -40,55 +35,6 @@ pub fn parse_since(text: &str) -> Result<Duration, CliError> {
     n.checked_mul(unit_secs)
         .map(Duration::from_secs)
         .ok_or_else(bad)
-}
-
-pub fn stats(
-    path: &Path,
-    since: Option<&str>,
-    provider: Option<&str>,
-    json: bool,
-) -> Result<(), CliError> {
-    let since = since.map(parse_since).transpose()?;
-    let filter = Filter {
-        started_at_or_after: since
-            .map(|d| rfc3339_utc(SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH))),
-        provider: provider.map(str::to_owned),
-    };
-    let records = load_records(path, &filter)?;
-    let stats = Stats::from_records(&records, &filter);
-    if json {
-        emit(&format!("{}\n", to_json(&stats)?))
-    } else {
-        emit(&render(&stats))
-    }
-}
-
-/// The records of the runs that started in the window (all of them without `--since`); none,
-/// and no store created, when there is no store yet.
-fn load_records(
-    path: &Path,
-    filter: &Filter,
-) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
-    if !path.exists() {
-        return Ok(Vec::new());
-    }
-    let store = open_store(path)?;
-    let failed = |e: docsfab_runtime::store::StoreError| crate::runs::read_failed(path, e);
-    let mut records = Vec::new();
-    for summary in store.list_runs().map_err(failed)? {
-        // The summary's start is enough to skip a run outside the window unread.
-        if filter
-            .started_at_or_after
-            .as_deref()
-            .is_some_and(|cut| summary.started_at.as_str() < cut)
-        {
-            continue;
-        }
-        if let Some(record) = store.load_run(&summary.run_id).map_err(failed)? {
-            records.push(record);
-        }
-    }
-    Ok(records)
 }
 
 /// `rate-limit 2, server 4`, or `none`.
@@ -121,7 +67,7 @@ fn bursts(b: &std::collections::BTreeMap<u32, u64>) -> String {
 }
 
 /// The readable view.
-fn render(s: &Stats) -> String {
+pub fn render(s: &Stats) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
