@@ -544,22 +544,6 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 9, finding 2: a record stored before provider text was redacted still prints as
-    /// one line without terminal escapes.
-    #[test]
-    fn hardening_terminal_an_old_record_message_is_shown_escaped() {
-        assert_eq!(
-            shown("  type \u{1b}[2J\r\nstep outline succeeded  "),
-            "type \\u{1b}[2J\\r\\nstep outline succeeded"
-        );
-        assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
-    }
-}
-
 /// `docsfab runs stats`: the records in the window, summed by `docsfab_runtime::stats`.
 fn stats(
     path: &Path,
@@ -611,4 +595,20 @@ fn load_records(
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 9, finding 2: a record stored before provider text was redacted still prints as
+    /// one line without terminal escapes.
+    #[test]
+    fn hardening_terminal_an_old_record_message_is_shown_escaped() {
+        assert_eq!(
+            shown("  type \u{1b}[2J\r\nstep outline succeeded  "),
+            "type \\u{1b}[2J\\r\\nstep outline succeeded"
+        );
+        assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
+    }
 }
