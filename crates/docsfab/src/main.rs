@@ -6,6 +6,7 @@ mod demo;
 mod doctor;
 mod env_names;
 mod error;
+mod goodput;
 mod home;
 mod preflight;
 mod probe;
