@@ -96,8 +96,7 @@ pub const PEERS: [PeerPreset; 3] = [
         initial_delay_ms: 2_000,
         max_delay_ms: None,
         jitter: 0.0,
-        // Not modelled: the seed model sends no Retry-After, so it cannot matter there.
-        honours_retry_after_up_to_ms: None,
+        honours_retry_after_up_to_ms: Some(60_000),
     },
 ];
 

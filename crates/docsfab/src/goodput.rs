@@ -121,8 +121,8 @@ fn effective() -> Result<(String, Policy), CliError> {
 
 fn table(rows: &[Summary]) -> String {
     let mut out = format!(
-        "{:<18} {:>9} {:>19} {:>9} {:>9} {:>8} {:>9}  bounds hit (share of steps)\n",
-        "policy", "success", "95% CI", "p50 s", "p99 s", "req/ok", "wait s"
+        "{:<18} {:>8} {:>9} {:>19} {:>9} {:>9} {:>8} {:>9}  bounds hit (share of steps)\n",
+        "policy", "failed", "success", "95% CI", "p50 s", "p99 s", "req/ok", "wait s"
     );
     for s in rows {
         let bounds: Vec<String> = s
@@ -131,8 +131,9 @@ fn table(rows: &[Summary]) -> String {
             .map(|(b, share)| format!("{b} {:.3}%", share * 100.0))
             .collect();
         out.push_str(&format!(
-            "{:<18} {:>8.3}% {:>8.3}%..{:>7.3}% {:>9.1} {:>9.1} {:>8.3} {:>9.2}  {}\n",
+            "{:<18} {:>8} {:>8.3}% {:>8.3}%..{:>7.3}% {:>9.1} {:>9.1} {:>8.3} {:>9.2}  {}\n",
             s.policy,
+            s.steps - s.succeeded,
             s.success_rate * 100.0,
             s.success_ci95.low * 100.0,
             s.success_ci95.high * 100.0,
