@@ -304,3 +304,78 @@ impl FaultModel {
         m
     }
 }
+
+/// What the run store observed, in the shape `runs stats` counts it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// Provider requests sent.
+    pub requests: u64,
+    /// Turns by the faults in a row they saw (answered or given up alike).
+    pub bursts: Vec<(u32, u64)>,
+    /// Faults by provider error class (`rate-limit`, `server`, `timeout`, `network`, ...).
+    pub faults_by_class: Vec<(String, u64)>,
+    /// The 429-after-429 figure: (the shortest wait of the bucket, the probability, if sampled).
+    pub repeats_after_429: Vec<(u64, Option<f64>)>,
+}
+
+impl FaultModel {
+    /// A model fitted from recorded runs; `None` when they saw no request.
+    ///
+    /// Faults in a row are read as a burst of the bad state: the mean burst length `L` gives
+    /// `badToGood = 1/L`, and bursts per fault-free request give `goodToBad`. The bad state
+    /// draws the observed class mix; the good state never faults. The 429 repeat curve is the
+    /// store's, bucket by bucket. Latencies are not recorded per request, so the seed model's
+    /// are kept.
+    pub fn fit(o: &Observed) -> Option<FaultModel> {
+        if o.requests == 0 {
+            return None;
+        }
+        let (mut bursts, mut faults) = (0u64, 0u64);
+        for &(len, turns) in &o.bursts {
+            if len > 0 {
+                bursts += turns;
+                faults += u64::from(len) * turns;
+            }
+        }
+        let mut mix = ClassProbabilities::default();
+        let classified: u64 = o.faults_by_class.iter().map(|(_, n)| n).sum();
+        for (class, n) in &o.faults_by_class {
+            let share = *n as f64 / classified.max(1) as f64;
+            match class.as_str() {
+                "rate-limit" => mix.rate_limit += share,
+                "server" => mix.server += share,
+                "timeout" => mix.timeout += share,
+                "stream-incomplete" => mix.stream_incomplete += share,
+                // Connection faults and any class the model has no slot for.
+                _ => mix.network += share,
+            }
+        }
+        if classified == 0 {
+            mix.server = 1.0;
+        }
+        let seed = FaultModel::seed();
+        let clean = o.requests.saturating_sub(faults).max(1);
+        Some(FaultModel {
+            good: ClassProbabilities::default(),
+            bad: mix,
+            good_to_bad: (bursts as f64 / clean as f64).min(1.0),
+            bad_to_good: if bursts == 0 {
+                1.0
+            } else {
+                (bursts as f64 / faults as f64).min(1.0)
+            },
+            repeat_after_429: o
+                .repeats_after_429
+                .iter()
+                .filter_map(|&(after_wait_ms, p)| {
+                    p.map(|probability| RepeatPoint {
+                        after_wait_ms,
+                        probability,
+                    })
+                })
+                .collect(),
+            retry_after_ms: None,
+            ..seed
+        })
+    }
+}

@@ -145,3 +145,23 @@ fn goodput_seed_model_throttled_steps_docsfab_vs_sdk() {
     );
     assert!(ours.success_rate > 0.999, "{ours:?}");
 }
+
+/// The store fit: 90 clean turns, 10 one-fault bursts and 10 three-fault bursts over 150
+/// requests give a mean burst of 2 faults (badToGood 0.5) and 20 bursts per 110 clean requests.
+#[test]
+fn goodput_fit_from_store_figures_is_hand_computable() {
+    use docsfab_goodput::model::Observed;
+    let o = Observed {
+        requests: 150,
+        bursts: vec![(0, 90), (1, 10), (3, 10)],
+        faults_by_class: vec![("server".into(), 30), ("rate-limit".into(), 10)],
+        repeats_after_429: vec![(0, Some(0.7)), (1_000, None), (5_000, Some(0.5))],
+    };
+    let m = FaultModel::fit(&o).expect("requests were seen");
+    assert_eq!(m.bad_to_good, 0.5);
+    assert!((m.good_to_bad - 20.0 / 110.0).abs() < 1e-12);
+    assert_eq!((m.bad.server, m.bad.rate_limit), (0.75, 0.25));
+    assert_eq!(m.repeat_after_429.len(), 2);
+    assert!(m.problem().is_none());
+    assert!(FaultModel::fit(&Observed::default()).is_none());
+}

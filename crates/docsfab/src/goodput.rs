@@ -1,13 +1,15 @@
 //! `docsfab sim goodput`: the Monte Carlo of docsfab's retry policy and the peers' defaults
 //! against a fault model (docs/budgets.md). The simulation itself is `docsfab-goodput`.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use clap::Args;
-use docsfab_goodput::model::FaultModel;
+use docsfab_goodput::model::{FaultModel, Observed};
 use docsfab_goodput::policy::{DocsfabPolicy, PEERS, Policy, peer};
 use docsfab_goodput::report::{Summary, simulate};
 use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
+use docsfab_runtime::stats::{Filter, Stats};
 
 use crate::error::{CliError, emit, plain_reason};
 use crate::home::HostContext;
@@ -49,6 +51,7 @@ pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
             "faultModel": args.fault_model,
             "steps": args.steps,
             "seed": args.seed,
+            "model": model,
             "policies": summaries,
         });
         emit(&format!(
@@ -64,10 +67,54 @@ pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
 fn fault_model(arg: &str) -> Result<FaultModel, CliError> {
     match arg {
         "seed" => Ok(FaultModel::seed()),
-        "store" => Err(CliError::bad_input(
-            "--fault-model store is not available in this build yet; pass --fault-model seed or a YAML file (format: docs/budgets.md).",
-        )),
+        "store" => store_model(),
         path => load_model(Path::new(path)),
+    }
+}
+
+/// Runs the store must hold before a fit means anything.
+const MIN_RUNS: u64 = 3;
+
+/// The model fitted from the run store's figures (the ones `runs stats` prints).
+fn store_model() -> Result<FaultModel, CliError> {
+    let home = crate::home::Home::locate()?;
+    let path = home.dir.join(crate::runs::STORE_FILE_NAME);
+    let filter = Filter::default();
+    let records = crate::runs_stats::load_records(&path, &filter)?;
+    let stats = Stats::from_records(&records, &filter);
+    let fitted = (stats.runs >= MIN_RUNS)
+        .then(|| FaultModel::fit(&observed(&stats)))
+        .flatten();
+    fitted.ok_or_else(|| {
+        CliError::bad_input(format!(
+            "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {}; run some compositions first, or pass --fault-model seed or a YAML file.",
+            path.display(),
+            stats.runs
+        ))
+    })
+}
+
+/// The store's figures in the fit's terms; wait buckets start at their lower edge.
+fn observed(s: &Stats) -> Observed {
+    let mut bursts: BTreeMap<u32, u64> = s.fault_bursts.before_success.clone();
+    for (len, n) in &s.fault_bursts.before_give_up {
+        *bursts.entry(*len).or_default() += n;
+    }
+    let floor = |label: &str| match label {
+        "1-5s" => 1_000,
+        "5-20s" => 5_000,
+        ">=20s" => 20_000,
+        _ => 0,
+    };
+    Observed {
+        requests: s.requests,
+        bursts: bursts.into_iter().collect(),
+        faults_by_class: s.replays.by_class.clone().into_iter().collect(),
+        repeats_after_429: s
+            .rate_limit_repeats
+            .iter()
+            .map(|b| (floor(b.wait), b.probability))
+            .collect(),
     }
 }
 
