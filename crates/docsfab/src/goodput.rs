@@ -11,6 +11,9 @@ use docsfab_goodput::report::{Summary, simulate};
 use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
 use docsfab_runtime::stats::{Filter, Stats};
 
+use docsfab_policy::catalog::{Limit, resolve};
+use docsfab_policy::host::{RawKind, RawValue};
+
 use crate::error::{CliError, emit, plain_reason};
 use crate::home::HostContext;
 
@@ -29,6 +32,13 @@ pub struct GoodputArgs {
     /// The seed of the random draws; the same seed gives the same figures.
     #[arg(long, value_name = "S", default_value_t = 1)]
     pub seed: u64,
+    /// Vary one limit of the effective policy over A..B (a catalog key such as
+    /// `retry.maxTransportRetries`, or its `DOCSFAB_` variable); at most 21 points.
+    #[arg(long, value_name = "KEY=A..B")]
+    pub sweep: Option<String>,
+    /// With --sweep: draw step success and p99 step time against the swept value (SVG).
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -41,11 +51,33 @@ pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
         ));
     }
     let model = fault_model(&args.fault_model)?;
-    let policies = policies(&args.policy)?;
+    let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
+    if let Some(plot) = &args.plot
+        && plot.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(CliError::bad_input(format!(
+            "--plot {} does not end in .svg; only SVG plots are drawn, so name the file FILE.svg.",
+            plot.display()
+        )));
+    }
+    let policies = match &sweep {
+        Some(sw) => swept_policies(sw)?,
+        None => policies(&args.policy)?,
+    };
     let summaries: Vec<Summary> = policies
         .iter()
         .map(|(name, p)| simulate(name, p, &model, args.steps, args.seed))
         .collect();
+    if let (Some(path), Some(sw)) = (&args.plot, &sweep) {
+        let svg = crate::goodput_plot::svg(sw.limit.key(), &sw.values, &summaries);
+        std::fs::write(path, svg).map_err(|e| {
+            CliError::bad_input(format!(
+                "cannot write the plot {} ({}); pass a writable path.",
+                path.display(),
+                plain_reason(&e.to_string(), "not writable")
+            ))
+        })?;
+    }
     if args.json {
         let doc = serde_json::json!({
             "faultModel": args.fault_model,
@@ -158,6 +190,79 @@ fn policies(arg: &str) -> Result<Vec<(String, Policy)>, CliError> {
     }
 }
 
+/// A parsed `--sweep`.
+struct Sweep {
+    limit: Limit,
+    values: Vec<u64>,
+}
+
+fn parse_sweep(arg: &str) -> Result<Sweep, CliError> {
+    let bad = |why: &str| {
+        CliError::bad_input(format!(
+            "--sweep {arg:?} {why}; pass KEY=A..B with a catalog key such as retry.maxTransportRetries and whole numbers A <= B."
+        ))
+    };
+    let (key, range) = arg.split_once('=').ok_or_else(|| bad("has no '='"))?;
+    let limit = Limit::from_key(key)
+        .or_else(|| Limit::ALL.into_iter().find(|l| l.env_var() == Some(key)))
+        .ok_or_else(|| bad("names no limit"))?;
+    let (a, b) = range
+        .split_once("..")
+        .ok_or_else(|| bad("has no range A..B"))?;
+    let (a, b) = match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
+        (Ok(a), Ok(b)) if a <= b => (a, b),
+        _ => return Err(bad("has no range of whole numbers A <= B")),
+    };
+    if a < limit.min() || b > limit.max() {
+        return Err(CliError::bad_input(format!(
+            "--sweep {arg:?} leaves the range of {} ({}..{}); sweep inside it (a host may only lower catalog limits).",
+            limit.key(),
+            limit.min(),
+            limit.max()
+        )));
+    }
+    let step = (b - a).div_ceil(20).max(1);
+    let mut values: Vec<u64> = (0..=20)
+        .map(|i| a.saturating_add(i * step).min(b))
+        .collect();
+    values.dedup();
+    Ok(Sweep { limit, values })
+}
+
+/// The effective policy once per swept value: the value is given where the operator would give
+/// it (host.yaml's catalog, or the environment for a limit host.yaml cannot set), and resolved
+/// the way a run resolves it, so a value outside the limit's range is refused the same way.
+fn swept_policies(sw: &Sweep) -> Result<Vec<(String, Policy)>, CliError> {
+    let ctx = HostContext::load()?;
+    let mut out = Vec::new();
+    for &v in &sw.values {
+        let mut host = ctx.host.clone();
+        let mut env = ctx.env.clone();
+        if let Some(var) = sw.limit.env_var() {
+            env.remove(var);
+        }
+        if sw.limit.in_host_catalog() {
+            host.catalog.insert(
+                sw.limit.key().to_string(),
+                RawValue {
+                    text: v.to_string(),
+                    kind: RawKind::Number,
+                    line: 0,
+                },
+            );
+        } else if let Some(var) = sw.limit.env_var() {
+            env.insert(var.to_string(), v.to_string());
+        }
+        let limits = resolve(&host, &env)?;
+        let p = DocsfabPolicy::from_limits(&limits, ctx.rules.clone(), DEFAULT_TIMEOUT_MS);
+        out.push((
+            format!("{}={v}", sw.limit.key()),
+            Policy::Docsfab(Box::new(p)),
+        ));
+    }
+    Ok(out)
+}
+
 /// docsfab's policy as this host resolves it (the same resolution `doctor` shows), with the
 /// default attempt timer.
 fn effective() -> Result<(String, Policy), CliError> {
@@ -167,8 +272,14 @@ fn effective() -> Result<(String, Policy), CliError> {
 }
 
 fn table(rows: &[Summary]) -> String {
+    let w = rows
+        .iter()
+        .map(|s| s.policy.len())
+        .max()
+        .unwrap_or(0)
+        .max(18);
     let mut out = format!(
-        "{:<18} {:>8} {:>9} {:>19} {:>9} {:>9} {:>8} {:>9}  bounds hit (share of steps)\n",
+        "{:<w$} {:>8} {:>9} {:>19} {:>9} {:>9} {:>8} {:>9}  bounds hit (share of steps)\n",
         "policy", "failed", "success", "95% CI", "p50 s", "p99 s", "req/ok", "wait s"
     );
     for s in rows {
@@ -178,7 +289,7 @@ fn table(rows: &[Summary]) -> String {
             .map(|(b, share)| format!("{b} {:.3}%", share * 100.0))
             .collect();
         out.push_str(&format!(
-            "{:<18} {:>8} {:>8.3}% {:>8.3}%..{:>7.3}% {:>9.1} {:>9.1} {:>8.3} {:>9.2}  {}\n",
+            "{:<w$} {:>8} {:>8.3}% {:>8.3}%..{:>7.3}% {:>9.1} {:>9.1} {:>8.3} {:>9.2}  {}\n",
             s.policy,
             s.steps - s.succeeded,
             s.success_rate * 100.0,

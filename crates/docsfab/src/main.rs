@@ -7,6 +7,7 @@ mod doctor;
 mod env_names;
 mod error;
 mod goodput;
+mod goodput_plot;
 mod home;
 mod preflight;
 mod probe;

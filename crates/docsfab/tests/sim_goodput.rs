@@ -170,3 +170,40 @@ fn issue14_goodput_bad_input_is_one_sentence_and_exit_2() {
         assert!(out.stdout.is_empty());
     }
 }
+
+/// `--sweep` resolves each value the way a run does and `--plot` draws both series; a range
+/// outside the limit's catalog range is refused before anything runs.
+#[test]
+fn issue14_goodput_sweep_rows_and_svg_plot() {
+    let home = tempfile::tempdir().unwrap();
+    let plot = home.path().join("sweep.svg");
+    let out = goodput(
+        home.path(),
+        &[
+            "--sweep",
+            "retry.maxTransportRetries=0..6",
+            "--steps",
+            "300",
+            "--json",
+            "--plot",
+            plot.to_str().unwrap(),
+        ],
+    );
+    let doc = json(&out);
+    let names: Vec<&str> = doc["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 7);
+    assert_eq!(names[0], "retry.maxTransportRetries=0");
+    assert_eq!(names[6], "retry.maxTransportRetries=6");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(svg.matches("<polyline").count(), 2);
+
+    let refused = goodput(home.path(), &["--sweep", "retry.maxTransportRetries=0..9"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("leaves the range"));
+}
