@@ -111,20 +111,53 @@ const MIN_RUNS: u64 = 3;
 fn store_model() -> Result<FaultModel, CliError> {
     let home = crate::home::Home::locate()?;
     let path = home.dir.join(crate::runs::STORE_FILE_NAME);
+    let (fitted, runs) = fit_store(&path)?;
+    fitted.ok_or_else(|| {
+        CliError::bad_input(format!(
+            "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {runs}; run some compositions first, or pass --fault-model seed or a YAML file.",
+            path.display()
+        ))
+    })
+}
+
+/// The fitted model (when the store holds enough runs) and the number of runs read.
+fn fit_store(path: &Path) -> Result<(Option<FaultModel>, u64), CliError> {
     let filter = Filter::default();
-    let records = crate::runs_stats::load_records(&path, &filter)?;
+    let records = crate::runs_stats::load_records(path, &filter)?;
     let stats = Stats::from_records(&records, &filter);
     let fitted = (stats.runs >= MIN_RUNS)
         .then(|| FaultModel::fit(&observed(&stats)))
         .flatten();
-    fitted.ok_or_else(|| {
-        CliError::bad_input(format!(
-            "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {}; run some compositions first, or pass --fault-model seed or a YAML file.",
-            path.display(),
-            stats.runs
-        ))
-    })
+    Ok((fitted, stats.runs))
 }
+
+/// `doctor`'s line: the expected step success of this host's policy under the model fitted
+/// from the store; `None` until the store holds enough runs (or cannot be read: doctor reports
+/// the store elsewhere, and this line is advice).
+pub fn doctor_line(ctx: &HostContext, attempt_timer_ms: u64) -> Option<String> {
+    let path = ctx.home.dir.join(crate::runs::STORE_FILE_NAME);
+    let (model, runs) = match fit_store(&path) {
+        Ok((Some(m), runs)) => (m, runs),
+        _ => return None,
+    };
+    let p = DocsfabPolicy::from_limits(&ctx.limits, ctx.rules.clone(), attempt_timer_ms);
+    let s = simulate(
+        "effective",
+        &Policy::Docsfab(Box::new(p)),
+        &model,
+        DOCTOR_STEPS,
+        1,
+    );
+    Some(format!(
+        "Expected step success: {:.2}% (95% CI {:.2}%..{:.2}%) under the fault model fitted from {runs} recorded runs; details: docsfab sim goodput --fault-model store",
+        s.success_rate * 100.0,
+        s.success_ci95.low * 100.0,
+        s.success_ci95.high * 100.0
+    ))
+}
+
+/// Enough steps for a two-decimal figure, few enough to keep `doctor` instant.
+const DOCTOR_STEPS: u64 = 20_000;
 
 /// The store's figures in the fit's terms; wait buckets start at their lower edge.
 fn observed(s: &Stats) -> Observed {

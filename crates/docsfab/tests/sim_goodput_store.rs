@@ -1,5 +1,6 @@
 //! `docsfab sim goodput --fault-model store` over real runs against `docsfab sim serve`: the
-//! model is fitted from the figures `runs stats` reports, and too few runs is refused (exit 2).
+//! model is fitted from the figures `runs stats` reports, too few runs is refused (exit 2), and
+//! `doctor` prints the expected step success once the store holds enough runs.
 
 mod support;
 
@@ -38,8 +39,18 @@ fn issue14_goodput_store_model_is_fitted_from_recorded_runs() {
             .output()
             .unwrap()
     };
+    let doctor = || {
+        let out = s.docsfab().arg("doctor").output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
     for i in 0..3 {
         if i == 2 {
+            assert!(!doctor().contains("Expected step success"));
             let early = goodput();
             let err = String::from_utf8_lossy(&early.stderr);
             assert_eq!(early.status.code(), Some(2), "{err}");
