@@ -39,7 +39,7 @@ fn goodput_all_ok_is_one_request_and_success() {
 /// window's 8 requests with its seven waits, and the transport budget adds six attempts with
 /// waits 1 s .. 32 s before the step is exhausted.
 #[test]
-fn goodput_all_503_hits_exactly_the_spec_bounds_rep1_rep7() {
+fn goodput_all_503_hits_exactly_the_spec_bounds_rep_1_rep_7() {
     let r = step(&defaults(), &FaultModel::always(503), &mut Rng::new(1));
     let turn = [500, 1_000, 2_000, 4_000, 8_000, 16_000, 20_000];
     let mut expected = Vec::new();
