@@ -53,6 +53,8 @@ struct Report {
     /// Each provider's host resolution, in host.yaml order.
     dns: Vec<(String, Resolution)>,
     probe: Option<ProbeReport>,
+    /// The expected step success under the store's fitted fault model (issue 14).
+    goodput: Option<String>,
     warnings: Vec<String>,
 }
 
@@ -162,7 +164,9 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
         None
     };
 
+    let goodput = crate::goodput::doctor_line(&ctx, timer_ms);
     Ok(Report {
+        goodput,
         ctx,
         composition,
         timer_ms,
@@ -473,6 +477,9 @@ fn to_text(r: &Report) -> String {
         human_duration(e.total_ms),
         human_duration(e.deadline_ms)
     ));
+    if let Some(g) = &r.goodput {
+        line(g.clone());
+    }
     for l in r.probe.iter().flat_map(ProbeReport::lines) {
         line(l);
     }

@@ -6,6 +6,8 @@ mod demo;
 mod doctor;
 mod env_names;
 mod error;
+mod goodput;
+mod goodput_plot;
 mod home;
 mod preflight;
 mod probe;

@@ -571,7 +571,7 @@ fn stats(
 
 /// The records of the runs that started in the window (all of them without `--since`); none,
 /// and no store created, when there is no store yet.
-fn load_records(
+pub(crate) fn load_records(
     path: &Path,
     filter: &Filter,
 ) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {

@@ -20,6 +20,9 @@ pub enum SimCommand {
     /// Serve a scenario on loopback (OpenAI /v1/chat/completions and Anthropic /v1/messages).
     /// Prints `listening on http://ADDR/v1` first, then runs until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Monte Carlo of the retry policy (and peers' defaults) against a fault model: step
+    /// success with a 95% interval, step time, requests and waits per policy (docs/budgets.md).
+    Goodput(crate::goodput::GoodputArgs),
 }
 
 #[derive(Debug, Args)]
@@ -44,6 +47,7 @@ pub fn run(args: &SimArgs) -> Result<(), CliError> {
                 serve.log.as_deref(),
             ))
             .map_err(to_cli_error),
+        SimCommand::Goodput(g) => crate::goodput::run(g),
     }
 }
 

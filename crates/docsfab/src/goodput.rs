@@ -1,0 +1,343 @@
+//! `docsfab sim goodput`: the Monte Carlo of docsfab's retry policy and the peers' defaults
+//! against a fault model (docs/budgets.md). The simulation itself is `docsfab-goodput`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use clap::Args;
+use docsfab_goodput::model::{FaultModel, Observed};
+use docsfab_goodput::policy::{DocsfabPolicy, PEERS, Policy, peer};
+use docsfab_goodput::report::{Summary, simulate};
+use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
+use docsfab_runtime::stats::{Filter, Stats};
+
+use docsfab_policy::catalog::{Limit, resolve};
+use docsfab_policy::host::{RawKind, RawValue};
+
+use crate::error::{CliError, emit, plain_reason};
+use crate::home::HostContext;
+
+#[derive(Debug, Args)]
+pub struct GoodputArgs {
+    /// `seed` (the spec's published figures), `store` (fitted from recorded runs), or a YAML FILE.
+    #[arg(long, value_name = "seed|store|FILE", default_value = "seed")]
+    pub fault_model: String,
+    /// `effective` (this host's resolved limits), a preset (openai-python, anthropic-python,
+    /// vercel-ai-sdk), or `all`.
+    #[arg(long, value_name = "effective|NAME|all", default_value = "all")]
+    pub policy: String,
+    /// Steps simulated per policy.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub steps: u64,
+    /// The seed of the random draws; the same seed gives the same figures.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Vary one limit of the effective policy over A..B (a catalog key such as
+    /// `retry.maxTransportRetries`, or its `DOCSFAB_` variable); at most 21 points.
+    #[arg(long, value_name = "KEY=A..B")]
+    pub sweep: Option<String>,
+    /// With --sweep: draw step success and p99 step time against the swept value (SVG).
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub plot: Option<std::path::PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
+    if args.steps == 0 {
+        return Err(CliError::bad_input(
+            "--steps 0 simulates nothing; pass a positive number of steps.",
+        ));
+    }
+    let model = fault_model(&args.fault_model)?;
+    let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
+    if let Some(plot) = &args.plot
+        && plot.extension().and_then(|e| e.to_str()) != Some("svg")
+    {
+        return Err(CliError::bad_input(format!(
+            "--plot {} does not end in .svg; only SVG plots are drawn, so name the file FILE.svg.",
+            plot.display()
+        )));
+    }
+    let policies = match &sweep {
+        Some(sw) => swept_policies(sw)?,
+        None => policies(&args.policy)?,
+    };
+    let summaries: Vec<Summary> = policies
+        .iter()
+        .map(|(name, p)| simulate(name, p, &model, args.steps, args.seed))
+        .collect();
+    if let (Some(path), Some(sw)) = (&args.plot, &sweep) {
+        let svg = crate::goodput_plot::svg(sw.limit.key(), &sw.values, &summaries);
+        std::fs::write(path, svg).map_err(|e| {
+            CliError::bad_input(format!(
+                "cannot write the plot {} ({}); pass a writable path.",
+                path.display(),
+                plain_reason(&e.to_string(), "not writable")
+            ))
+        })?;
+    }
+    if args.json {
+        let doc = serde_json::json!({
+            "faultModel": args.fault_model,
+            "steps": args.steps,
+            "seed": args.seed,
+            "model": model,
+            "policies": summaries,
+        });
+        emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        ))
+    } else {
+        emit(&table(&summaries))
+    }
+}
+
+/// The named model, or the file's, refused in one sentence when it is not sound.
+fn fault_model(arg: &str) -> Result<FaultModel, CliError> {
+    match arg {
+        "seed" => Ok(FaultModel::seed()),
+        "store" => store_model(),
+        path => load_model(Path::new(path)),
+    }
+}
+
+/// Runs the store must hold before a fit means anything.
+const MIN_RUNS: u64 = 3;
+
+/// The model fitted from the run store's figures (the ones `runs stats` prints).
+fn store_model() -> Result<FaultModel, CliError> {
+    let home = crate::home::Home::locate()?;
+    let path = home.dir.join(crate::runs::STORE_FILE_NAME);
+    let (fitted, runs) = fit_store(&path)?;
+    fitted.ok_or_else(|| {
+        CliError::bad_input(format!(
+            "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {runs}; run some compositions first, or pass --fault-model seed or a YAML file.",
+            path.display()
+        ))
+    })
+}
+
+/// The fitted model (when the store holds enough runs) and the number of runs read.
+fn fit_store(path: &Path) -> Result<(Option<FaultModel>, u64), CliError> {
+    let filter = Filter::default();
+    let records = crate::runs::load_records(path, &filter)?;
+    let stats = Stats::from_records(&records, &filter);
+    let fitted = (stats.runs >= MIN_RUNS)
+        .then(|| FaultModel::fit(&observed(&stats)))
+        .flatten();
+    Ok((fitted, stats.runs))
+}
+
+/// `doctor`'s line: the expected step success of this host's policy under the model fitted
+/// from the store; `None` until the store holds enough runs (or cannot be read: doctor reports
+/// the store elsewhere, and this line is advice).
+pub fn doctor_line(ctx: &HostContext, attempt_timer_ms: u64) -> Option<String> {
+    let path = ctx.home.dir.join(crate::runs::STORE_FILE_NAME);
+    let (model, runs) = match fit_store(&path) {
+        Ok((Some(m), runs)) => (m, runs),
+        _ => return None,
+    };
+    let p = DocsfabPolicy::from_limits(&ctx.limits, ctx.rules.clone(), attempt_timer_ms);
+    let s = simulate(
+        "effective",
+        &Policy::Docsfab(Box::new(p)),
+        &model,
+        DOCTOR_STEPS,
+        1,
+    );
+    Some(format!(
+        "Expected step success: {:.2}% (95% CI {:.2}%..{:.2}%) under the fault model fitted from {runs} recorded runs; details: docsfab sim goodput --fault-model store",
+        s.success_rate * 100.0,
+        s.success_ci95.low * 100.0,
+        s.success_ci95.high * 100.0
+    ))
+}
+
+/// Enough steps for a two-decimal figure, few enough to keep `doctor` instant.
+const DOCTOR_STEPS: u64 = 20_000;
+
+/// The store's figures in the fit's terms; wait buckets start at their lower edge.
+fn observed(s: &Stats) -> Observed {
+    let mut bursts: BTreeMap<u32, u64> = s.fault_bursts.before_success.clone();
+    for (len, n) in &s.fault_bursts.before_give_up {
+        *bursts.entry(*len).or_default() += n;
+    }
+    let floor = |label: &str| match label {
+        "1-5s" => 1_000,
+        "5-20s" => 5_000,
+        ">=20s" => 20_000,
+        _ => 0,
+    };
+    Observed {
+        requests: s.requests,
+        bursts: bursts.into_iter().collect(),
+        faults_by_class: s.replays.by_class.clone().into_iter().collect(),
+        repeats_after_429: s
+            .rate_limit_repeats
+            .iter()
+            .map(|b| (floor(b.wait), b.probability))
+            .collect(),
+    }
+}
+
+fn load_model(path: &Path) -> Result<FaultModel, CliError> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CliError::bad_input(format!(
+            "cannot read the fault model {shown} ({}); pass seed, store, or the path of a YAML fault model.",
+            plain_reason(&e.to_string(), "unreadable")
+        ))
+    })?;
+    let model: FaultModel = docsfab_policy::host::from_yaml(&text).map_err(|e| {
+        let (line, column, reason) = docsfab_policy::host::yaml_error_parts(&e, &text);
+        CliError::bad_input(format!(
+            "the fault model {shown} is not valid at line {line}, column {column}: {}; see docs/budgets.md for its fields.",
+            reason.trim_end_matches('.')
+        ))
+    })?;
+    match model.problem() {
+        Some(p) => Err(CliError::bad_input(format!(
+            "the fault model {shown} is not valid: {p}; correct it (docs/budgets.md)."
+        ))),
+        None => Ok(model),
+    }
+}
+
+fn policies(arg: &str) -> Result<Vec<(String, Policy)>, CliError> {
+    let peers = || PEERS.iter().map(|p| (p.name.to_string(), Policy::Peer(*p)));
+    match arg {
+        "effective" => Ok(vec![effective()?]),
+        "all" => Ok(std::iter::once(effective()?).chain(peers()).collect()),
+        name => peer(name)
+            .map(|p| vec![(name.to_string(), Policy::Peer(p))])
+            .ok_or_else(|| {
+                let names: Vec<&str> = PEERS.iter().map(|p| p.name).collect();
+                CliError::bad_input(format!(
+                    "--policy {name:?} is not a policy; pass effective, all, or one of: {}.",
+                    names.join(", ")
+                ))
+            }),
+    }
+}
+
+/// A parsed `--sweep`.
+struct Sweep {
+    limit: Limit,
+    values: Vec<u64>,
+}
+
+fn parse_sweep(arg: &str) -> Result<Sweep, CliError> {
+    let bad = |why: &str| {
+        CliError::bad_input(format!(
+            "--sweep {arg:?} {why}; pass KEY=A..B with a catalog key such as retry.maxTransportRetries and whole numbers A <= B."
+        ))
+    };
+    let (key, range) = arg.split_once('=').ok_or_else(|| bad("has no '='"))?;
+    let limit = Limit::from_key(key)
+        .or_else(|| Limit::ALL.into_iter().find(|l| l.env_var() == Some(key)))
+        .ok_or_else(|| bad("names no limit"))?;
+    let (a, b) = range
+        .split_once("..")
+        .ok_or_else(|| bad("has no range A..B"))?;
+    let (a, b) = match (a.trim().parse::<u64>(), b.trim().parse::<u64>()) {
+        (Ok(a), Ok(b)) if a <= b => (a, b),
+        _ => return Err(bad("has no range of whole numbers A <= B")),
+    };
+    if a < limit.min() || b > limit.max() {
+        return Err(CliError::bad_input(format!(
+            "--sweep {arg:?} leaves the range of {} ({}..{}); sweep inside it (a host may only lower catalog limits).",
+            limit.key(),
+            limit.min(),
+            limit.max()
+        )));
+    }
+    let step = (b - a).div_ceil(20).max(1);
+    let mut values: Vec<u64> = (0..=20)
+        .map(|i| a.saturating_add(i * step).min(b))
+        .collect();
+    values.dedup();
+    Ok(Sweep { limit, values })
+}
+
+/// The effective policy once per swept value: the value is given where the operator would give
+/// it (host.yaml's catalog, or the environment for a limit host.yaml cannot set), and resolved
+/// the way a run resolves it, so a value outside the limit's range is refused the same way.
+fn swept_policies(sw: &Sweep) -> Result<Vec<(String, Policy)>, CliError> {
+    let ctx = HostContext::load()?;
+    let mut out = Vec::new();
+    for &v in &sw.values {
+        let mut host = ctx.host.clone();
+        let mut env = ctx.env.clone();
+        if let Some(var) = sw.limit.env_var() {
+            env.remove(var);
+        }
+        if sw.limit.in_host_catalog() {
+            host.catalog.insert(
+                sw.limit.key().to_string(),
+                RawValue {
+                    text: v.to_string(),
+                    kind: RawKind::Number,
+                    line: 0,
+                },
+            );
+        } else if let Some(var) = sw.limit.env_var() {
+            env.insert(var.to_string(), v.to_string());
+        }
+        let limits = resolve(&host, &env)?;
+        let p = DocsfabPolicy::from_limits(&limits, ctx.rules.clone(), DEFAULT_TIMEOUT_MS);
+        out.push((
+            format!("{}={v}", sw.limit.key()),
+            Policy::Docsfab(Box::new(p)),
+        ));
+    }
+    Ok(out)
+}
+
+/// docsfab's policy as this host resolves it (the same resolution `doctor` shows), with the
+/// default attempt timer.
+fn effective() -> Result<(String, Policy), CliError> {
+    let ctx = HostContext::load()?;
+    let p = DocsfabPolicy::from_limits(&ctx.limits, ctx.rules, DEFAULT_TIMEOUT_MS);
+    Ok(("effective".to_string(), Policy::Docsfab(Box::new(p))))
+}
+
+fn table(rows: &[Summary]) -> String {
+    let w = rows
+        .iter()
+        .map(|s| s.policy.len())
+        .max()
+        .unwrap_or(0)
+        .max(18);
+    let mut out = format!(
+        "{:<w$} {:>8} {:>9} {:>19} {:>9} {:>9} {:>8} {:>9}  bounds hit (share of steps)\n",
+        "policy", "failed", "success", "95% CI", "p50 s", "p99 s", "req/ok", "wait s"
+    );
+    for s in rows {
+        let bounds: Vec<String> = s
+            .bounds_hit
+            .iter()
+            .map(|(b, share)| format!("{b} {:.3}%", share * 100.0))
+            .collect();
+        out.push_str(&format!(
+            "{:<w$} {:>8} {:>8.3}% {:>8.3}%..{:>7.3}% {:>9.1} {:>9.1} {:>8.3} {:>9.2}  {}\n",
+            s.policy,
+            s.steps - s.succeeded,
+            s.success_rate * 100.0,
+            s.success_ci95.low * 100.0,
+            s.success_ci95.high * 100.0,
+            s.p50_step_ms as f64 / 1000.0,
+            s.p99_step_ms as f64 / 1000.0,
+            s.requests_per_success,
+            s.mean_wait_ms / 1000.0,
+            if bounds.is_empty() {
+                "none".to_string()
+            } else {
+                bounds.join(", ")
+            }
+        ));
+    }
+    out
+}
