@@ -73,7 +73,7 @@ impl PeerPreset {
 }
 
 /// Peers' defaults; sources are cited in docs/budgets.md.
-pub const PEERS: [PeerPreset; 3] = [
+pub const PEERS: [PeerPreset; 4] = [
     PeerPreset {
         name: "openai-python",
         max_retries: 2,
@@ -97,6 +97,16 @@ pub const PEERS: [PeerPreset; 3] = [
         max_delay_ms: None,
         jitter: 0.0,
         honours_retry_after_up_to_ms: Some(60_000),
+    },
+    // litellm.completion itself does not retry by default (num_retries is None); the openai
+    // client it wraps gets max_retries 2, with that client's backoff and 2-minute Retry-After.
+    PeerPreset {
+        name: "litellm",
+        max_retries: 2,
+        initial_delay_ms: 500,
+        max_delay_ms: Some(8_000),
+        jitter: 0.25,
+        honours_retry_after_up_to_ms: Some(120_000),
     },
 ];
 

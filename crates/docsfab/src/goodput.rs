@@ -23,7 +23,7 @@ pub struct GoodputArgs {
     #[arg(long, value_name = "seed|store|FILE", default_value = "seed")]
     pub fault_model: String,
     /// `effective` (this host's resolved limits), a preset (openai-python, anthropic-python,
-    /// vercel-ai-sdk), or `all`.
+    /// vercel-ai-sdk, litellm), or `all`.
     #[arg(long, value_name = "effective|NAME|all", default_value = "all")]
     pub policy: String,
     /// Steps simulated per policy.

@@ -42,7 +42,8 @@ fn issue14_goodput_json_has_every_policy_and_figure_and_repeats_with_the_seed() 
             "effective",
             "openai-python",
             "anthropic-python",
-            "vercel-ai-sdk"
+            "vercel-ai-sdk",
+            "litellm"
         ]
     );
     let p = &a["policies"][0];
@@ -126,6 +127,7 @@ fn issue14_goodput_table_names_each_policy() {
         "openai-python",
         "anthropic-python",
         "vercel-ai-sdk",
+        "litellm",
     ] {
         assert!(text.contains(name), "{text}");
     }

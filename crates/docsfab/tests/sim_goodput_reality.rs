@@ -8,6 +8,10 @@
 //! interval is too narrow for this deterministic sample: the simulator's seeds 1..60 happen to
 //! draw 39 throttle runs of at most two 429s (0.65, about 2.2 standard errors above 0.51; its
 //! first 10,000 seeds give 0.513), and the real runs reproduce exactly those 39.
+//!
+//! It also compares the work per step, read from each run's record: attempts per step must be
+//! equal (no step retry follows a throttled give-up, in the run or the simulation), and requests
+//! per step must lie within three standard errors of the simulated mean.
 
 mod support;
 
@@ -39,6 +43,7 @@ fn wilson(k: u64, n: u64) -> (f64, f64) {
 #[test]
 fn issue14_goodput_monte_carlo_agrees_with_real_runs_against_sim_serve() {
     let mut ok = 0;
+    let (mut attempts, mut requests) = (0u64, Vec::new());
     let mut last = None;
     for seed in 1..=RUNS {
         let tmp = tempfile::tempdir().unwrap();
@@ -58,6 +63,16 @@ fn issue14_goodput_monte_carlo_agrees_with_real_runs_against_sim_serve() {
                 String::from_utf8_lossy(&out.stderr)
             ),
         }
+        let id = s.list_json()[0]["runId"].as_str().unwrap().to_owned();
+        let record = s.show_json(&id);
+        let tried = record["steps"][0]["attempts"].as_array().unwrap();
+        attempts += tried.len() as u64;
+        let sent: u64 = tried
+            .iter()
+            .flat_map(|a| a["turns"].as_array().unwrap())
+            .map(|t| 1 + t["providerRetries"].as_u64().unwrap())
+            .sum();
+        requests.push(sent as f64);
         last = Some((tmp, s));
     }
     // The simulation with this host's effective limits (the same host.yaml and environment).
@@ -93,5 +108,24 @@ fn issue14_goodput_monte_carlo_agrees_with_real_runs_against_sim_serve() {
         low <= simulated && simulated <= high,
         "real {ok}/{RUNS} (99% CI {low:.3}..{high:.3}) vs simulated {simulated:.4}"
     );
-    eprintln!("real {ok}/{RUNS} (99% CI {low:.3}..{high:.3}), simulated {simulated:.4}");
+    let p = &doc["policies"][0];
+    let sim_attempts = p["meanAttempts"].as_f64().unwrap();
+    let real_attempts = attempts as f64 / RUNS as f64;
+    assert!(
+        (real_attempts - sim_attempts).abs() < 1e-9,
+        "attempts per step: real {real_attempts} vs simulated {sim_attempts}"
+    );
+    // Requests per step, failed steps' included.
+    let sim_requests = p["requestsPerSuccess"].as_f64().unwrap() * simulated;
+    let n = RUNS as f64;
+    let mean = requests.iter().sum::<f64>() / n;
+    let var = requests.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let se = (var / n).sqrt();
+    assert!(
+        (mean - sim_requests).abs() <= 3.0 * se,
+        "requests per step: real {mean:.3} (SE {se:.3}) vs simulated {sim_requests:.3}"
+    );
+    eprintln!(
+        "real {ok}/{RUNS} (99% CI {low:.3}..{high:.3}), simulated {simulated:.4}; attempts/step real {real_attempts:.3} sim {sim_attempts:.3}; requests/step real {mean:.3} (SE {se:.3}) sim {sim_requests:.3}"
+    );
 }
