@@ -121,3 +121,26 @@ pub enum Policy {
     Docsfab(Box<DocsfabPolicy>),
     Peer(PeerPreset),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn litellm_preset_is_the_wrapped_openai_client_with_its_two_minute_retry_after() {
+        let litellm = peer("litellm").unwrap();
+        let openai = peer("openai-python").unwrap();
+        assert_eq!(litellm.max_retries, 2);
+        // Same computed waits: 0.5 s, 1 s, ... capped at 8 s, jitter up to 25 %.
+        for n in 1..6 {
+            for u in [0.0, 0.5, 1.0] {
+                assert_eq!(litellm.wait_ms(n, None, u), openai.wait_ms(n, None, u));
+            }
+        }
+        assert_eq!(litellm.wait_ms(1, None, 0.0), 500);
+        assert_eq!(litellm.wait_ms(6, None, 1.0), 6_000);
+        // A 90 s Retry-After is the wait for LiteLLM's client (limit 120 s), not for the 60 s preset.
+        assert_eq!(litellm.wait_ms(1, Some(90_000), 0.0), 90_000);
+        assert_eq!(openai.wait_ms(1, Some(90_000), 0.0), 500);
+    }
+}
