@@ -80,7 +80,8 @@ pub const PEERS: [PeerPreset; 4] = [
         initial_delay_ms: 500,
         max_delay_ms: Some(8_000),
         jitter: 0.25,
-        honours_retry_after_up_to_ms: Some(60_000),
+        // openai 3.57.0: MAX_RETRY_AFTER_DELAY = 2 * 60 s (_constants.py:15).
+        honours_retry_after_up_to_ms: Some(120_000),
     },
     PeerPreset {
         name: "anthropic-python",
@@ -88,7 +89,9 @@ pub const PEERS: [PeerPreset; 4] = [
         initial_delay_ms: 500,
         max_delay_ms: Some(8_000),
         jitter: 0.25,
-        honours_retry_after_up_to_ms: Some(60_000),
+        // anthropic 2.15.0: any positive Retry-After, capped at 4,294,967 s
+        // (_base_client.py:922-926).
+        honours_retry_after_up_to_ms: Some(4_294_967_000),
     },
     PeerPreset {
         name: "vercel-ai-sdk",
@@ -139,8 +142,12 @@ mod tests {
         }
         assert_eq!(litellm.wait_ms(1, None, 0.0), 500);
         assert_eq!(litellm.wait_ms(6, None, 1.0), 6_000);
-        // A 90 s Retry-After is the wait for LiteLLM's client (limit 120 s), not for the 60 s preset.
+        // Both honour a Retry-After up to 120 s (openai 3.57.0), and neither a longer one.
         assert_eq!(litellm.wait_ms(1, Some(90_000), 0.0), 90_000);
-        assert_eq!(openai.wait_ms(1, Some(90_000), 0.0), 500);
+        assert_eq!(openai.wait_ms(1, Some(90_000), 0.0), 90_000);
+        assert_eq!(openai.wait_ms(1, Some(150_000), 0.0), 500);
+        // anthropic 2.15.0 takes any positive Retry-After.
+        let anthropic = peer("anthropic-python").unwrap();
+        assert_eq!(anthropic.wait_ms(1, Some(150_000), 0.0), 150_000);
     }
 }
