@@ -1,0 +1,414 @@
+//! docsfab's PostgreSQL plumbing, shared by the run store, the job queue and the throttle.
+//!
+//! - [`PgUrl`]: a `postgres://` URL that never prints its password.
+//! - [`Pg`]: one `postgres::Client` on a thread of its own. The `postgres` crate is a blocking
+//!   wrapper that runs its own tokio runtime, so calling it on a tokio worker thread would start
+//!   a runtime inside a runtime and panic. Every call is a closure sent to the client's thread;
+//!   the caller blocks on the answer exactly as it blocks on a SQLite statement.
+//! - [`migrate`]: versioned schema steps per component, applied on open, serialized across
+//!   processes by an advisory lock.
+//! - [`worker`]: the registry of live docsfab processes and their heartbeat, which is how a
+//!   process on another machine tells that a run's owner is gone.
+
+use std::fmt;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use postgres;
+use postgres::{Client, NoTls};
+
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod worker;
+
+/// A PostgreSQL connection URL. `Display` and `Debug` hide the password; [`PgUrl::as_str`] is
+/// the real text, for connecting only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PgUrl {
+    raw: String,
+    shown: String,
+}
+
+impl PgUrl {
+    /// Accepts `postgres://` and `postgresql://` URLs that the client can read.
+    pub fn parse(text: &str) -> Result<PgUrl, String> {
+        let text = text.trim();
+        if !(text.starts_with("postgres://") || text.starts_with("postgresql://")) {
+            return Err(format!(
+                "{:?} is not a PostgreSQL URL; write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                redact(text)
+            ));
+        }
+        if let Err(e) = text.parse::<postgres::Config>() {
+            return Err(format!(
+                "the PostgreSQL URL {} cannot be read ({e}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE",
+                redact(text)
+            ));
+        }
+        Ok(PgUrl {
+            raw: text.to_owned(),
+            shown: redact(text),
+        })
+    }
+
+    /// The URL with its password; for connecting, never for printing.
+    pub fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// The same server and credentials, another database.
+    pub fn with_database(&self, database: &str) -> PgUrl {
+        let (before, after) = split_path(&self.raw);
+        let query = after.find('?').map_or("", |i| &after[i..]);
+        let raw = format!("{before}/{database}{query}");
+        PgUrl {
+            shown: redact(&raw),
+            raw,
+        }
+    }
+}
+
+impl fmt::Display for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.shown)
+    }
+}
+
+impl fmt::Debug for PgUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PgUrl({})", self.shown)
+    }
+}
+
+/// `(scheme://authority, /path?query)` of a URL.
+fn split_path(url: &str) -> (&str, &str) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    url.split_at(end)
+}
+
+/// The URL with the password of its user information and any `password=` parameter replaced.
+fn redact(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    let authority = &url[start..authority_end];
+    let mut out = url[..start].to_owned();
+    match authority.rfind('@') {
+        Some(at) => {
+            let userinfo = &authority[..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => {
+                    out.push_str(user);
+                    out.push_str(":***");
+                }
+                None => out.push_str(userinfo),
+            }
+            out.push_str(&authority[at..]);
+        }
+        None => out.push_str(authority),
+    }
+    let rest = &url[authority_end..];
+    match rest.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+        None => out.push_str(rest),
+    }
+    out
+}
+
+/// What went wrong talking to PostgreSQL. Messages name the server by its redacted URL.
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error("cannot connect to PostgreSQL at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error("PostgreSQL at {url} answered with an error: {source}")]
+    Query {
+        url: String,
+        #[source]
+        source: postgres::Error,
+    },
+    #[error(
+        "the database at {url} has schema version {found} of {component}, newer than this docsfab knows ({known}); upgrade docsfab"
+    )]
+    SchemaTooNew {
+        url: String,
+        component: String,
+        found: i32,
+        known: usize,
+    },
+    #[error("the PostgreSQL client thread for {url} has stopped")]
+    Gone { url: String },
+}
+
+impl PgError {
+    /// The server's SQLSTATE, when the server answered with one.
+    pub fn code(&self) -> Option<&postgres::error::SqlState> {
+        match self {
+            PgError::Connect { source, .. } | PgError::Query { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce(&mut Option<Client>) + Send>;
+
+/// One PostgreSQL connection, owned by a thread of its own. Dropping it ends the thread and
+/// the connection.
+pub struct Pg {
+    url: PgUrl,
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Pg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pg").field("url", &self.url).finish()
+    }
+}
+
+/// How long connecting may take when the URL does not say (`connect_timeout`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn connect(url: &PgUrl) -> Result<Client, PgError> {
+    let mut config: postgres::Config = url.raw.parse().map_err(|source| PgError::Connect {
+        url: url.to_string(),
+        source,
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("docsfab");
+    }
+    config.connect(NoTls).map_err(|source| PgError::Connect {
+        url: url.to_string(),
+        source,
+    })
+}
+
+impl Pg {
+    /// Connects, on a new thread, and waits until the connection is up.
+    pub fn connect(url: &PgUrl) -> Result<Pg, PgError> {
+        let client = {
+            // Connecting runs the crate's own runtime too: do it on a plain thread.
+            let target = url.clone();
+            std::thread::spawn(move || connect(&target))
+                .join()
+                .map_err(|_| PgError::Gone {
+                    url: url.to_string(),
+                })??
+        };
+        let (jobs, inbox) = mpsc::channel::<Job>();
+        let thread_url = url.clone();
+        let thread = std::thread::Builder::new()
+            .name("docsfab-pg".to_owned())
+            .spawn(move || {
+                let mut client = Some(client);
+                for job in inbox {
+                    // A connection the server closed (restart, idle kill) is made again
+                    // before the next call; the call that met the close got its error.
+                    if client.as_ref().is_none_or(Client::is_closed) {
+                        client = connect(&thread_url).ok();
+                    }
+                    job(&mut client);
+                }
+            })
+            .map_err(|_| PgError::Gone {
+                url: url.to_string(),
+            })?;
+        Ok(Pg {
+            url: url.clone(),
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn url(&self) -> &PgUrl {
+        &self.url
+    }
+
+    /// Runs `f` with the client on its thread and returns what it returned. `Err` only when
+    /// there is no connection (it failed and could not be made again).
+    pub fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> T + Send + 'static,
+    ) -> Result<T, PgError> {
+        let (answer, answered) = mpsc::sync_channel(1);
+        let url = self.url.clone();
+        let job: Job = Box::new(move |client| {
+            let result = match client {
+                Some(c) => Ok(f(c)),
+                None => Err(()),
+            };
+            let _ = answer.send(result);
+        });
+        let gone = || PgError::Gone {
+            url: self.url.to_string(),
+        };
+        self.jobs
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        match answered.recv() {
+            Ok(Ok(value)) => Ok(value),
+            // The reconnect before this call failed: say so by connecting once more here,
+            // which yields the server's own reason.
+            Ok(Err(())) => match connect(&url) {
+                Ok(_) => Err(gone()),
+                Err(e) => Err(e),
+            },
+            Err(_) => Err(gone()),
+        }
+    }
+
+    /// [`Pg::with`] for a closure whose only error is the server's.
+    pub fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error> + Send + 'static,
+    ) -> Result<T, PgError> {
+        let url = self.url.to_string();
+        self.with(f)?
+            .map_err(|source| PgError::Query { url, source })
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop; joining makes the close orderly.
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Any number of processes may open the same database at once; this key serializes their
+/// schema changes (`pg_advisory_lock`). The number spells "DOCSFAB".
+const MIGRATION_LOCK: i64 = 0x0044_4F43_5346_4142;
+
+/// Brings `component`'s tables to the newest version: `steps[i]` takes the schema from version
+/// `i` to `i + 1`, each in its own transaction, recorded in `docsfab_migrations`. A database
+/// already newer than `steps` is refused (an older docsfab must not write a newer schema).
+pub fn migrate(
+    pg: &Pg,
+    component: &'static str,
+    steps: &'static [&'static str],
+) -> Result<(), PgError> {
+    let url = pg.url().to_string();
+    let outcome = pg.call(move |client| {
+        client.query_one("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])?;
+        let result = apply_steps(client, component, steps);
+        let unlock = client.query_one("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK]);
+        let found = result?;
+        unlock?;
+        Ok(found)
+    })?;
+    match outcome {
+        Some(found) => Err(PgError::SchemaTooNew {
+            url,
+            component: component.to_owned(),
+            found,
+            known: steps.len(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Applies the missing steps; `Some(version)` when the database is newer than `steps`.
+fn apply_steps(
+    client: &mut Client,
+    component: &str,
+    steps: &[&str],
+) -> Result<Option<i32>, postgres::Error> {
+    client.batch_execute(
+        "CREATE TABLE IF NOT EXISTS docsfab_migrations (
+             component  TEXT NOT NULL,
+             version    INTEGER NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             PRIMARY KEY (component, version)
+         )",
+    )?;
+    let current: i32 = client
+        .query_one(
+            "SELECT COALESCE(MAX(version), 0) FROM docsfab_migrations WHERE component = $1",
+            &[&component],
+        )?
+        .get(0);
+    let known = i32::try_from(steps.len()).unwrap_or(i32::MAX);
+    if current > known {
+        return Ok(Some(current));
+    }
+    for (version, step) in (current + 1..).zip(steps.iter().skip(current as usize)) {
+        let mut tx = client.transaction()?;
+        tx.batch_execute(step)?;
+        tx.execute(
+            "INSERT INTO docsfab_migrations (component, version) VALUES ($1, $2)",
+            &[&component, &version],
+        )?;
+        tx.commit()?;
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_password_never_shown() {
+        let url = PgUrl::parse("postgres://docsfab:s3cret@db.internal:5432/jobs?sslmode=disable")
+            .unwrap();
+        assert_eq!(
+            url.to_string(),
+            "postgres://docsfab:***@db.internal:5432/jobs?sslmode=disable"
+        );
+        assert!(!format!("{url:?}").contains("s3cret"));
+        assert!(url.as_str().contains("s3cret"));
+        let q = PgUrl::parse("postgresql://h/db?user=u&password=hunter2").unwrap();
+        assert_eq!(q.to_string(), "postgresql://h/db?user=u&password=***");
+    }
+
+    #[test]
+    fn issue15_bad_urls_get_one_sentence_without_the_password() {
+        let e = PgUrl::parse("mysql://u:pw@h/db").unwrap_err();
+        assert!(e.contains("not a PostgreSQL URL"), "{e}");
+        assert!(!e.contains("pw@"), "{e}");
+        let e = PgUrl::parse("postgres://u:pw@h:notaport/db").unwrap_err();
+        assert!(e.contains("cannot be read"), "{e}");
+        assert!(!e.contains(":pw"), "{e}");
+    }
+
+    #[test]
+    fn issue15_another_database_keeps_server_and_query() {
+        let url = PgUrl::parse("postgres://u:p@h:5432/postgres?connect_timeout=3").unwrap();
+        assert_eq!(
+            url.with_database("t1").as_str(),
+            "postgres://u:p@h:5432/t1?connect_timeout=3"
+        );
+        let bare = PgUrl::parse("postgres://u:p@h:5432").unwrap();
+        assert_eq!(
+            bare.with_database("t2").as_str(),
+            "postgres://u:p@h:5432/t2"
+        );
+    }
+}

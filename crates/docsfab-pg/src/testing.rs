@@ -1,0 +1,77 @@
+//! Fresh PostgreSQL databases for tests.
+//!
+//! `DOCSFAB_TEST_POSTGRES` names a server and a role allowed to create databases (CI starts
+//! one: see `.ci/run`). Each [`fresh_database`] is a new, empty database, dropped with the
+//! value, so tests never see each other's rows and may run in parallel. Without the variable
+//! the PostgreSQL half of a suite is skipped with a line on stderr, unless
+//! `DOCSFAB_REQUIRE_POSTGRES=1` (CI), where a missing server is a failure.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::{Pg, PgUrl};
+
+/// A database that exists until this value is dropped.
+pub struct TestDb {
+    pub url: PgUrl,
+    admin: PgUrl,
+    name: String,
+}
+
+/// A new empty database named after `label`, or `None` when no test server is configured.
+pub fn fresh_database(label: &str) -> Option<TestDb> {
+    let admin = match std::env::var("DOCSFAB_TEST_POSTGRES") {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => {
+            if std::env::var("DOCSFAB_REQUIRE_POSTGRES").is_ok_and(|v| v == "1") {
+                panic!(
+                    "DOCSFAB_REQUIRE_POSTGRES=1 but DOCSFAB_TEST_POSTGRES is not set; point it at a PostgreSQL server (see .ci/run)"
+                );
+            }
+            eprintln!("skipped the PostgreSQL part of {label}: DOCSFAB_TEST_POSTGRES is not set");
+            return None;
+        }
+    };
+    let admin = PgUrl::parse(&admin).expect("DOCSFAB_TEST_POSTGRES is a PostgreSQL URL");
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let clean: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(30)
+        .collect();
+    let name = format!(
+        "dft_{clean}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    let pg = Pg::connect(&admin).expect("connect to DOCSFAB_TEST_POSTGRES");
+    // Two statements, two calls: a multi-statement string is one implicit transaction, and
+    // neither may run inside one.
+    let drop = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+    let create = format!("CREATE DATABASE {name}");
+    pg.call(move |c| c.batch_execute(&drop))
+        .expect("drop a leftover test database");
+    pg.call(move |c| c.batch_execute(&create))
+        .expect("create a test database");
+    Some(TestDb {
+        url: admin.with_database(&name),
+        admin,
+        name,
+    })
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // Best effort: a leftover database is harmless, and the next run with the same pid
+        // and counter drops it before creating.
+        if let Ok(pg) = Pg::connect(&self.admin) {
+            let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+            let _ = pg.call(move |c| c.batch_execute(&drop));
+        }
+    }
+}
