@@ -134,13 +134,13 @@ fn redact(url: &str) -> String {
 /// What went wrong talking to PostgreSQL. Messages name the server by its redacted URL.
 #[derive(Debug, thiserror::Error)]
 pub enum PgError {
-    #[error("cannot connect to PostgreSQL at {url}: {source}")]
+    #[error("cannot connect to PostgreSQL at {url}: {}", detail(source))]
     Connect {
         url: String,
         #[source]
         source: postgres::Error,
     },
-    #[error("PostgreSQL at {url} answered with an error: {source}")]
+    #[error("PostgreSQL at {url} answered with an error: {}", detail(source))]
     Query {
         url: String,
         #[source]
@@ -157,6 +157,27 @@ pub enum PgError {
     },
     #[error("the PostgreSQL client thread for {url} has stopped")]
     Gone { url: String },
+}
+
+/// The client's own text is terse ("db error"); the reason is in the server's message or in
+/// the chain of sources (refused, timed out, TLS).
+fn detail(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    if text.contains("TLS") {
+        text.push_str(
+            "; docsfab connects without TLS: use sslmode=disable or prefer on a private network (docs/scale-out.md)",
+        );
+    }
+    text
 }
 
 impl PgError {
