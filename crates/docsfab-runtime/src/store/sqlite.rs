@@ -1,4 +1,5 @@
-//! The run store: run records in SQLite (`$DOCSFAB_HOME/runs.db`), written as the run goes.
+//! The SQLite backend of the run store: run records in one SQLite file (by default
+//! `$DOCSFAB_HOME/runs.db`), written as the run goes.
 //!
 //! Each write is its own transaction, so a finished attempt is durable before the caller starts
 //! the next one. Attempts are kept as their JSON record plus a few indexed columns. Opening the
@@ -12,22 +13,21 @@
 //! - the busy timeout is set before anything else touches the file, so opening, the WAL switch
 //!   and the schema wait too;
 //! - when SQLite is still busy after the timeout, the whole operation is tried again a bounded
-//!   number of times, and each retry is reported to the store's [`BusyObserver`].
+//!   number of times, and each retry is reported to the store's [`super::BusyObserver`].
 //!
 //! A write step's tool calls leave a *write intent* here before each write runs
-//! ([`RunStore::record_write_intent`]); when a killed run is found, the intents of the attempt
+//! ([`SqliteStore::record_write_intent`]); when a killed run is found, the intents of the attempt
 //! that never finished are put in its step's record as `interruptedAttempt`.
 //!
 //! The store is also `docsfab serve`'s job queue: a submitted run is a `queued` row holding its
-//! [`JobSpec`]; [`RunStore::claim_next`] turns the oldest one `running` for this process inside
+//! [`JobSpec`]; [`SqliteStore::claim_next`] turns the oldest one `running` for this process inside
 //! one `BEGIN IMMEDIATE` transaction, so of several processes exactly one gets it.
 //!
 //! A succeeded attempt's record is committed together with the contents of the files it
 //! changed (`written_files`, bounded as `crate::written` says), which `docsfab runs diff` reads.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use docsfab_throttle::process::Holder;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -35,126 +35,20 @@ use sha2::{Digest, Sha256};
 
 use crate::record::ForEach;
 use crate::record::{
-    Access, AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
-    StepFailure, StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
+    AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary, StepRecord,
+    WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{self, Kept, StoredWrite};
 
-pub use crate::store_error::StoreError;
+use super::{
+    BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
+    StoreOptions,
+};
 
-/// A store operation that SQLite still found busy after the busy timeout, about to be tried
-/// again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BusyRetry {
-    /// What the store was doing, e.g. `recording attempt 2`.
-    pub operation: &'static str,
-    /// 1 for the first retry.
-    pub retry: u32,
-    pub max_retries: u32,
-}
-
-/// Told about every [`BusyRetry`] (the CLI prints a note on stderr).
-pub type BusyObserver = Arc<dyn Fn(&BusyRetry) + Send + Sync>;
-
-/// How the store waits for other processes.
-#[derive(Clone)]
-pub struct StoreOptions {
-    /// SQLite's busy timeout: how long one statement waits for a lock.
-    pub busy_timeout: Duration,
-    /// How many times a whole operation is tried again when it is still busy after that.
-    pub busy_retries: u32,
-    /// The pause before each retry, doubled every time.
-    pub retry_pause: Duration,
-    pub on_busy: Option<BusyObserver>,
-}
-
-impl Default for StoreOptions {
-    /// Five seconds per try and four retries: a run waits out more than 25 s of other writers
-    /// (whose transactions take milliseconds) before it gives up.
-    fn default() -> Self {
-        StoreOptions {
-            busy_timeout: Duration::from_secs(5),
-            busy_retries: 4,
-            retry_pause: Duration::from_millis(50),
-            on_busy: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for StoreOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("busy_timeout", &self.busy_timeout)
-            .field("busy_retries", &self.busy_retries)
-            .field("retry_pause", &self.retry_pause)
-            .field("on_busy", &self.on_busy.is_some())
-            .finish()
-    }
-}
-
-/// What a step is started with; the rest of its record fills in as it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepStart {
-    pub step_id: String,
-    pub access: Access,
-    pub configured_max_retries: u32,
-    pub effective_max_retries: u32,
-    pub transport_retry: TransportRetry,
-}
-
-/// How a step ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepEnd {
-    pub status: RunStatus,
-    pub failure: Option<StepFailure>,
-    pub output: Option<serde_json::Value>,
-}
-
-/// What `docsfab serve` needs to run a submitted job: kept with its queued run.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct JobSpec {
-    pub composition_yaml: String,
-    pub composition_name: String,
-    pub workspace: JobWorkspace,
-}
-
-/// Where a job works: a directory on the worker, or a git repository cloned at a ref.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(untagged)]
-pub enum JobWorkspace {
-    Path {
-        path: String,
-    },
-    Git {
-        git: String,
-        #[serde(rename = "ref")]
-        reference: String,
-    },
-}
-
-/// A queued run this process now owns, `running`, with the spec it was submitted with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    pub run_id: String,
-    pub spec: JobSpec,
-}
-
-/// What [`RunStore::request_cancel`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CancelRequest {
-    /// The run was still queued: it is `cancelled` now, with no steps.
-    CancelledQueued,
-    /// The run is running: its worker sees the flag ([`RunStore::cancel_requested`]) and stops.
-    Requested,
-    /// The run had ended already, with this status; nothing changed.
-    AlreadyEnded(RunStatus),
-}
-
-/// An open run store.
+/// An open SQLite run store (the embedded backend of [`super::RunStore`]).
 #[derive(Debug)]
-pub struct RunStore {
+pub struct SqliteStore {
     conn: Connection,
     interrupted: Vec<String>,
     options: StoreOptions,
@@ -206,16 +100,11 @@ CREATE TABLE IF NOT EXISTS write_intents (
 );
 ";
 
-impl RunStore {
-    /// Opens (creating if needed) the store at `path`, in WAL mode, and marks as `interrupted`
-    /// every running run whose owner is no longer alive.
-    /// The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
-    pub fn open(path: &Path) -> Result<RunStore, StoreError> {
-        RunStore::open_with(path, StoreOptions::default())
-    }
-
-    /// [`RunStore::open`] with its waits and its busy observer chosen.
-    pub fn open_with(path: &Path, options: StoreOptions) -> Result<RunStore, StoreError> {
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, in WAL mode, with its waits and its busy
+    /// observer chosen, and marks as `interrupted` every running run whose owner is no longer
+    /// alive. The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
+    pub fn open_with(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
                 path: parent.to_owned(),
@@ -225,7 +114,7 @@ impl RunStore {
         let conn = Connection::open(path)?;
         // First, so that everything below waits for other processes instead of failing.
         conn.busy_timeout(options.busy_timeout)?;
-        let mut store = RunStore {
+        let mut store = SqliteStore {
             conn,
             interrupted: Vec::new(),
             options,
@@ -524,7 +413,7 @@ impl RunStore {
         })
     }
 
-    /// Whether someone asked to cancel the run ([`RunStore::request_cancel`]).
+    /// Whether someone asked to cancel the run ([`SqliteStore::request_cancel`]).
     pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
         self.retrying("reading a cancel request", |conn| {
             let flag: Option<Option<i64>> = conn
@@ -571,7 +460,7 @@ impl RunStore {
         self.begin_step_for(run_id, step, None)
     }
 
-    /// [`RunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
+    /// [`SqliteStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
     /// Instances take the next indexes like any step, so starting them in element order keeps
     /// the record in element order.
     pub fn begin_step_for(
@@ -630,10 +519,10 @@ impl RunStore {
         self.record_attempt_with_files(run_id, step_index, attempt, &[])
     }
 
-    /// [`RunStore::record_attempt`], keeping in the same transaction the contents of the files
+    /// [`SqliteStore::record_attempt`], keeping in the same transaction the contents of the files
     /// the attempt changed, each as [`written::classify`] judged it (bounded: see
     /// [`crate::written`]). `docsfab runs diff` reads them back with
-    /// [`RunStore::written_files`].
+    /// [`SqliteStore::written_files`].
     pub fn record_attempt_with_files(
         &mut self,
         run_id: &str,
@@ -769,7 +658,7 @@ impl RunStore {
         self.list_run_rows_where(None, limit)
     }
 
-    /// [`RunStore::list_run_rows`], only the runs with `status` when one is given.
+    /// [`SqliteStore::list_run_rows`], only the runs with `status` when one is given.
     pub fn list_run_rows_where(
         &self,
         status: Option<RunStatus>,
@@ -803,18 +692,6 @@ fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
         .into_iter()
         .map(|row| row.summary)
         .collect())
-}
-
-/// One line of `docsfab runs list`: the summary plus figures counted in the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunListing {
-    pub summary: RunSummary,
-    /// Steps recorded (started) for the run.
-    pub steps: u64,
-    /// Attempts recorded across all its steps.
-    pub attempts: u64,
-    /// From start to end; `None` while the run has not ended.
-    pub duration_ms: Option<u64>,
 }
 
 fn list_run_rows(
