@@ -438,3 +438,33 @@ impl RunStore {
         on_backend!(&self.backend, s => s.load_run(run_id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_store_urls_parse_and_never_show_a_password() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:/var/lib/docsfab/runs.db"),
+            Ok(StoreUrl::Sqlite("/var/lib/docsfab/runs.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite://rel/runs.db"),
+            Ok(StoreUrl::Sqlite("rel/runs.db".into()))
+        );
+        let pg = StoreUrl::parse("postgresql://docsfab:s3cret@10.0.0.5:5432/docsfab").unwrap();
+        assert!(matches!(pg, StoreUrl::Postgres(_)));
+        assert!(!pg.to_string().contains("s3cret"), "{pg}");
+        assert!(!format!("{pg:?}").contains("s3cret"), "{pg:?}");
+        assert_eq!(
+            StoreUrl::Sqlite("/x/runs.db".into()).to_string(),
+            "sqlite:/x/runs.db"
+        );
+        for bad in ["", "sqlite:", "runs.db", "mysql://root:s3cret@db/x"] {
+            let e = StoreUrl::parse(bad).unwrap_err();
+            assert!(e.contains("sqlite:PATH"), "{bad}: {e}");
+            assert!(!e.contains("s3cret"), "{bad}: {e}");
+        }
+    }
+}
