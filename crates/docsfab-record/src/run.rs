@@ -99,6 +99,8 @@ pub struct RunSummary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
+    /// Submitted to `docsfab serve` and not yet claimed by a worker: no steps, no context.
+    Queued,
     Running,
     Succeeded,
     Failed,
@@ -110,6 +112,7 @@ pub enum RunStatus {
 impl RunStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            RunStatus::Queued => "queued",
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
             RunStatus::Failed => "failed",
@@ -118,16 +121,18 @@ impl RunStatus {
         }
     }
 
+    /// Every status, in the order a run can pass through them.
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+        RunStatus::Interrupted,
+    ];
+
     pub fn parse(text: &str) -> Option<RunStatus> {
-        [
-            RunStatus::Running,
-            RunStatus::Succeeded,
-            RunStatus::Failed,
-            RunStatus::Cancelled,
-            RunStatus::Interrupted,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
+        RunStatus::ALL.into_iter().find(|s| s.as_str() == text)
     }
 }
 

@@ -139,7 +139,57 @@ pub enum RunError {
 /// Runs a composition to its end and returns the run id and its final status. The run is in
 /// `store` from its first moment; each finished attempt is committed before the next starts.
 pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<RunOutcome, RunError> {
-    let workspace = Workspace::open(&cfg.workspace).map_err(|e| RunError::Workspace(e.evidence))?;
+    run_over_http(cfg, None, store).await
+}
+
+/// [`run_composition`] into a run this process already claimed from the queue
+/// ([`RunStore::claim_next`]): that `running` run gets its context and the steps, instead of a
+/// new run being created. A claimed run that cannot start (its workspace or transport cannot be
+/// set up) is finished `failed`, so it does not stay `running` under a live owner.
+pub async fn run_claimed(
+    cfg: RunConfig,
+    run_id: String,
+    store: &mut RunStore,
+) -> Result<RunOutcome, RunError> {
+    run_over_http(cfg, Some(run_id), store).await
+}
+
+/// [`run_with_transport`] into an already claimed run (see [`run_claimed`]).
+pub async fn run_claimed_with_transport(
+    cfg: RunConfig,
+    run_id: String,
+    workspace: &Workspace,
+    transport: &dyn Transport,
+    store: &mut RunStore,
+) -> Result<RunOutcome, RunError> {
+    run_into(cfg, Some(run_id), workspace, transport, store).await
+}
+
+/// Opens the workspace and the provider's HTTP transport, then runs into `claimed` (or a new
+/// run when `None`).
+async fn run_over_http(
+    cfg: RunConfig,
+    claimed: Option<String>,
+    store: &mut RunStore,
+) -> Result<RunOutcome, RunError> {
+    let setup = open_workspace(&cfg).and_then(|w| Ok((w, http_transport(&cfg)?)));
+    let (workspace, transport) = match setup {
+        Ok(ready) => ready,
+        Err(e) => {
+            if let Some(run_id) = &claimed {
+                let _ = store.finish_run(run_id, RunStatus::Failed);
+            }
+            return Err(e);
+        }
+    };
+    run_into(cfg, claimed, &workspace, &transport, store).await
+}
+
+fn open_workspace(cfg: &RunConfig) -> Result<Workspace, RunError> {
+    Workspace::open(&cfg.workspace).map_err(|e| RunError::Workspace(e.evidence))
+}
+
+fn http_transport(cfg: &RunConfig) -> Result<HttpTransport, RunError> {
     // The raw body is kept for the response boundary (BND-1), which judges it as it is read.
     let mut transport = HttpTransport::new(HttpConfig {
         keep_raw_body: true,
@@ -149,10 +199,10 @@ pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<Run
             cfg.provider.api_key.clone(),
         )
     })?;
-    if let Ok(boundary) = boundary_config(&cfg.provider, &selected_model(&cfg)) {
+    if let Ok(boundary) = boundary_config(&cfg.provider, &selected_model(cfg)) {
         transport = transport.with_boundary(boundary);
     }
-    run_with_transport(cfg, &workspace, &transport, store).await
+    Ok(transport)
 }
 
 /// [`run_composition`] over a given transport (a test or an embedded route may bring its own).
@@ -162,8 +212,26 @@ pub async fn run_with_transport(
     transport: &dyn Transport,
     store: &mut RunStore,
 ) -> Result<RunOutcome, RunError> {
-    let run_id =
-        store.create_run_with_context(&cfg.composition.name, &run_context(&cfg, workspace))?;
+    run_into(cfg, None, workspace, transport, store).await
+}
+
+/// The one body of every entry above: the run is `claimed` (running already, its context set
+/// here) or created now with its context.
+async fn run_into(
+    cfg: RunConfig,
+    claimed: Option<String>,
+    workspace: &Workspace,
+    transport: &dyn Transport,
+    store: &mut RunStore,
+) -> Result<RunOutcome, RunError> {
+    let context = run_context(&cfg, workspace);
+    let run_id = match claimed {
+        Some(run_id) => {
+            store.set_context(&run_id, &context)?;
+            run_id
+        }
+        None => store.create_run_with_context(&cfg.composition.name, &context)?,
+    };
     let cancel = cfg.cancel.child_token();
     let deadline_ms = cfg.job_deadline.map_or(cfg.limits.deadline_ms(), |d| {
         u64::try_from(d.as_millis()).unwrap_or(u64::MAX)

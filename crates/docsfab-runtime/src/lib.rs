@@ -9,7 +9,8 @@
 //! - [`tools`]: the tools and the validation of their calls.
 //! - [`batch`]: one turn's tool batch through validation, authorization, lease and execution.
 //! - [`contract`]: judging a read-only step's answer against its JSON Schema.
-//! - [`store`]: the SQLite run store, with crash recovery to `interrupted`.
+//! - [`store`]: the run store (SQLite or PostgreSQL, by URL) and job queue, with crash recovery
+//!   to `interrupted`.
 //! - [`workspace`]: the workspace jail that resolves every tool path.
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.

@@ -38,6 +38,10 @@ pub enum StoreError {
     #[error("a run cannot be finished as running")]
     FinishAsRunning,
     #[error(
+        "the run store {url} is PostgreSQL, and the PostgreSQL store is not built in this branch"
+    )]
+    BackendMissing { url: String },
+    #[error(
         "the run store stayed locked by another process while {operation} ({tries} tries, each waiting up to {timeout_ms} ms)"
     )]
     Busy {

@@ -31,7 +31,7 @@ use crate::error::{CliError, emit};
 use crate::home::Home;
 use crate::progress::ColorChoice;
 use crate::run::{conclude, execute, load_record, runtime};
-use crate::runs::{STORE_FILE_NAME, open_store, render_run};
+use crate::runs::{open_store_url, render_run, store_place, store_url};
 
 const COMPOSITION: &str = include_str!("../quickstart/composition.yaml");
 const SCENARIO: &str = include_str!("../quickstart/scenario.yaml");
@@ -65,7 +65,7 @@ const DEMO_MODEL: &str = "demo-model";
 /// The provider name the demo's record gives its in-process simulator (there is no host.yaml).
 const DEMO_PROVIDER: &str = "demo-simulator";
 
-pub fn run(color: ColorChoice) -> Result<(), CliError> {
+pub fn run(color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
     crate::telemetry::check_env()?;
     // The embedded files are part of the binary; a problem with them is a build defect.
     let bug = |what: &str, e: &dyn std::fmt::Display| {
@@ -87,12 +87,12 @@ pub fn run(color: ColorChoice) -> Result<(), CliError> {
     let rules = RulesTable::embedded().map_err(|e| bug("rules table", &e))?;
 
     let home = Home::locate()?;
-    let store_path = home.dir.join(STORE_FILE_NAME);
+    let store_path = store_url(&home.dir, store)?;
     let workspace = TempDir::create()?;
     for (name, text) in WORKSPACE {
         write_file(&workspace.path.join(name), text)?;
     }
-    let mut store = open_store(&store_path)?;
+    let mut store = open_store_url(&store_path)?;
 
     let rt = runtime()?;
     let outcome = rt.block_on(async {
@@ -107,7 +107,7 @@ pub fn run(color: ColorChoice) -> Result<(), CliError> {
             std::io::stderr(),
             "docsfab demo: running examples/quickstart against the built-in fault-injecting simulator at {}\n  (scenario examples/quickstart/scenario.yaml; delays scaled down; run recorded in {})",
             server.base_url(),
-            store_path.display()
+            store_place(&store_path)
         );
         let config = RunConfig {
             composition,
@@ -133,7 +133,7 @@ pub fn run(color: ColorChoice) -> Result<(), CliError> {
         outcome
     })?;
 
-    let record = load_record(&store, &store_path, &outcome.run_id)?;
+    let record = load_record(&store, &outcome.run_id)?;
     emit(&format!("\n{}", render_run(&record)))?;
     if let Ok(page) = std::fs::read_to_string(workspace.path.join("docs/overview.md")) {
         emit(&format!(

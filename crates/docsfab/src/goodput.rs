@@ -10,6 +10,7 @@ use docsfab_goodput::policy::{DocsfabPolicy, PEERS, Policy, peer};
 use docsfab_goodput::report::{Summary, simulate};
 use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
 use docsfab_runtime::stats::{Filter, Stats};
+use docsfab_runtime::store::StoreUrl;
 
 use docsfab_policy::catalog::{Limit, resolve};
 use docsfab_policy::host::{RawKind, RawValue};
@@ -44,13 +45,13 @@ pub struct GoodputArgs {
     pub json: bool,
 }
 
-pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
+pub fn run(args: &GoodputArgs, store: Option<&str>) -> Result<(), CliError> {
     if args.steps == 0 {
         return Err(CliError::bad_input(
             "--steps 0 simulates nothing; pass a positive number of steps.",
         ));
     }
-    let model = fault_model(&args.fault_model)?;
+    let model = fault_model(&args.fault_model, store)?;
     let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
     if let Some(plot) = &args.plot
         && plot.extension().and_then(|e| e.to_str()) != Some("svg")
@@ -95,11 +96,12 @@ pub fn run(args: &GoodputArgs) -> Result<(), CliError> {
     }
 }
 
-/// The named model, or the file's, refused in one sentence when it is not sound.
-fn fault_model(arg: &str) -> Result<FaultModel, CliError> {
+/// The named model, or the file's, refused in one sentence when it is not sound. `store` is
+/// the `--store` flag: the run store `--fault-model store` reads.
+fn fault_model(arg: &str, store: Option<&str>) -> Result<FaultModel, CliError> {
     match arg {
         "seed" => Ok(FaultModel::seed()),
-        "store" => store_model(),
+        "store" => store_model(store),
         path => load_model(Path::new(path)),
     }
 }
@@ -108,20 +110,20 @@ fn fault_model(arg: &str) -> Result<FaultModel, CliError> {
 const MIN_RUNS: u64 = 3;
 
 /// The model fitted from the run store's figures (the ones `runs stats` prints).
-fn store_model() -> Result<FaultModel, CliError> {
+fn store_model(store: Option<&str>) -> Result<FaultModel, CliError> {
     let home = crate::home::Home::locate()?;
-    let path = home.dir.join(crate::runs::STORE_FILE_NAME);
+    let path = crate::runs::store_url(&home.dir, store)?;
     let (fitted, runs) = fit_store(&path)?;
     fitted.ok_or_else(|| {
         CliError::bad_input(format!(
             "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {runs}; run some compositions first, or pass --fault-model seed or a YAML file.",
-            path.display()
+            crate::runs::store_place(&path)
         ))
     })
 }
 
 /// The fitted model (when the store holds enough runs) and the number of runs read.
-fn fit_store(path: &Path) -> Result<(Option<FaultModel>, u64), CliError> {
+fn fit_store(path: &StoreUrl) -> Result<(Option<FaultModel>, u64), CliError> {
     let filter = Filter::default();
     let records = crate::runs::load_records(path, &filter)?;
     let stats = Stats::from_records(&records, &filter);
@@ -135,7 +137,8 @@ fn fit_store(path: &Path) -> Result<(Option<FaultModel>, u64), CliError> {
 /// from the store; `None` until the store holds enough runs (or cannot be read: doctor reports
 /// the store elsewhere, and this line is advice).
 pub fn doctor_line(ctx: &HostContext, attempt_timer_ms: u64) -> Option<String> {
-    let path = ctx.home.dir.join(crate::runs::STORE_FILE_NAME);
+    // The default store: doctor takes no --store (yet).
+    let path = StoreUrl::Sqlite(ctx.home.dir.join(crate::runs::STORE_FILE_NAME));
     let (model, runs) = match fit_store(&path) {
         Ok((Some(m), runs)) => (m, runs),
         _ => return None,

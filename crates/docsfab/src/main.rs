@@ -40,6 +40,16 @@ struct Cli {
     /// set), always, or never.
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = progress::ColorChoice::Auto)]
     color: progress::ColorChoice,
+    /// The run store: sqlite:PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE (default:
+    /// sqlite:$DOCSFAB_HOME/runs.db). Used by run, runs, demo and sim goodput --fault-model store.
+    #[arg(
+        long,
+        global = true,
+        env = "DOCSFAB_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    store: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,10 +84,10 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args),
-        Commands::Run(args) => run::run(&args, cli.color),
-        Commands::Runs(args) => runs::run(&args),
-        Commands::Demo => demo::run(cli.color),
-        Commands::Sim(args) => sim::run(&args),
+        Commands::Run(args) => run::run(&args, cli.color, cli.store.as_deref()),
+        Commands::Runs(args) => runs::run(&args, cli.store.as_deref()),
+        Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
+        Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
         Commands::Route(args) => route_command::run(&args),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),

@@ -30,14 +30,14 @@ use docsfab_runtime::executor::{
 };
 use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{RunRecord, RunStatus};
-use docsfab_runtime::store::{RunStore, StoreError};
+use docsfab_runtime::store::{RunStore, StoreError, StoreUrl};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{CliError, emit};
 use crate::home::{Selected, validate_run_inputs};
 use crate::progress::{ColorChoice, Reporter, paint, status_style};
-use crate::runs::{STORE_FILE_NAME, open_store, to_json};
+use crate::runs::{open_store_url, store_place, store_url, to_json};
 use crate::throttle::ThrottlePlan;
 
 #[derive(Debug, Args)]
@@ -54,14 +54,14 @@ pub struct RunArgs {
     pub json: bool,
 }
 
-pub fn run(args: &RunArgs, color: ColorChoice) -> Result<(), CliError> {
-    let (mut config, store_path, throttle) = prepare(args)?;
+pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
+    let (mut config, store_path, throttle) = prepare(args, store)?;
     let _workspace_lock = lock_workspace(&config)?;
-    let mut store = open_store(&store_path)?;
+    let mut store = open_store_url(&store_path)?;
     config.throttle = throttle.open();
     let started = Instant::now();
     let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
-    let record = load_record(&store, &store_path, &outcome.run_id)?;
+    let record = load_record(&store, &outcome.run_id)?;
     if args.json {
         emit(&format!("{}\n", to_json(&record)?))?;
     } else {
@@ -72,9 +72,13 @@ pub fn run(args: &RunArgs, color: ColorChoice) -> Result<(), CliError> {
 }
 
 /// Checks the whole configuration and builds the run; nothing is written.
-fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf, ThrottlePlan), CliError> {
+fn prepare(
+    args: &RunArgs,
+    store: Option<&str>,
+) -> Result<(RunConfig, StoreUrl, ThrottlePlan), CliError> {
     let path = &args.composition;
     let (ctx, composition) = validate_run_inputs(path, "`docsfab run`", true)?;
+    let store = store_url(&ctx.home.dir, store)?;
     for warning in ctx.unknown_env_warnings() {
         // Not eprintln!: a closed stderr must not stop the run.
         let _ = writeln!(std::io::stderr(), "warning: {warning}");
@@ -113,7 +117,7 @@ fn prepare(args: &RunArgs) -> Result<(RunConfig, PathBuf, ThrottlePlan), CliErro
         throttle: None,
     };
     let throttle = ThrottlePlan::new(&ctx.home.dir, &ctx.host);
-    Ok((config, ctx.home.dir.join(STORE_FILE_NAME), throttle))
+    Ok((config, store, throttle))
 }
 
 /// The provider's key, from the variable host.yaml names. Messages name the variable, never a
@@ -261,16 +265,15 @@ fn watch_signals(
     }))
 }
 
-pub fn load_record(store: &RunStore, path: &Path, run_id: &str) -> Result<RunRecord, CliError> {
+pub fn load_record(store: &RunStore, run_id: &str) -> Result<RunRecord, CliError> {
+    let place = store_place(store.url());
     match store.load_run(run_id) {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(CliError::failed(format!(
-            "run {run_id} is missing from the run store {} right after it ran; check that nothing else removes runs.db.",
-            path.display()
+            "run {run_id} is missing from the run store {place} right after it ran; check that nothing else removes its runs."
         ))),
         Err(e) => Err(CliError::failed(format!(
-            "cannot read run {run_id} back from {} ({e}); inspect it later with `docsfab runs show {run_id}`.",
-            path.display()
+            "cannot read run {run_id} back from {place} ({e}); inspect it later with `docsfab runs show {run_id}`."
         ))),
     }
 }

@@ -1,9 +1,11 @@
 //! `docsfab runs list`, `docsfab runs show ID`, `docsfab runs diff ID` and `docsfab runs stats`:
 //! the run store, read back (the diff itself is `runs_diff`, the figures `runs_stats`).
 //!
-//! Both open `DOCSFAB_HOME/runs.db`, and opening it marks every run whose process died while it
-//! was `running` as `interrupted`, so a run killed with `kill -9` shows up as such here. Neither
-//! reads host.yaml: looking at old runs must work whatever the configuration says today.
+//! They open the run store `--store` (or `DOCSFAB_STORE`) names, by default
+//! `sqlite:DOCSFAB_HOME/runs.db` ([`store_url`]), and opening it marks every run whose process
+//! died while it was `running` as `interrupted`, so a run killed with `kill -9` shows up as such
+//! here. None reads host.yaml: looking at old runs must work whatever the configuration says
+//! today.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -17,7 +19,7 @@ use docsfab_runtime::record::{
     AttemptRecord, AttemptStatus, FileWritten, RunRecord, StepRecord, TurnRecord,
 };
 use docsfab_runtime::stats::{Filter, Stats};
-use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions};
+use docsfab_runtime::store::{BusyRetry, RunListing, RunStore, StoreError, StoreOptions, StoreUrl};
 use serde::Serialize;
 
 use crate::error::{CliError, emit, plain_reason};
@@ -80,9 +82,9 @@ pub enum RunsCommand {
     },
 }
 
-pub fn run(args: &RunsArgs) -> Result<(), CliError> {
+pub fn run(args: &RunsArgs, store: Option<&str>) -> Result<(), CliError> {
     let home = Home::locate()?;
-    let path = home.dir.join(STORE_FILE_NAME);
+    let path = store_url(&home.dir, store)?;
     match &args.command {
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json, html } => match html {
@@ -98,14 +100,44 @@ pub fn run(args: &RunsArgs) -> Result<(), CliError> {
     }
 }
 
-/// Opens the run store for a command. A failure is the operator's to fix (permissions, a file
-/// that is not a database), so it is bad input; except a store other docsfab processes kept
-/// locked past every retry, which is a failure to try again later.
+/// The run store a command uses: the `--store` flag's value (clap fills it from
+/// `DOCSFAB_STORE` when the flag is absent), else `sqlite:HOME/runs.db`. A value that is not a
+/// store URL is bad input.
+pub fn store_url(home_dir: &Path, flag: Option<&str>) -> Result<StoreUrl, CliError> {
+    match flag {
+        None => Ok(StoreUrl::Sqlite(home_dir.join(STORE_FILE_NAME))),
+        Some(text) => StoreUrl::parse(text)
+            .map_err(|e| CliError::bad_input(format!("--store (or DOCSFAB_STORE): {e}."))),
+    }
+}
+
+/// How messages name a store: a SQLite store by its file path (as before there was a choice),
+/// PostgreSQL by its URL without the password.
+pub fn store_place(url: &StoreUrl) -> String {
+    match url {
+        StoreUrl::Sqlite(path) => path.display().to_string(),
+        StoreUrl::Postgres(pg) => pg.to_string(),
+    }
+}
+
+/// Whether the store holds anything yet; reading commands create no SQLite file where there
+/// is none. A PostgreSQL store is a server's database: it is opened (and migrated) to look.
+fn store_exists(url: &StoreUrl) -> bool {
+    match url {
+        StoreUrl::Sqlite(path) => path.exists(),
+        StoreUrl::Postgres(_) => true,
+    }
+}
+
+/// Opens the run store for a command. A failure of a SQLite file is the operator's to fix
+/// (permissions, a file that is not a database), so it is bad input; except a store other
+/// docsfab processes kept locked past every retry, which is a failure to try again later, as is
+/// a PostgreSQL server that does not answer.
 ///
 /// Says on stderr which runs this open found orphaned and marked `interrupted`, and each retry
 /// while another docsfab process holds the store past the busy timeout, so a slow command says
 /// why it waits.
-pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
+pub fn open_store_url(url: &StoreUrl) -> Result<RunStore, CliError> {
     let options = StoreOptions {
         on_busy: Some(std::sync::Arc::new(|b: &BusyRetry| {
             let _ = writeln!(
@@ -118,21 +150,26 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
         })),
         ..StoreOptions::default()
     };
-    let store = RunStore::open_with(path, options).map_err(|e| match e {
+    let place = store_place(url);
+    let store = RunStore::open_url(url, options).map_err(|e| match (e, url) {
         // Not the operator's configuration: another process kept the store locked.
-        StoreError::Busy { .. } => CliError::failed(format!(
-            "cannot open the run store {} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished.",
-            path.display()
+        (e @ StoreError::Busy { .. }, _) => CliError::failed(format!(
+            "cannot open the run store {place} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished."
         )),
-        e => {
+        (e @ StoreError::BackendMissing { .. }, _) => CliError::bad_input(format!(
+            "cannot open the run store: {e}; use a sqlite:PATH store with this build."
+        )),
+        (e, StoreUrl::Postgres(_)) => CliError::failed(format!(
+            "cannot open the run store {place} ({e}); check that the PostgreSQL server is running and that the URL's user may create tables in that database."
+        )),
+        (e, StoreUrl::Sqlite(_)) => {
             let reason = plain_reason(
                 &e.to_string(),
                 "it is not a docsfab run store of this version, or it is damaged",
             );
             CliError::bad_input(format!(
-            "cannot open the run store {} ({reason}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store, or move it aside.",
-            path.display()
-        ))
+                "cannot open the run store {place} ({reason}); check that DOCSFAB_HOME is a writable directory and the file is a docsfab run store, or move it aside."
+            ))
         }
     })?;
     for id in store.interrupted_on_open() {
@@ -144,18 +181,18 @@ pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
     Ok(store)
 }
 
-pub(crate) fn read_failed(path: &Path, e: impl std::fmt::Display) -> CliError {
+pub(crate) fn read_failed(url: &StoreUrl, e: impl std::fmt::Display) -> CliError {
     let reason = plain_reason(&e.to_string(), "it is damaged or not a docsfab run store");
     CliError::failed(format!(
         "cannot read the run store {} ({reason}); check the file, or move it aside to start a new one.",
-        path.display()
+        store_place(url)
     ))
 }
 
-fn list(path: &Path, json: bool, limit: u32) -> Result<(), CliError> {
+fn list(path: &StoreUrl, json: bool, limit: u32) -> Result<(), CliError> {
     // Listing must not create a store where there is none.
-    let runs = if path.exists() {
-        open_store(path)?
+    let runs = if store_exists(path) {
+        open_store_url(path)?
             .list_run_rows(limit)
             .map_err(|e| read_failed(path, e))?
     } else {
@@ -168,7 +205,7 @@ fn list(path: &Path, json: bool, limit: u32) -> Result<(), CliError> {
     if runs.is_empty() {
         return emit(&format!(
             "No runs yet in {}; start one with `docsfab run COMPOSITION` or `docsfab demo`.\n",
-            path.display()
+            store_place(path)
         ));
     }
     emit(&render_list(&runs))
@@ -225,17 +262,17 @@ fn render_list(runs: &[RunListing]) -> String {
 }
 
 /// The store and the record of run `id`; an unknown id is bad input.
-fn load(path: &Path, id: &str) -> Result<(RunStore, RunRecord), CliError> {
+fn load(path: &StoreUrl, id: &str) -> Result<(RunStore, RunRecord), CliError> {
     let unknown = || {
         CliError::bad_input(format!(
             "there is no run {id:?} in {}; list the known runs with `docsfab runs list`.",
-            path.display()
+            store_place(path)
         ))
     };
-    if !path.exists() {
+    if !store_exists(path) {
         return Err(unknown());
     }
-    let store = open_store(path)?;
+    let store = open_store_url(path)?;
     let record = store
         .load_run(id)
         .map_err(|e| read_failed(path, e))?
@@ -243,20 +280,20 @@ fn load(path: &Path, id: &str) -> Result<(RunStore, RunRecord), CliError> {
     Ok((store, record))
 }
 
-fn diff(path: &Path, id: &str, stat: bool) -> Result<(), CliError> {
+fn diff(path: &StoreUrl, id: &str, stat: bool) -> Result<(), CliError> {
     let (store, record) = load(path, id)?;
     let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
     emit(&crate::runs_diff::render(&record, &rows, stat))
 }
 
-fn show_html(path: &Path, id: &str, target: &Path) -> Result<(), CliError> {
+fn show_html(path: &StoreUrl, id: &str, target: &Path) -> Result<(), CliError> {
     let (store, record) = load(path, id)?;
     let rows = store.written_files(id).map_err(|e| read_failed(path, e))?;
     let page = crate::report_html::render(&record, &crate::runs_diff::per_file(&rows))?;
     crate::report_html::write(&page, target)
 }
 
-fn show(path: &Path, id: &str, json: bool) -> Result<(), CliError> {
+fn show(path: &StoreUrl, id: &str, json: bool) -> Result<(), CliError> {
     let (_, record) = load(path, id)?;
     if json {
         emit(&format!("{}\n", to_json(&record)?))
@@ -546,7 +583,7 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
 
 /// `docsfab runs stats`: the records in the window, summed by `docsfab_runtime::stats`.
 fn stats(
-    path: &Path,
+    path: &StoreUrl,
     since: Option<&str>,
     provider: Option<&str>,
     json: bool,
@@ -572,13 +609,13 @@ fn stats(
 /// The records of the runs that started in the window (all of them without `--since`); none,
 /// and no store created, when there is no store yet.
 pub(crate) fn load_records(
-    path: &Path,
+    path: &StoreUrl,
     filter: &Filter,
 ) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
-    if !path.exists() {
+    if !store_exists(path) {
         return Ok(Vec::new());
     }
-    let store = open_store(path)?;
+    let store = open_store_url(path)?;
     let failed = |e: docsfab_runtime::store::StoreError| read_failed(path, e);
     let mut records = Vec::new();
     for summary in store.list_runs().map_err(failed)? {

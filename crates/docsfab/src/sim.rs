@@ -38,7 +38,8 @@ pub struct ServeArgs {
     pub log: Option<PathBuf>,
 }
 
-pub fn run(args: &SimArgs) -> Result<(), CliError> {
+/// `store`: the global `--store` flag (`sim goodput --fault-model store` reads that store).
+pub fn run(args: &SimArgs, store: Option<&str>) -> Result<(), CliError> {
     match &args.command {
         SimCommand::Serve(serve) => runtime()?
             .block_on(docsfab_sim::serve_command(
@@ -47,7 +48,7 @@ pub fn run(args: &SimArgs) -> Result<(), CliError> {
                 serve.log.as_deref(),
             ))
             .map_err(to_cli_error),
-        SimCommand::Goodput(g) => crate::goodput::run(g),
+        SimCommand::Goodput(g) => crate::goodput::run(g, store),
     }
 }
 

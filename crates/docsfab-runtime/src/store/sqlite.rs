@@ -1,4 +1,5 @@
-//! The run store: run records in SQLite (`$DOCSFAB_HOME/runs.db`), written as the run goes.
+//! The SQLite backend of the run store: run records in one SQLite file (by default
+//! `$DOCSFAB_HOME/runs.db`), written as the run goes.
 //!
 //! Each write is its own transaction, so a finished attempt is durable before the caller starts
 //! the next one. Attempts are kept as their JSON record plus a few indexed columns. Opening the
@@ -12,18 +13,21 @@
 //! - the busy timeout is set before anything else touches the file, so opening, the WAL switch
 //!   and the schema wait too;
 //! - when SQLite is still busy after the timeout, the whole operation is tried again a bounded
-//!   number of times, and each retry is reported to the store's [`BusyObserver`].
+//!   number of times, and each retry is reported to the store's [`super::BusyObserver`].
 //!
 //! A write step's tool calls leave a *write intent* here before each write runs
-//! ([`RunStore::record_write_intent`]); when a killed run is found, the intents of the attempt
+//! ([`SqliteStore::record_write_intent`]); when a killed run is found, the intents of the attempt
 //! that never finished are put in its step's record as `interruptedAttempt`.
+//!
+//! The store is also `docsfab serve`'s job queue: a submitted run is a `queued` row holding its
+//! [`JobSpec`]; [`SqliteStore::claim_next`] turns the oldest one `running` for this process inside
+//! one `BEGIN IMMEDIATE` transaction, so of several processes exactly one gets it.
 //!
 //! A succeeded attempt's record is committed together with the contents of the files it
 //! changed (`written_files`, bounded as `crate::written` says), which `docsfab runs diff` reads.
 
 use std::path::Path;
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use docsfab_throttle::process::Holder;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -31,85 +35,20 @@ use sha2::{Digest, Sha256};
 
 use crate::record::ForEach;
 use crate::record::{
-    Access, AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
-    StepFailure, StepRecord, TransportRetry, WriteIntent, rfc3339_utc,
+    AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary, StepRecord,
+    WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{self, Kept, StoredWrite};
 
-pub use crate::store_error::StoreError;
+use super::{
+    BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
+    StoreOptions,
+};
 
-/// A store operation that SQLite still found busy after the busy timeout, about to be tried
-/// again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BusyRetry {
-    /// What the store was doing, e.g. `recording attempt 2`.
-    pub operation: &'static str,
-    /// 1 for the first retry.
-    pub retry: u32,
-    pub max_retries: u32,
-}
-
-/// Told about every [`BusyRetry`] (the CLI prints a note on stderr).
-pub type BusyObserver = Arc<dyn Fn(&BusyRetry) + Send + Sync>;
-
-/// How the store waits for other processes.
-#[derive(Clone)]
-pub struct StoreOptions {
-    /// SQLite's busy timeout: how long one statement waits for a lock.
-    pub busy_timeout: Duration,
-    /// How many times a whole operation is tried again when it is still busy after that.
-    pub busy_retries: u32,
-    /// The pause before each retry, doubled every time.
-    pub retry_pause: Duration,
-    pub on_busy: Option<BusyObserver>,
-}
-
-impl Default for StoreOptions {
-    /// Five seconds per try and four retries: a run waits out more than 25 s of other writers
-    /// (whose transactions take milliseconds) before it gives up.
-    fn default() -> Self {
-        StoreOptions {
-            busy_timeout: Duration::from_secs(5),
-            busy_retries: 4,
-            retry_pause: Duration::from_millis(50),
-            on_busy: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for StoreOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("busy_timeout", &self.busy_timeout)
-            .field("busy_retries", &self.busy_retries)
-            .field("retry_pause", &self.retry_pause)
-            .field("on_busy", &self.on_busy.is_some())
-            .finish()
-    }
-}
-
-/// What a step is started with; the rest of its record fills in as it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepStart {
-    pub step_id: String,
-    pub access: Access,
-    pub configured_max_retries: u32,
-    pub effective_max_retries: u32,
-    pub transport_retry: TransportRetry,
-}
-
-/// How a step ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepEnd {
-    pub status: RunStatus,
-    pub failure: Option<StepFailure>,
-    pub output: Option<serde_json::Value>,
-}
-
-/// An open run store.
+/// An open SQLite run store (the embedded backend of [`super::RunStore`]).
 #[derive(Debug)]
-pub struct RunStore {
+pub struct SqliteStore {
     conn: Connection,
     interrupted: Vec<String>,
     options: StoreOptions,
@@ -161,16 +100,11 @@ CREATE TABLE IF NOT EXISTS write_intents (
 );
 ";
 
-impl RunStore {
-    /// Opens (creating if needed) the store at `path`, in WAL mode, and marks as `interrupted`
-    /// every running run whose owner is no longer alive.
-    /// The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
-    pub fn open(path: &Path) -> Result<RunStore, StoreError> {
-        RunStore::open_with(path, StoreOptions::default())
-    }
-
-    /// [`RunStore::open`] with its waits and its busy observer chosen.
-    pub fn open_with(path: &Path, options: StoreOptions) -> Result<RunStore, StoreError> {
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, in WAL mode, with its waits and its busy
+    /// observer chosen, and marks as `interrupted` every running run whose owner is no longer
+    /// alive. The parent directory is created when missing (a fresh `DOCSFAB_HOME`).
+    pub fn open_with(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
                 path: parent.to_owned(),
@@ -180,7 +114,7 @@ impl RunStore {
         let conn = Connection::open(path)?;
         // First, so that everything below waits for other processes instead of failing.
         conn.busy_timeout(options.busy_timeout)?;
-        let mut store = RunStore {
+        let mut store = SqliteStore {
             conn,
             interrupted: Vec::new(),
             options,
@@ -201,7 +135,7 @@ impl RunStore {
                 tx.execute_batch(SCHEMA)?;
                 tx.commit()?;
             }
-            add_run_context_column(conn)?;
+            add_run_columns(conn)?;
             crate::written::migrate(conn)?;
             Ok(())
         })?;
@@ -323,10 +257,7 @@ impl RunStore {
     ) -> Result<String, StoreError> {
         let context = context.map(to_json).transpose()?;
         let now = SystemTime::now();
-        let started_ms = now
-            .duration_since(UNIX_EPOCH)
-            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-            .unwrap_or(0);
+        let started_ms = epoch_ms(now);
         let started_at = rfc3339_utc(now);
         let run_id = new_run_id(&started_at, composition, owner.pid, now);
         self.retrying("creating the run", |conn| {
@@ -352,12 +283,184 @@ impl RunStore {
         Ok(run_id)
     }
 
+    /// Stores the context of a running run created without one (a claimed job learns its
+    /// workspace, provider and model only when its worker resolves them).
+    pub fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
+        let json = to_json(context)?;
+        self.retrying("storing the run's context", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            tx.execute(
+                "UPDATE runs SET context = ?2 WHERE run_id = ?1",
+                params![run_id, json],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Stores a submitted job as a `queued` run (no owner, no context; its start time is the
+    /// submit time until it is claimed) and returns its id.
+    pub fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
+        let json = to_json(spec)?;
+        let now = SystemTime::now();
+        let started_at = rfc3339_utc(now);
+        let run_id = new_run_id(&started_at, &spec.composition_name, std::process::id(), now);
+        self.retrying("queueing the run", |conn| {
+            let tx = immediate(conn)?;
+            tx.execute(
+                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
+                                   job_spec, cancel_requested, queued_seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0,
+                         (SELECT COALESCE(MAX(queued_seq), 0) + 1 FROM runs))",
+                params![
+                    run_id,
+                    spec.composition_name,
+                    RunStatus::Queued.as_str(),
+                    started_at,
+                    epoch_ms(now),
+                    json,
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
+        Ok(run_id)
+    }
+
+    /// Claims the oldest queued run for this process: it becomes `running`, owned by
+    /// [`Holder::current`], started now. The pick and the update are one `BEGIN IMMEDIATE`
+    /// transaction, so each queued run is claimed once however many processes ask.
+    pub fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
+        let owner = Holder::current();
+        self.retrying("claiming a queued run", |conn| {
+            let tx = immediate(conn)?;
+            let next = tx
+                .query_row(
+                    "SELECT run_id, job_spec FROM runs WHERE status = ?1
+                     ORDER BY queued_seq, rowid LIMIT 1",
+                    [RunStatus::Queued.as_str()],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
+                )
+                .optional()?;
+            let Some((run_id, spec)) = next else {
+                return Ok(None);
+            };
+            let spec: JobSpec = from_json(spec.as_deref().unwrap_or("null"))?;
+            let now = SystemTime::now();
+            tx.execute(
+                "UPDATE runs SET status = ?2, started_at = ?3, started_ms = ?4, owner_pid = ?5,
+                                 owner_start = ?6
+                 WHERE run_id = ?1",
+                params![
+                    run_id,
+                    RunStatus::Running.as_str(),
+                    rfc3339_utc(now),
+                    epoch_ms(now),
+                    i64::from(owner.pid),
+                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Some(Claimed { run_id, spec }))
+        })
+    }
+
+    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
+    pub fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
+        let text = self.retrying("reading a job", |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT job_spec FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get::<_, Option<String>>(0),
+                )
+                .optional()?
+                .flatten())
+        })?;
+        text.as_deref().map(from_json).transpose()
+    }
+
+    /// Cancels a run: a queued one is `cancelled` at once; a running one gets its flag set for
+    /// its worker to see; an ended one is left as it is.
+    pub fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
+        self.retrying("cancelling a run", |conn| {
+            let tx = immediate(conn)?;
+            let status = run_status(&tx, run_id)?;
+            let done = match status {
+                RunStatus::Queued => {
+                    tx.execute(
+                        "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
+                        params![
+                            run_id,
+                            RunStatus::Cancelled.as_str(),
+                            rfc3339_utc(SystemTime::now())
+                        ],
+                    )?;
+                    CancelRequest::CancelledQueued
+                }
+                RunStatus::Running => {
+                    tx.execute(
+                        "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?1",
+                        [run_id],
+                    )?;
+                    CancelRequest::Requested
+                }
+                ended => CancelRequest::AlreadyEnded(ended),
+            };
+            tx.commit()?;
+            Ok(done)
+        })
+    }
+
+    /// Whether someone asked to cancel the run ([`SqliteStore::request_cancel`]).
+    pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.retrying("reading a cancel request", |conn| {
+            let flag: Option<Option<i64>> = conn
+                .query_row(
+                    "SELECT cancel_requested FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match flag {
+                None => Err(StoreError::UnknownRun(run_id.to_owned())),
+                Some(flag) => Ok(flag.unwrap_or(0) != 0),
+            }
+        })
+    }
+
+    /// How many runs have each status: every status, in [`RunStatus::ALL`] order, zeros
+    /// included (a metrics page shows each one).
+    pub fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        self.retrying("counting runs", |conn| {
+            let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+            let mut counts: Vec<(RunStatus, u64)> =
+                RunStatus::ALL.into_iter().map(|s| (s, 0)).collect();
+            for row in rows {
+                let (status, n) = row?;
+                let status = parse_status(&status)?;
+                if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status) {
+                    slot.1 = u64::try_from(n).unwrap_or(0);
+                }
+            }
+            Ok(counts)
+        })
+    }
+
+    /// Marks `interrupted` the running runs whose owning process is gone (as opening does) and
+    /// returns their ids. A long-lived process calls it now and then.
+    pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        self.mark_orphans_interrupted()
+    }
+
     /// Adds a step to a running run; returns its index (0-based, in start order).
     pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
         self.begin_step_for(run_id, step, None)
     }
 
-    /// [`RunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
+    /// [`SqliteStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
     /// Instances take the next indexes like any step, so starting them in element order keeps
     /// the record in element order.
     pub fn begin_step_for(
@@ -416,10 +519,10 @@ impl RunStore {
         self.record_attempt_with_files(run_id, step_index, attempt, &[])
     }
 
-    /// [`RunStore::record_attempt`], keeping in the same transaction the contents of the files
+    /// [`SqliteStore::record_attempt`], keeping in the same transaction the contents of the files
     /// the attempt changed, each as [`written::classify`] judged it (bounded: see
     /// [`crate::written`]). `docsfab runs diff` reads them back with
-    /// [`RunStore::written_files`].
+    /// [`SqliteStore::written_files`].
     pub fn record_attempt_with_files(
         &mut self,
         run_id: &str,
@@ -552,7 +655,16 @@ impl RunStore {
     /// The newest `limit` runs, newest first, each with its step and attempt counts and its
     /// duration, for `docsfab runs list`.
     pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
-        self.retrying("listing runs", |conn| list_run_rows(conn, limit))
+        self.list_run_rows_where(None, limit)
+    }
+
+    /// [`SqliteStore::list_run_rows`], only the runs with `status` when one is given.
+    pub fn list_run_rows_where(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<RunListing>, StoreError> {
+        self.retrying("listing runs", |conn| list_run_rows(conn, status, limit))
     }
 
     /// The files the run's succeeded write attempts changed, with their kept contents, in the
@@ -576,25 +688,17 @@ impl RunStore {
 
 /// Every run's summary, newest first: the listing without its counted figures.
 fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
-    Ok(list_run_rows(conn, u32::MAX)?
+    Ok(list_run_rows(conn, None, u32::MAX)?
         .into_iter()
         .map(|row| row.summary)
         .collect())
 }
 
-/// One line of `docsfab runs list`: the summary plus figures counted in the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunListing {
-    pub summary: RunSummary,
-    /// Steps recorded (started) for the run.
-    pub steps: u64,
-    /// Attempts recorded across all its steps.
-    pub attempts: u64,
-    /// From start to end; `None` while the run has not ended.
-    pub duration_ms: Option<u64>,
-}
-
-fn list_run_rows(conn: &Connection, limit: u32) -> Result<Vec<RunListing>, StoreError> {
+fn list_run_rows(
+    conn: &Connection,
+    status: Option<RunStatus>,
+    limit: u32,
+) -> Result<Vec<RunListing>, StoreError> {
     // julianday() reads the stored RFC 3339 times (`...T20:35:01.123Z`) to the millisecond, so
     // the duration needs no second column and works on stores written before this query.
     let mut stmt = conn.prepare(
@@ -602,9 +706,10 @@ fn list_run_rows(conn: &Connection, limit: u32) -> Result<Vec<RunListing>, Store
                 (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id),
                 (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id),
                 CAST(ROUND((julianday(r.ended_at) - julianday(r.started_at)) * 86400000.0) AS INTEGER)
-             FROM runs r ORDER BY r.started_ms DESC, r.rowid DESC LIMIT ?1",
+             FROM runs r WHERE ?2 IS NULL OR r.status = ?2
+             ORDER BY r.started_ms DESC, r.rowid DESC LIMIT ?1",
     )?;
-    let rows = stmt.query_map([limit], |r| {
+    let rows = stmt.query_map(params![limit, status.map(RunStatus::as_str)], |r| {
         Ok((
             (
                 r.get::<_, String>(0)?,
@@ -714,25 +819,50 @@ fn load_attempts(
     Ok(attempts)
 }
 
-/// Adds the runs' `context` column to a store created before it existed; its runs keep a
-/// null context. Checked without the write lock first: once added, opening only reads.
-fn add_run_context_column(conn: &Connection) -> Result<(), StoreError> {
-    let has = |conn: &Connection| -> Result<bool, StoreError> {
-        let n: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'context'",
+/// Columns added to `runs` after its first version, each with its SQL type: `context` (the
+/// run's workspace, provider, model), then the queue's `job_spec` (a submitted [`JobSpec`]),
+/// `cancel_requested` (0/1) and `queued_seq` (FIFO order of queued runs).
+const ADDED_RUN_COLUMNS: [(&str, &str); 4] = [
+    ("context", "TEXT"),
+    ("job_spec", "TEXT"),
+    ("cancel_requested", "INTEGER DEFAULT 0"),
+    ("queued_seq", "INTEGER"),
+];
+
+/// Adds to a store created before them the `runs` columns it lacks; its runs keep nulls there
+/// and read as before. Checked without the write lock first: once added, opening only reads.
+fn add_run_columns(conn: &Connection) -> Result<(), StoreError> {
+    let missing = |conn: &Connection| -> Result<Vec<(&str, &str)>, StoreError> {
+        let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('runs')")?;
+        let have: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ADDED_RUN_COLUMNS
+            .into_iter()
+            .filter(|(name, _)| !have.iter().any(|h| h == name))
+            .collect())
+    };
+    let index =
+        "CREATE INDEX IF NOT EXISTS runs_queue ON runs (queued_seq) WHERE status = 'queued'";
+    if missing(conn)?.is_empty() {
+        let has_index: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'runs_queue'",
             [],
             |r| r.get(0),
         )?;
-        Ok(n > 0)
-    };
-    if has(conn)? {
-        return Ok(());
+        if has_index > 0 {
+            return Ok(());
+        }
     }
     let tx = immediate(conn)?;
-    // Again under the lock: another process may have added it meanwhile.
-    if !has(&tx)? {
-        tx.execute("ALTER TABLE runs ADD COLUMN context TEXT", [])?;
+    // Again under the lock: another process may have added them meanwhile.
+    for (name, sql_type) in missing(&tx)? {
+        tx.execute(
+            &format!("ALTER TABLE runs ADD COLUMN {name} {sql_type}"),
+            [],
+        )?;
     }
+    tx.execute(index, [])?;
     tx.commit()?;
     Ok(())
 }
@@ -838,6 +968,17 @@ fn require_running_step(
 }
 
 fn require_running(conn: &Connection, run_id: &str) -> Result<(), StoreError> {
+    match run_status(conn, run_id)? {
+        RunStatus::Running => Ok(()),
+        other => Err(StoreError::NotRunning {
+            run_id: run_id.to_owned(),
+            status: other.as_str(),
+        }),
+    }
+}
+
+/// The run's status; an unknown run is an error.
+fn run_status(conn: &Connection, run_id: &str) -> Result<RunStatus, StoreError> {
     let status: Option<String> = conn
         .query_row("SELECT status FROM runs WHERE run_id = ?1", [run_id], |r| {
             r.get(0)
@@ -845,14 +986,15 @@ fn require_running(conn: &Connection, run_id: &str) -> Result<(), StoreError> {
         .optional()?;
     match status {
         None => Err(StoreError::UnknownRun(run_id.to_owned())),
-        Some(s) => match parse_status(&s)? {
-            RunStatus::Running => Ok(()),
-            other => Err(StoreError::NotRunning {
-                run_id: run_id.to_owned(),
-                status: other.as_str(),
-            }),
-        },
+        Some(s) => parse_status(&s),
     }
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock before it).
+fn epoch_ms(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn load_step_row(

@@ -1,0 +1,470 @@
+//! The run store: every run's record, written as the run goes, and `docsfab serve`'s job queue.
+//!
+//! [`RunStore`] is one facade over the backends, chosen by a [`StoreUrl`]:
+//! - `sqlite:PATH` ([`sqlite`]): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
+//!   the processes of one host share;
+//! - `postgres://...`: one database that workers on many hosts share (wired in at merge).
+//!
+//! Both keep the same records with the same semantics: each write is its own transaction, so a
+//! finished attempt is durable before the next begins; opening marks `interrupted` the running
+//! runs whose owner is gone; a submitted job is a `queued` run holding its [`JobSpec`], and
+//! [`RunStore::claim_next`] hands each one to exactly one worker.
+//!
+//! Each method of the facade is one `match` over the backend, so a backend is added by adding
+//! one arm to `on_backend!`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use docsfab_pg::PgUrl;
+use docsfab_throttle::process::Holder;
+
+use crate::record::{
+    Access, AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary, StepFailure,
+    TransportRetry,
+};
+use crate::snapshot::WrittenFile;
+use crate::written::{Kept, StoredWrite};
+
+mod sqlite;
+
+use sqlite::SqliteStore;
+
+pub use crate::store_error::StoreError;
+
+/// A store operation that SQLite still found busy after the busy timeout, about to be tried
+/// again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BusyRetry {
+    /// What the store was doing, e.g. `recording attempt 2`.
+    pub operation: &'static str,
+    /// 1 for the first retry.
+    pub retry: u32,
+    pub max_retries: u32,
+}
+
+/// Told about every [`BusyRetry`] (the CLI prints a note on stderr).
+pub type BusyObserver = Arc<dyn Fn(&BusyRetry) + Send + Sync>;
+
+/// How the store waits for other processes.
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// SQLite's busy timeout: how long one statement waits for a lock.
+    pub busy_timeout: Duration,
+    /// How many times a whole operation is tried again when it is still busy after that.
+    pub busy_retries: u32,
+    /// The pause before each retry, doubled every time.
+    pub retry_pause: Duration,
+    pub on_busy: Option<BusyObserver>,
+}
+
+impl Default for StoreOptions {
+    /// Five seconds per try and four retries: a run waits out more than 25 s of other writers
+    /// (whose transactions take milliseconds) before it gives up.
+    fn default() -> Self {
+        StoreOptions {
+            busy_timeout: Duration::from_secs(5),
+            busy_retries: 4,
+            retry_pause: Duration::from_millis(50),
+            on_busy: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("busy_timeout", &self.busy_timeout)
+            .field("busy_retries", &self.busy_retries)
+            .field("retry_pause", &self.retry_pause)
+            .field("on_busy", &self.on_busy.is_some())
+            .finish()
+    }
+}
+
+/// What a step is started with; the rest of its record fills in as it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepStart {
+    pub step_id: String,
+    pub access: Access,
+    pub configured_max_retries: u32,
+    pub effective_max_retries: u32,
+    pub transport_retry: TransportRetry,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepEnd {
+    pub status: RunStatus,
+    pub failure: Option<StepFailure>,
+    pub output: Option<serde_json::Value>,
+}
+
+/// What `docsfab serve` needs to run a submitted job: kept with its queued run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSpec {
+    pub composition_yaml: String,
+    pub composition_name: String,
+    pub workspace: JobWorkspace,
+}
+
+/// Where a job works: a directory on the worker, or a git repository cloned at a ref.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum JobWorkspace {
+    Path {
+        path: String,
+    },
+    Git {
+        git: String,
+        #[serde(rename = "ref")]
+        reference: String,
+    },
+}
+
+/// A queued run this process now owns, `running`, with the spec it was submitted with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub run_id: String,
+    pub spec: JobSpec,
+}
+
+/// What [`RunStore::request_cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelRequest {
+    /// The run was still queued: it is `cancelled` now, with no steps.
+    CancelledQueued,
+    /// The run is running: its worker sees the flag ([`RunStore::cancel_requested`]) and stops.
+    Requested,
+    /// The run had ended already, with this status; nothing changed.
+    AlreadyEnded(RunStatus),
+}
+
+/// One line of `docsfab runs list`: the summary plus figures counted in the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunListing {
+    pub summary: RunSummary,
+    /// Steps recorded (started) for the run.
+    pub steps: u64,
+    /// Attempts recorded across all its steps.
+    pub attempts: u64,
+    /// From start to end; `None` while the run has not ended.
+    pub duration_ms: Option<u64>,
+}
+
+/// Where the run store lives: `sqlite:PATH` or a PostgreSQL URL. `Display` never shows a
+/// password.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    Sqlite(PathBuf),
+    Postgres(PgUrl),
+}
+
+/// The one form every refusal of [`StoreUrl::parse`] tells the user to write.
+const URL_FORMS: &str = "write sqlite:PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE";
+
+impl StoreUrl {
+    /// Reads `sqlite:PATH` (also `sqlite://PATH`), `postgres://...` or `postgresql://...`.
+    /// A refusal is one sentence that names no password.
+    pub fn parse(text: &str) -> Result<StoreUrl, String> {
+        let text = text.trim();
+        if let Some(rest) = text.strip_prefix("sqlite:") {
+            let path = rest.strip_prefix("//").unwrap_or(rest);
+            if path.is_empty() {
+                return Err(format!(
+                    "the run store URL {text:?} names no file; write sqlite:PATH, e.g. sqlite:/var/lib/docsfab/runs.db"
+                ));
+            }
+            return Ok(StoreUrl::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return PgUrl::parse(text).map(StoreUrl::Postgres);
+        }
+        Err(match text.split_once("://") {
+            // Only the scheme: the rest may hold a password.
+            Some((scheme, _)) => {
+                format!("the run store URL scheme {scheme:?} is not supported; {URL_FORMS}")
+            }
+            None if text.is_empty() => format!("the run store URL is empty; {URL_FORMS}"),
+            None => format!("{text:?} is not a run store URL; {URL_FORMS}"),
+        })
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
+            StoreUrl::Postgres(url) => url.fmt(f),
+        }
+    }
+}
+
+/// An open run store, whichever backend holds it.
+#[derive(Debug)]
+pub struct RunStore {
+    backend: Backend,
+    url: StoreUrl,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(SqliteStore),
+}
+
+/// `on_backend!(&self.backend, s => s.method(args))`: the call on whichever backend is open.
+macro_rules! on_backend {
+    ($backend:expr, $store:ident => $call:expr) => {
+        match $backend {
+            Backend::Sqlite($store) => $call,
+        }
+    };
+}
+
+impl RunStore {
+    /// Opens (creating if needed) the SQLite store at `path` and marks as `interrupted` every
+    /// running run whose owner is no longer alive. The parent directory is created when missing.
+    pub fn open(path: &Path) -> Result<RunStore, StoreError> {
+        RunStore::open_with(path, StoreOptions::default())
+    }
+
+    /// [`RunStore::open`] with its waits and its busy observer chosen.
+    pub fn open_with(path: &Path, options: StoreOptions) -> Result<RunStore, StoreError> {
+        Ok(RunStore {
+            backend: Backend::Sqlite(SqliteStore::open_with(path, options)?),
+            url: StoreUrl::Sqlite(path.to_owned()),
+        })
+    }
+
+    /// Opens the store `url` names. `options` are SQLite's waits (PostgreSQL waits on its own
+    /// locks and has no busy retries).
+    pub fn open_url(url: &StoreUrl, options: StoreOptions) -> Result<RunStore, StoreError> {
+        match url {
+            StoreUrl::Sqlite(path) => RunStore::open_with(path, options),
+            // lead: replace with the PgRunStore arm at merge.
+            StoreUrl::Postgres(pg) => Err(StoreError::BackendMissing {
+                url: pg.to_string(),
+            }),
+        }
+    }
+
+    /// Where this store lives.
+    pub fn url(&self) -> &StoreUrl {
+        &self.url
+    }
+
+    /// How many times an operation was tried again because the store stayed busy (SQLite).
+    pub fn busy_retries(&self) -> u32 {
+        on_backend!(&self.backend, s => s.busy_retries())
+    }
+
+    /// The runs this open found orphaned and marked `interrupted`.
+    pub fn interrupted_on_open(&self) -> &[String] {
+        on_backend!(&self.backend, s => s.interrupted_on_open())
+    }
+
+    /// Creates a run owned by this process, `running`, and returns its id.
+    pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
+        on_backend!(&mut self.backend, s => s.create_run(composition))
+    }
+
+    /// Creates a run owned by this process, `running`, with its context (workspace, provider,
+    /// model, version) stored from its first moment, and returns its id.
+    pub fn create_run_with_context(
+        &mut self,
+        composition: &str,
+        context: &RunContext,
+    ) -> Result<String, StoreError> {
+        on_backend!(&mut self.backend, s => s.create_run_with_context(composition, context))
+    }
+
+    /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
+    pub fn create_run_owned_by(
+        &mut self,
+        composition: &str,
+        owner: Holder,
+    ) -> Result<String, StoreError> {
+        on_backend!(&mut self.backend, s => s.create_run_owned_by(composition, owner))
+    }
+
+    /// Stores the context of a running run created without one (a claimed job learns its
+    /// workspace, provider and model only when its worker resolves them).
+    pub fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.set_context(run_id, context))
+    }
+
+    /// Stores a submitted job as a `queued` run (no owner, no context, no steps; its start time
+    /// is the submit time until it is claimed) and returns its id.
+    pub fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
+        on_backend!(&mut self.backend, s => s.enqueue(spec))
+    }
+
+    /// Atomically: the oldest queued run becomes `running`, owned by this process, started
+    /// now. Each queued run is claimed once across any number of processes. `None` when
+    /// nothing is queued.
+    pub fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
+        on_backend!(&mut self.backend, s => s.claim_next())
+    }
+
+    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
+    pub fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
+        on_backend!(&self.backend, s => s.job_spec(run_id))
+    }
+
+    /// A queued run becomes `cancelled` now; a running one gets its cancel flag set for its
+    /// worker; an ended one is left alone. An unknown id is [`StoreError::UnknownRun`].
+    pub fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
+        on_backend!(&mut self.backend, s => s.request_cancel(run_id))
+    }
+
+    /// Whether someone asked to cancel the run ([`RunStore::request_cancel`]).
+    pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+        on_backend!(&self.backend, s => s.cancel_requested(run_id))
+    }
+
+    /// How many runs have each status: every status in [`RunStatus::ALL`] order, zeros included.
+    pub fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        on_backend!(&self.backend, s => s.count_by_status())
+    }
+
+    /// Marks `interrupted` the running runs whose owner is gone and returns their ids. A
+    /// long-lived process (`docsfab serve`) calls it on every heartbeat.
+    pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        on_backend!(&mut self.backend, s => s.reap())
+    }
+
+    /// Adds a step to a running run; returns its index (0-based, in start order).
+    pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
+        on_backend!(&mut self.backend, s => s.begin_step(run_id, step))
+    }
+
+    /// [`RunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
+    /// Instances take the next indexes like any step, so starting them in element order keeps
+    /// the record in element order.
+    pub fn begin_step_for(
+        &mut self,
+        run_id: &str,
+        step: &StepStart,
+        for_each: Option<&ForEach>,
+    ) -> Result<u32, StoreError> {
+        on_backend!(&mut self.backend, s => s.begin_step_for(run_id, step, for_each))
+    }
+
+    /// Records a finished attempt in its own committed transaction: when this returns `Ok`, the
+    /// attempt survives a crash. Attempts must arrive numbered 1, 2, 3, ... per step.
+    pub fn record_attempt(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+    ) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.record_attempt(run_id, step_index, attempt))
+    }
+
+    /// [`RunStore::record_attempt`], keeping in the same transaction the contents of the files
+    /// the attempt changed, each as [`crate::written::classify`] judged it (bounded: see
+    /// [`crate::written`]).
+    pub fn record_attempt_with_files(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: &AttemptRecord,
+        files: &[(WrittenFile, Kept)],
+    ) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.record_attempt_with_files(run_id, step_index, attempt, files))
+    }
+
+    /// Commits the intent to write `path` (workspace-relative) with `tool` during the attempt
+    /// `attempt` that is still running, before the write runs. If the process dies before the
+    /// attempt is recorded, the next open lists these paths in the step's `interruptedAttempt`.
+    pub fn record_write_intent(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        attempt: u32,
+        tool: &str,
+        path: &str,
+    ) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.record_write_intent(run_id, step_index, attempt, tool, path))
+    }
+
+    /// Ends a step with its status, failure and output.
+    pub fn finish_step(
+        &mut self,
+        run_id: &str,
+        step_index: u32,
+        end: &StepEnd,
+    ) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.finish_step(run_id, step_index, end))
+    }
+
+    /// Ends a running run. Steps still `running` take the run's final status.
+    pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.finish_run(run_id, status))
+    }
+
+    /// Every run, newest first.
+    pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
+        on_backend!(&self.backend, s => s.list_runs())
+    }
+
+    /// The newest `limit` runs, newest first, each with its step and attempt counts and its
+    /// duration, for `docsfab runs list`.
+    pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
+        on_backend!(&self.backend, s => s.list_run_rows(limit))
+    }
+
+    /// [`RunStore::list_run_rows`], only the runs with `status` when one is given.
+    pub fn list_run_rows_where(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<RunListing>, StoreError> {
+        on_backend!(&self.backend, s => s.list_run_rows_where(status, limit))
+    }
+
+    /// The files the run's succeeded write attempts changed, with their kept contents, in the
+    /// order the run wrote them.
+    pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+        on_backend!(&self.backend, s => s.written_files(run_id))
+    }
+
+    /// The full record of one run (one consistent snapshot), or `None` when there is no such
+    /// run.
+    pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        on_backend!(&self.backend, s => s.load_run(run_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_store_urls_parse_and_never_show_a_password() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:/var/lib/docsfab/runs.db"),
+            Ok(StoreUrl::Sqlite("/var/lib/docsfab/runs.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite://rel/runs.db"),
+            Ok(StoreUrl::Sqlite("rel/runs.db".into()))
+        );
+        let pg = StoreUrl::parse("postgresql://docsfab:s3cret@10.0.0.5:5432/docsfab").unwrap();
+        assert!(matches!(pg, StoreUrl::Postgres(_)));
+        assert!(!pg.to_string().contains("s3cret"), "{pg}");
+        assert!(!format!("{pg:?}").contains("s3cret"), "{pg:?}");
+        assert_eq!(
+            StoreUrl::Sqlite("/x/runs.db".into()).to_string(),
+            "sqlite:/x/runs.db"
+        );
+        for bad in ["", "sqlite:", "runs.db", "mysql://root:s3cret@db/x"] {
+            let e = StoreUrl::parse(bad).unwrap_err();
+            assert!(e.contains("sqlite:PATH"), "{bad}: {e}");
+            assert!(!e.contains("s3cret"), "{bad}: {e}");
+        }
+    }
+}

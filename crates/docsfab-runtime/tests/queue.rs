@@ -1,0 +1,320 @@
+//! The run store as `docsfab serve`'s job queue, against real SQLite files and real threads
+//! (issue 15): FIFO claiming, exactly-once claims under contention, cancelling, restarts.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Barrier};
+
+use docsfab_runtime::record::*;
+use docsfab_runtime::store::{CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError};
+use docsfab_throttle::process::Holder;
+use serde_json::json;
+
+fn spec(name: &str) -> JobSpec {
+    JobSpec {
+        composition_yaml: format!("name: {name}\nsteps: []\n"),
+        composition_name: name.into(),
+        workspace: JobWorkspace::Path {
+            path: format!("/srv/{name}"),
+        },
+    }
+}
+
+/// A holder that is not alive: this process's pid with another start time, as a reused pid
+/// would look.
+fn dead_holder() -> Holder {
+    let me = Holder::current();
+    Holder {
+        pid: me.pid,
+        start_ticks: me.start_ticks.map(|t| t.wrapping_sub(1)),
+    }
+}
+
+fn status_of(store: &RunStore, run: &str) -> RunStatus {
+    store.load_run(run).unwrap().unwrap().status
+}
+
+#[test]
+fn issue15_queued_runs_are_claimed_oldest_first_and_read_as_queued_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let ids: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| store.enqueue(&spec(n)).unwrap())
+        .collect();
+
+    let record = store.load_run(&ids[0]).unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Queued);
+    assert_eq!(record.composition, "a");
+    assert!(record.steps.is_empty());
+    assert_eq!(record.ended_at, None);
+    assert_eq!(record.workspace, None);
+    assert_eq!(record.provider, None);
+    validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
+
+    for (i, expected) in ids.iter().enumerate() {
+        let claimed = store.claim_next().unwrap().expect("a queued run");
+        assert_eq!(&claimed.run_id, expected, "claim #{i} takes the oldest");
+        assert_eq!(claimed.spec, spec(["a", "b", "c"][i]));
+        assert_eq!(status_of(&store, expected), RunStatus::Running);
+    }
+    assert_eq!(store.claim_next().unwrap(), None);
+}
+
+#[test]
+fn issue15_each_queued_run_is_claimed_exactly_once_by_8_competing_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let queued: BTreeSet<String> = {
+        let mut store = RunStore::open(&path).unwrap();
+        (0..50)
+            .map(|i| store.enqueue(&spec(&format!("job{i}"))).unwrap())
+            .collect()
+    };
+    assert_eq!(queued.len(), 50);
+    let start = Arc::new(Barrier::new(8));
+    let workers: Vec<_> = (0..8)
+        .map(|_| {
+            let path = path.clone();
+            let start = Arc::clone(&start);
+            std::thread::spawn(move || {
+                let mut store = RunStore::open(&path).unwrap();
+                start.wait();
+                let mut mine = Vec::new();
+                while let Some(claimed) = store.claim_next().unwrap() {
+                    mine.push(claimed.run_id);
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut claims = Vec::new();
+    for worker in workers {
+        claims.extend(worker.join().unwrap());
+    }
+    let distinct: BTreeSet<String> = claims.iter().cloned().collect();
+    assert_eq!(claims.len(), 50, "no run is claimed twice");
+    assert_eq!(distinct, queued, "every queued run is claimed");
+    let store = RunStore::open(&path).unwrap();
+    let counts = store.count_by_status().unwrap();
+    assert!(counts.contains(&(RunStatus::Running, 50)), "{counts:?}");
+    assert!(counts.contains(&(RunStatus::Queued, 0)), "{counts:?}");
+}
+
+#[test]
+fn issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = store.enqueue(&spec("a")).unwrap();
+    assert_eq!(
+        store.request_cancel(&run).unwrap(),
+        CancelRequest::CancelledQueued
+    );
+    let record = store.load_run(&run).unwrap().unwrap();
+    assert_eq!(record.status, RunStatus::Cancelled);
+    assert!(record.ended_at.is_some());
+    assert!(record.steps.is_empty());
+    validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
+    assert_eq!(
+        store.claim_next().unwrap(),
+        None,
+        "a cancelled run is never claimed"
+    );
+    assert_eq!(
+        store.request_cancel(&run).unwrap(),
+        CancelRequest::AlreadyEnded(RunStatus::Cancelled)
+    );
+    assert!(matches!(
+        store.request_cancel("run-19700101-000000-000000"),
+        Err(StoreError::UnknownRun(_))
+    ));
+}
+
+#[test]
+fn issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let mut worker = RunStore::open(&path).unwrap();
+    let run = worker.enqueue(&spec("a")).unwrap();
+    let claimed = worker.claim_next().unwrap().unwrap();
+    assert_eq!(claimed.run_id, run);
+    assert!(!worker.cancel_requested(&run).unwrap());
+
+    let mut api = RunStore::open(&path).unwrap();
+    assert_eq!(api.request_cancel(&run).unwrap(), CancelRequest::Requested);
+    assert!(worker.cancel_requested(&run).unwrap());
+    assert_eq!(
+        status_of(&api, &run),
+        RunStatus::Running,
+        "its worker ends it"
+    );
+
+    worker.finish_run(&run, RunStatus::Cancelled).unwrap();
+    assert_eq!(
+        api.request_cancel(&run).unwrap(),
+        CancelRequest::AlreadyEnded(RunStatus::Cancelled)
+    );
+    assert!(matches!(
+        api.cancel_requested("run-19700101-000000-000000"),
+        Err(StoreError::UnknownRun(_))
+    ));
+}
+
+#[test]
+fn issue15_job_spec_round_trips_with_its_json_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let git = JobSpec {
+        composition_yaml: "name: docs\n".into(),
+        composition_name: "docs".into(),
+        workspace: JobWorkspace::Git {
+            git: "file:///srv/repo.git".into(),
+            reference: "main".into(),
+        },
+    };
+    assert_eq!(
+        serde_json::to_value(&git).unwrap(),
+        json!({
+            "compositionYaml": "name: docs\n",
+            "compositionName": "docs",
+            "workspace": {"git": "file:///srv/repo.git", "ref": "main"}
+        })
+    );
+    let path_spec = spec("b");
+    assert_eq!(
+        serde_json::to_value(&path_spec).unwrap()["workspace"],
+        json!({"path": "/srv/b"})
+    );
+    let a = store.enqueue(&git).unwrap();
+    let b = store.enqueue(&path_spec).unwrap();
+    assert_eq!(store.job_spec(&a).unwrap(), Some(git.clone()));
+    assert_eq!(store.job_spec(&b).unwrap(), Some(path_spec));
+    // Still there after the claim (a rerun resubmits it).
+    assert_eq!(store.claim_next().unwrap().unwrap().spec, git);
+    assert_eq!(store.job_spec(&a).unwrap(), Some(git));
+
+    let direct = store.create_run("cli").unwrap();
+    assert_eq!(store.job_spec(&direct).unwrap(), None);
+    assert_eq!(store.job_spec("run-19700101-000000-000000").unwrap(), None);
+}
+
+#[test]
+fn issue15_reopening_keeps_queued_runs_queued_and_interrupts_a_dead_owners_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let (queued, dead) = {
+        let mut store = RunStore::open(&path).unwrap();
+        let queued = [
+            store.enqueue(&spec("a")).unwrap(),
+            store.enqueue(&spec("b")).unwrap(),
+        ];
+        let dead = store.create_run_owned_by("gone", dead_holder()).unwrap();
+        (queued, dead)
+    };
+    let mut store = RunStore::open(&path).unwrap();
+    assert_eq!(store.interrupted_on_open(), std::slice::from_ref(&dead));
+    assert_eq!(status_of(&store, &dead), RunStatus::Interrupted);
+    for run in &queued {
+        assert_eq!(status_of(&store, run), RunStatus::Queued);
+    }
+    // reap finds a run whose owner died after the open; a live claim is left alone.
+    let claimed = store.claim_next().unwrap().unwrap();
+    assert_eq!(claimed.run_id, queued[0]);
+    let later = store.create_run_owned_by("gone", dead_holder()).unwrap();
+    assert_eq!(store.reap().unwrap(), vec![later.clone()]);
+    assert_eq!(status_of(&store, &later), RunStatus::Interrupted);
+    assert_eq!(status_of(&store, &queued[0]), RunStatus::Running);
+    assert_eq!(status_of(&store, &queued[1]), RunStatus::Queued);
+    assert!(store.reap().unwrap().is_empty());
+}
+
+#[test]
+fn issue15_counts_and_a_status_filtered_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let q1 = store.enqueue(&spec("a")).unwrap();
+    let q2 = store.enqueue(&spec("b")).unwrap();
+    let done = store.create_run("cli").unwrap();
+    store.finish_run(&done, RunStatus::Succeeded).unwrap();
+    assert_eq!(
+        store.count_by_status().unwrap(),
+        vec![
+            (RunStatus::Queued, 2),
+            (RunStatus::Running, 0),
+            (RunStatus::Succeeded, 1),
+            (RunStatus::Failed, 0),
+            (RunStatus::Cancelled, 0),
+            (RunStatus::Interrupted, 0),
+        ]
+    );
+    let queued: BTreeSet<String> = store
+        .list_run_rows_where(Some(RunStatus::Queued), 10)
+        .unwrap()
+        .into_iter()
+        .map(|row| {
+            assert_eq!(row.summary.status, RunStatus::Queued);
+            assert_eq!(row.steps, 0);
+            assert_eq!(row.duration_ms, None);
+            row.summary.run_id
+        })
+        .collect();
+    assert_eq!(queued, BTreeSet::from([q1, q2]));
+    assert_eq!(store.list_run_rows_where(None, 10).unwrap().len(), 3);
+    assert_eq!(store.list_run_rows_where(None, 1).unwrap().len(), 1);
+    assert!(
+        store
+            .list_run_rows_where(Some(RunStatus::Failed), 10)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A store written before the queue existed opens, gains the queue's columns, keeps its runs
+/// readable, and queues from then on.
+#[test]
+fn issue15_a_store_from_before_the_queue_gains_its_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let old = {
+        let mut store = RunStore::open(&path).unwrap();
+        let run = store.create_run("old").unwrap();
+        store.finish_run(&run, RunStatus::Succeeded).unwrap();
+        run
+    };
+    let columns = |conn: &rusqlite::Connection| -> Vec<String> {
+        let mut stmt = conn
+            .prepare("SELECT name FROM pragma_table_info('runs')")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "DROP INDEX runs_queue;
+             ALTER TABLE runs DROP COLUMN job_spec;
+             ALTER TABLE runs DROP COLUMN cancel_requested;
+             ALTER TABLE runs DROP COLUMN queued_seq;",
+        )
+        .unwrap();
+        let cols = columns(&conn);
+        assert!(!cols.contains(&"queued_seq".to_owned()), "{cols:?}");
+    }
+    let mut store = RunStore::open(&path).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let cols = columns(&conn);
+        for name in ["job_spec", "cancel_requested", "queued_seq"] {
+            assert!(cols.contains(&name.to_owned()), "{name} missing: {cols:?}");
+        }
+    }
+    assert_eq!(status_of(&store, &old), RunStatus::Succeeded);
+    assert!(!store.cancel_requested(&old).unwrap());
+    assert_eq!(
+        store.request_cancel(&old).unwrap(),
+        CancelRequest::AlreadyEnded(RunStatus::Succeeded)
+    );
+    let run = store.enqueue(&spec("new")).unwrap();
+    assert_eq!(store.claim_next().unwrap().unwrap().run_id, run);
+}
