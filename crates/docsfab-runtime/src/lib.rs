@@ -10,6 +10,7 @@
 //! - [`batch`]: one turn's tool batch through validation, authorization, lease and execution.
 //! - [`contract`]: judging a read-only step's answer against its JSON Schema.
 //! - [`store`]: the SQLite run store, with crash recovery to `interrupted`.
+//! - [`store_pg`]: the same store and the job queue in PostgreSQL, shared by many workers.
 //! - [`workspace`]: the workspace jail that resolves every tool path.
 //! - [`supervision`]: read supervision, notice-only re-reads and `no-progress` (LSE-4).
 //! - [`snapshot`]: write snapshots and the verified restore of a write step's attempt.
@@ -29,6 +30,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod store;
 mod store_error;
+pub mod store_pg;
 pub mod supervision;
 pub mod tools;
 pub mod workspace;
