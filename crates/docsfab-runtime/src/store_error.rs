@@ -38,10 +38,6 @@ pub enum StoreError {
     #[error("a run cannot be finished as running")]
     FinishAsRunning,
     #[error(
-        "the run store {url} is PostgreSQL, and the PostgreSQL store is not built in this branch"
-    )]
-    BackendMissing { url: String },
-    #[error(
         "the run store stayed locked by another process while {operation} ({tries} tries, each waiting up to {timeout_ms} ms)"
     )]
     Busy {
@@ -51,6 +47,10 @@ pub enum StoreError {
     },
     #[error("attempt {attempt} of step {step_id} already finished; it takes no more writes")]
     AttemptFinished { step_id: String, attempt: u32 },
+    // h15-pgrun: the PostgreSQL store's failures (store_pg.rs). PgError names the server by
+    // its redacted URL, so the message never holds the password.
+    #[error("the run store failed: {0}")]
+    Postgres(#[from] docsfab_pg::PgError),
 }
 
 impl StoreError {

@@ -156,8 +156,9 @@ pub fn open_store_url(url: &StoreUrl) -> Result<RunStore, CliError> {
         (e @ StoreError::Busy { .. }, _) => CliError::failed(format!(
             "cannot open the run store {place} ({e}); try again when the other docsfab commands on this DOCSFAB_HOME have finished."
         )),
-        (e @ StoreError::BackendMissing { .. }, _) => CliError::bad_input(format!(
-            "cannot open the run store: {e}; use a sqlite:PATH store with this build."
+        // The server answered and refused the URL's credentials or database: configuration.
+        (StoreError::Postgres(e), _) if is_config_refusal(&e) => CliError::bad_input(format!(
+            "cannot open the run store {place}: {e}; correct the user, password or database in the store URL (--store or DOCSFAB_STORE)."
         )),
         (e, StoreUrl::Postgres(_)) => CliError::failed(format!(
             "cannot open the run store {place} ({e}); check that the PostgreSQL server is running and that the URL's user may create tables in that database."
@@ -648,4 +649,17 @@ mod tests {
         );
         assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
     }
+}
+
+/// A PostgreSQL refusal that only a corrected URL can fix (bad credentials, no such database).
+fn is_config_refusal(e: &docsfab_pg::PgError) -> bool {
+    use docsfab_pg::postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        [
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::INVALID_CATALOG_NAME,
+        ]
+        .contains(c)
+    })
 }

@@ -16,10 +16,11 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use docsfab_pg::PgUrl;
 use docsfab_throttle::process::Holder;
+use sha2::{Digest, Sha256};
 
 use crate::record::{
     Access, AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary, StepFailure,
@@ -28,7 +29,10 @@ use crate::record::{
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
 
+pub mod postgres;
 mod sqlite;
+
+use postgres::PgRunStore;
 
 use sqlite::SqliteStore;
 
@@ -213,6 +217,7 @@ pub struct RunStore {
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),
+    Postgres(PgRunStore),
 }
 
 /// `on_backend!(&self.backend, s => s.method(args))`: the call on whichever backend is open.
@@ -220,6 +225,7 @@ macro_rules! on_backend {
     ($backend:expr, $store:ident => $call:expr) => {
         match $backend {
             Backend::Sqlite($store) => $call,
+            Backend::Postgres($store) => $call,
         }
     };
 }
@@ -244,9 +250,9 @@ impl RunStore {
     pub fn open_url(url: &StoreUrl, options: StoreOptions) -> Result<RunStore, StoreError> {
         match url {
             StoreUrl::Sqlite(path) => RunStore::open_with(path, options),
-            // lead: replace with the PgRunStore arm at merge.
-            StoreUrl::Postgres(pg) => Err(StoreError::BackendMissing {
-                url: pg.to_string(),
+            StoreUrl::Postgres(pg) => Ok(RunStore {
+                backend: Backend::Postgres(PgRunStore::open(pg)?),
+                url: url.clone(),
             }),
         }
     }
@@ -287,7 +293,15 @@ impl RunStore {
         composition: &str,
         owner: Holder,
     ) -> Result<String, StoreError> {
-        on_backend!(&mut self.backend, s => s.create_run_owned_by(composition, owner))
+        match &mut self.backend {
+            Backend::Sqlite(s) => s.create_run_owned_by(composition, owner),
+            // PostgreSQL owners are workers: this process is its own worker; any other
+            // holder is named by its pid and, never beating, counts as dead.
+            Backend::Postgres(s) if owner == Holder::current() => s.create_run(composition),
+            Backend::Postgres(s) => {
+                s.create_run_owned_by(composition, &format!("process/{}", owner.pid))
+            }
+        }
     }
 
     /// Stores the context of a running run created without one (a claimed job learns its
@@ -467,4 +481,40 @@ mod tests {
             assert!(!e.contains("s3cret"), "{bad}: {e}");
         }
     }
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown status {text:?}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// `run-YYYYMMDD-HHMMSS-xxxxxx`: sortable by start second, with six hex digits of a digest of
+/// the start instant, the owner and a process-wide counter so ids created together differ.
+fn new_run_id(started_at: &str, composition: &str, pid: u32, now: SystemTime) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut hasher = Sha256::new();
+    hasher.update(nanos.to_le_bytes());
+    hasher.update(pid.to_le_bytes());
+    hasher.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(composition.as_bytes());
+    let digest = hex::encode(hasher.finalize());
+    let compact: String = started_at
+        .chars()
+        .take(19)
+        .filter(|c| c.is_ascii_digit() || *c == 'T')
+        .collect();
+    let (date, time) = compact.split_once('T').unwrap_or((&compact, ""));
+    format!("run-{date}-{time}-{}", &digest[..6])
 }

@@ -31,7 +31,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use docsfab_throttle::process::Holder;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use sha2::{Digest, Sha256};
 
 use crate::record::ForEach;
 use crate::record::{
@@ -43,7 +42,7 @@ use crate::written::{self, Kept, StoredWrite};
 
 use super::{
     BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
-    StoreOptions,
+    StoreOptions, from_json, new_run_id, parse_status, to_json,
 };
 
 /// An open SQLite run store (the embedded backend of [`super::RunStore`]).
@@ -1016,42 +1015,6 @@ fn load_step_row(
             step_index,
         }),
     }
-}
-
-fn parse_status(text: &str) -> Result<RunStatus, StoreError> {
-    RunStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown status {text:?}")))
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
-/// `run-YYYYMMDD-HHMMSS-xxxxxx`: sortable by start second, with six hex digits of a digest of
-/// the start instant, the owner and a process-wide counter so ids created together differ.
-fn new_run_id(started_at: &str, composition: &str, pid: u32, now: SystemTime) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = now
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let mut hasher = Sha256::new();
-    hasher.update(nanos.to_le_bytes());
-    hasher.update(pid.to_le_bytes());
-    hasher.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    hasher.update(composition.as_bytes());
-    let digest = hex::encode(hasher.finalize());
-    let compact: String = started_at
-        .chars()
-        .take(19)
-        .filter(|c| c.is_ascii_digit() || *c == 'T')
-        .collect();
-    let (date, time) = compact.split_once('T').unwrap_or((&compact, ""));
-    format!("run-{date}-{time}-{}", &digest[..6])
 }
 
 #[cfg(test)]
