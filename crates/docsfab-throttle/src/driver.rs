@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::{Admit, Mode, Outcome, Reason, Settings};
 use crate::headers::{RateHeaders, unix_ms};
-use crate::store::{Store, StoreAdmit, StoreError, Ticket};
+use crate::store::{Backend, Store, StoreAdmit, StoreError, Ticket};
 
 /// How often a waiter for a slot looks again when no finish in this process woke it.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(50);
@@ -59,7 +59,8 @@ struct Inner {
 }
 
 /// The provider throttle of one process, shared with every process on the same
-/// `DOCSFAB_HOME` through `throttle.db`. Cheap to clone.
+/// `DOCSFAB_HOME` through `throttle.db`, or with every process on the same PostgreSQL database
+/// through its tables. Cheap to clone.
 #[derive(Clone)]
 pub struct Throttle {
     inner: Arc<Inner>,
@@ -92,8 +93,19 @@ impl Throttle {
         providers: impl IntoIterator<Item = (String, Settings)>,
         poll: Duration,
     ) -> Result<Throttle, StoreError> {
+        Throttle::open_at(&Backend::Sqlite(path.to_owned()), providers, poll)
+    }
+
+    /// Opens the shared state wherever `backend` keeps it; the throttle behaves the same on
+    /// either. PostgreSQL registers this process as a worker of that database (its heartbeat
+    /// keeps its permits alive) and decides by the database's clock.
+    pub fn open_at(
+        backend: &Backend,
+        providers: impl IntoIterator<Item = (String, Settings)>,
+        poll: Duration,
+    ) -> Result<Throttle, StoreError> {
         Throttle::build(
-            path,
+            backend,
             providers.into_iter().collect(),
             poll,
             Box::new(SystemClock),
@@ -101,7 +113,7 @@ impl Throttle {
     }
 
     pub(crate) fn build(
-        path: &Path,
+        backend: &Backend,
         providers: HashMap<String, Settings>,
         poll: Duration,
         clock: Box<dyn Clock>,
@@ -110,7 +122,7 @@ impl Throttle {
         let store = if all_off {
             None
         } else {
-            Some(Mutex::new(Store::open(path)?))
+            Some(Mutex::new(Store::open(backend)?))
         };
         Ok(Throttle {
             inner: Arc::new(Inner {
@@ -159,9 +171,9 @@ impl Throttle {
             let released = self.inner.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            let now_ms = unix_ms(self.inner.clock.now());
-            let decision = self.try_admit(provider, &settings, now_ms, queued.waiter)?;
-            let (until_ms, reason) = match decision {
+            let host_now_ms = unix_ms(self.inner.clock.now());
+            let decision = self.try_admit(provider, &settings, host_now_ms, queued.waiter)?;
+            let (wait_ms, reason) = match decision {
                 Decision::Go(ticket) => {
                     // The store took the waiter out of the queue with the grant.
                     queued.waiter = None;
@@ -180,18 +192,21 @@ impl Throttle {
                     until_ms,
                     reason,
                     waiter,
+                    now_ms,
                 } => {
                     queued.waiter = waiter;
-                    (until_ms, reason)
+                    // `until_ms` is on the clock the store decided by (the database's for
+                    // PostgreSQL), so the wait is measured from that clock's now.
+                    (until_ms.map(|u| u.saturating_sub(now_ms)), reason)
                 }
             };
             held_for = Some(reason);
-            let wake = match until_ms {
-                Some(until) => Instant::now() + Duration::from_millis(until.saturating_sub(now_ms)),
+            let wake = match wait_ms {
+                Some(ms) => Instant::now() + Duration::from_millis(ms),
                 None => Instant::now() + self.inner.poll,
             };
             // A wait that is known to end after the deadline would only burn the attempt.
-            if until_ms.is_some() && deadline.is_some_and(|d| wake > d) {
+            if wait_ms.is_some() && deadline.is_some_and(|d| wake > d) {
                 return Err(AcquireError::Deadline {
                     held_ms: held_ms(),
                     reason,
@@ -203,7 +218,7 @@ impl Throttle {
                 _ = sleep_until_opt(deadline) => {
                     return Err(AcquireError::Deadline { held_ms: held_ms(), reason });
                 }
-                _ = &mut released, if until_ms.is_none() => {}
+                _ = &mut released, if wait_ms.is_none() => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -230,10 +245,12 @@ impl Throttle {
             StoreAdmit::Wait {
                 admit: Admit::Wait { until_ms, reason },
                 waiter,
+                now_ms,
             } => Decision::Wait {
                 until_ms,
                 reason,
                 waiter: Some(waiter),
+                now_ms,
             },
             // The store turns every Go into a ticket.
             StoreAdmit::Wait { .. } => Decision::Go(None),
@@ -269,6 +286,8 @@ enum Decision {
         until_ms: Option<u64>,
         reason: Reason,
         waiter: Option<i64>,
+        /// The store's clock at the decision.
+        now_ms: u64,
     },
 }
 
@@ -387,7 +406,7 @@ mod tests {
             start: Instant::now(),
         };
         Throttle::build(
-            &dir.join("throttle.db"),
+            &Backend::Sqlite(dir.join("throttle.db")),
             providers,
             DEFAULT_POLL,
             Box::new(clock),
