@@ -17,8 +17,11 @@
 //!   host's clock, are moved onto the database's clock by the difference between the two.
 //! - Every wait for the provider's lock is bounded (`lock_timeout`), as SQLite's busy timeout
 //!   bounds it there.
+//! - Statements go as typed queries (`query_typed`: parse, bind and run in one round trip) and
+//!   are merged where one snapshot serves, so a decision costs a handful of round trips.
 
-use docsfab_pg::postgres::Transaction;
+use docsfab_pg::postgres::types::Type;
+use docsfab_pg::postgres::{Error, Transaction};
 use docsfab_pg::{Pg, PgUrl, migrate, worker};
 
 use super::{StoreAdmit, StoreError, Ticket, decode_state, encode_state};
@@ -48,8 +51,11 @@ CREATE TABLE throttle_waiters (
 CREATE INDEX throttle_waiters_by_provider ON throttle_waiters (provider, id);
 "];
 
-/// How long a decision waits for another host's decision about the same provider.
-const LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+/// Per decision: how long it waits for another host's decision about the same provider, and
+/// no wait for the WAL flush at commit. The state is soft (as `synchronous = NORMAL` makes it
+/// in `throttle.db`): a database crash may lose the last fraction of a second of decisions,
+/// which loosens the throttle once; waiting for the disk would multiply a decision's cost.
+const DECISION_SETTINGS: &str = "SET LOCAL lock_timeout = '5s'; SET LOCAL synchronous_commit = off";
 
 pub(crate) struct PgStore {
     pg: Pg,
@@ -80,8 +86,8 @@ impl PgStore {
             let mut tx = c.transaction()?;
             let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
             reclaim_dead(&mut tx, &provider, &me, &alive)?;
-            let ahead = waiters_ahead(&mut tx, &provider, waiter)?;
-            state.set_in_flight(live_permits(&mut tx, &provider)?.saturating_add(ahead));
+            let (permits, ahead) = in_flight(&mut tx, &provider, waiter)?;
+            state.set_in_flight(permits.saturating_add(ahead));
             let decision = state.admit(&settings, now_ms);
             let Admit::Go { seq } = decision else {
                 let waiter = match waiter {
@@ -96,13 +102,21 @@ impl PgStore {
                 });
             };
             if let Some(id) = waiter {
-                tx.execute("DELETE FROM throttle_waiters WHERE id = $1", &[&id])?;
+                tx.execute_typed(
+                    "DELETE FROM throttle_waiters WHERE id = $1",
+                    &[(&id, Type::INT8)],
+                )?;
             }
             let id: i64 = tx
-                .query_one(
+                .query_typed_one(
                     "INSERT INTO throttle_permits (provider, worker_id, seq, granted_ms)
                      VALUES ($1, $2, $3, $4) RETURNING id",
-                    &[&provider, &me, &to_i64(seq), &to_i64(now_ms)],
+                    &[
+                        (&provider, Type::TEXT),
+                        (&me, Type::TEXT),
+                        (&to_i64(seq), Type::INT8),
+                        (&to_i64(now_ms), Type::INT8),
+                    ],
                 )?
                 .get(0);
             save(&mut tx, &provider, &state)?;
@@ -113,8 +127,12 @@ impl PgStore {
     }
 
     pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        self.pg
-            .call(move |c| c.execute("DELETE FROM throttle_waiters WHERE id = $1", &[&waiter]))?;
+        self.pg.call(move |c| {
+            c.execute_typed(
+                "DELETE FROM throttle_waiters WHERE id = $1",
+                &[(&waiter, Type::INT8)],
+            )
+        })?;
         Ok(())
     }
 
@@ -134,9 +152,12 @@ impl PgStore {
             let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
             let skew = i128::from(now_ms) - i128::from(host_now_ms);
             let headers = headers.shifted(i64::try_from(skew).unwrap_or(0));
-            state.set_in_flight(live_permits(&mut tx, &provider)?);
+            state.set_in_flight(in_flight(&mut tx, &provider, Some(i64::MIN))?.0);
             state.on_response(&settings, ticket.seq, outcome, &headers, now_ms);
-            tx.execute("DELETE FROM throttle_permits WHERE id = $1", &[&ticket.id])?;
+            tx.execute_typed(
+                "DELETE FROM throttle_permits WHERE id = $1",
+                &[(&ticket.id, Type::INT8)],
+            )?;
             save(&mut tx, &provider, &state)?;
             tx.commit()
         })?;
@@ -152,22 +173,24 @@ fn count(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+const LOCK_ROW: &str = "SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+     FROM throttle_providers WHERE provider = $1 FOR UPDATE";
+
 /// Takes the provider's row lock (creating the row the first time) and returns its state and
 /// the database's clock, read once the lock is held.
-fn lock_provider(
-    tx: &mut Transaction<'_>,
-    provider: &str,
-) -> Result<(ThrottleState, u64), docsfab_pg::postgres::Error> {
-    tx.batch_execute(LOCK_TIMEOUT)?;
-    tx.execute(
-        "INSERT INTO throttle_providers (provider) VALUES ($1) ON CONFLICT (provider) DO NOTHING",
-        &[&provider],
-    )?;
-    let row = tx.query_one(
-        "SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-         FROM throttle_providers WHERE provider = $1 FOR UPDATE",
-        &[&provider],
-    )?;
+fn lock_provider(tx: &mut Transaction<'_>, provider: &str) -> Result<(ThrottleState, u64), Error> {
+    tx.batch_execute(DECISION_SETTINGS)?;
+    let row = match tx.query_typed_opt(LOCK_ROW, &[(&provider, Type::TEXT)])? {
+        Some(row) => row,
+        None => {
+            tx.execute_typed(
+                "INSERT INTO throttle_providers (provider) VALUES ($1)
+                 ON CONFLICT (provider) DO NOTHING",
+                &[(&provider, Type::TEXT)],
+            )?;
+            tx.query_typed_one(LOCK_ROW, &[(&provider, Type::TEXT)])?
+        }
+    };
     let state: Option<String> = row.get(0);
     let now_ms: i64 = row.get(1);
     Ok((
@@ -183,46 +206,42 @@ fn reclaim_dead(
     provider: &str,
     me: &str,
     alive: &str,
-) -> Result<(), docsfab_pg::postgres::Error> {
-    for table in ["throttle_permits", "throttle_waiters"] {
-        tx.execute(
-            &format!(
-                "DELETE FROM {table} t WHERE t.provider = $1 AND t.worker_id <> $2
-                 AND NOT EXISTS (SELECT 1 FROM docsfab_workers w
-                                 WHERE w.worker_id = t.worker_id AND {alive})"
-            ),
-            &[&provider, &me],
-        )?;
-    }
+) -> Result<(), Error> {
+    let dead = |table: &str| {
+        format!(
+            "DELETE FROM {table} t WHERE t.provider = $1 AND t.worker_id <> $2
+             AND NOT EXISTS (SELECT 1 FROM docsfab_workers w
+                             WHERE w.worker_id = t.worker_id AND {alive})"
+        )
+    };
+    // Both deletes run to completion whether or not the outer query reads them.
+    tx.execute_typed(
+        &format!(
+            "WITH permits AS ({}), waiters AS ({}) SELECT 1",
+            dead("throttle_permits"),
+            dead("throttle_waiters")
+        ),
+        &[(&provider, Type::TEXT), (&me, Type::TEXT)],
+    )?;
     Ok(())
 }
 
-/// How many requests queued before `waiter` (all of them for one not queued yet).
-fn waiters_ahead(
+/// The permits in flight, and how many requests queued before `waiter` (all of them for one
+/// not queued yet), in one snapshot.
+fn in_flight(
     tx: &mut Transaction<'_>,
     provider: &str,
     waiter: Option<i64>,
-) -> Result<u32, docsfab_pg::postgres::Error> {
-    let n: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM throttle_waiters WHERE provider = $1 AND id < $2",
-            &[&provider, &waiter.unwrap_or(i64::MAX)],
-        )?
-        .get(0);
-    Ok(count(n))
-}
-
-fn live_permits(
-    tx: &mut Transaction<'_>,
-    provider: &str,
-) -> Result<u32, docsfab_pg::postgres::Error> {
-    let n: i64 = tx
-        .query_one(
-            "SELECT count(*) FROM throttle_permits WHERE provider = $1",
-            &[&provider],
-        )?
-        .get(0);
-    Ok(count(n))
+) -> Result<(u32, u32), Error> {
+    let row = tx.query_typed_one(
+        "SELECT (SELECT count(*) FROM throttle_permits WHERE provider = $1),
+                (SELECT count(*) FROM throttle_waiters WHERE provider = $1 AND id < $2)",
+        &[
+            (&provider, Type::TEXT),
+            (&waiter.unwrap_or(i64::MAX), Type::INT8),
+        ],
+    )?;
+    Ok((count(row.get(0)), count(row.get(1))))
 }
 
 fn join_queue(
@@ -230,24 +249,24 @@ fn join_queue(
     provider: &str,
     me: &str,
     now_ms: u64,
-) -> Result<i64, docsfab_pg::postgres::Error> {
+) -> Result<i64, Error> {
     Ok(tx
-        .query_one(
+        .query_typed_one(
             "INSERT INTO throttle_waiters (provider, worker_id, since_ms)
              VALUES ($1, $2, $3) RETURNING id",
-            &[&provider, &me, &to_i64(now_ms)],
+            &[
+                (&provider, Type::TEXT),
+                (&me, Type::TEXT),
+                (&to_i64(now_ms), Type::INT8),
+            ],
         )?
         .get(0))
 }
 
-fn save(
-    tx: &mut Transaction<'_>,
-    provider: &str,
-    state: &ThrottleState,
-) -> Result<(), docsfab_pg::postgres::Error> {
-    tx.execute(
+fn save(tx: &mut Transaction<'_>, provider: &str, state: &ThrottleState) -> Result<(), Error> {
+    tx.execute_typed(
         "UPDATE throttle_providers SET state = $2 WHERE provider = $1",
-        &[&provider, &encode_state(state)],
+        &[(&provider, Type::TEXT), (&encode_state(state), Type::TEXT)],
     )?;
     Ok(())
 }
