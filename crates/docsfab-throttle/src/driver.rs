@@ -400,18 +400,27 @@ mod tests {
     }
 
     fn throttle(dir: &Path, max: u32, mode: Mode) -> Throttle {
+        throttle_at(&Backend::Sqlite(dir.join("throttle.db")), max, mode)
+    }
+
+    /// `throttle.db` in `dir`, and a fresh PostgreSQL database when `DOCSFAB_TEST_POSTGRES`
+    /// names a server (kept alive by the second element). For the tests about slots and the
+    /// queue; the hold tests stay on SQLite, where the paused clock is the decisions' clock.
+    fn backends(dir: &Path, label: &str) -> Vec<(Backend, Option<docsfab_pg::testing::TestDb>)> {
+        let mut all = vec![(Backend::Sqlite(dir.join("throttle.db")), None)];
+        if let Some(db) = docsfab_pg::testing::fresh_database(label) {
+            all.push((Backend::Postgres(db.url.clone()), Some(db)));
+        }
+        all
+    }
+
+    fn throttle_at(backend: &Backend, max: u32, mode: Mode) -> Throttle {
         let providers = HashMap::from([("p".to_owned(), Settings::new(mode, max).unwrap())]);
         let clock = PausedClock {
             base: SystemTime::now(),
             start: Instant::now(),
         };
-        Throttle::build(
-            &Backend::Sqlite(dir.join("throttle.db")),
-            providers,
-            DEFAULT_POLL,
-            Box::new(clock),
-        )
-        .unwrap()
+        Throttle::build(backend, providers, DEFAULT_POLL, Box::new(clock)).unwrap()
     }
 
     fn ok() -> Outcome {
@@ -492,57 +501,66 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_cap_waits_for_a_finish_and_gives_up_at_the_deadline() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        let only = t.acquire("p", &cancel, None).await.unwrap();
-        let deadline = Some(Instant::now() + Duration::from_millis(200));
-        let err = t.acquire("p", &cancel, deadline).await.unwrap_err();
-        assert!(
-            matches!(err, AcquireError::Deadline { reason: Reason::Concurrency, held_ms } if held_ms >= 200),
-            "{err:?}"
-        );
-        let waiter = {
-            let t = t.clone();
-            let cancel = cancel.clone();
-            tokio::spawn(async move { t.acquire("p", &cancel, None).await })
-        };
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!waiter.is_finished());
-        only.finish(ok(), &RateHeaders::none()).unwrap();
-        let next = waiter.await.unwrap().unwrap();
-        assert_eq!(next.held_for(), Some(Reason::Concurrency));
+        for (backend, _db) in backends(dir.path(), "driver_full_cap") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            let only = t.acquire("p", &cancel, None).await.unwrap();
+            let deadline = Some(Instant::now() + Duration::from_millis(200));
+            let err = t.acquire("p", &cancel, deadline).await.unwrap_err();
+            assert!(
+                matches!(err, AcquireError::Deadline { reason: Reason::Concurrency, held_ms } if held_ms >= 200),
+                "{backend}: {err:?}"
+            );
+            let waiter = {
+                let t = t.clone();
+                let cancel = cancel.clone();
+                tokio::spawn(async move { t.acquire("p", &cancel, None).await })
+            };
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!waiter.is_finished(), "{backend}");
+            only.finish(ok(), &RateHeaders::none()).unwrap();
+            let next = waiter.await.unwrap().unwrap();
+            assert_eq!(next.held_for(), Some(Reason::Concurrency), "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn cancelling_a_waiter_ends_it_without_a_permit_and_frees_its_place_in_the_queue() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        let only = t.acquire("p", &cancel, None).await.unwrap();
-        let waiter_cancel = CancellationToken::new();
-        let waiter = {
-            let t = t.clone();
-            let c = waiter_cancel.clone();
-            tokio::spawn(async move { t.acquire("p", &c, None).await })
-        };
-        tokio::time::sleep(Duration::from_millis(120)).await;
-        waiter_cancel.cancel();
-        let err = waiter.await.unwrap().unwrap_err();
-        assert!(matches!(err, AcquireError::Cancelled { .. }), "{err:?}");
-        // The cancelled waiter left the queue: the next request is not queued behind it.
-        drop(only);
-        let next = t.acquire("p", &cancel, None).await.unwrap();
-        assert_eq!(next.held_for(), None);
+        for (backend, _db) in backends(dir.path(), "driver_cancel_waiter") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            let only = t.acquire("p", &cancel, None).await.unwrap();
+            let waiter_cancel = CancellationToken::new();
+            let waiter = {
+                let t = t.clone();
+                let c = waiter_cancel.clone();
+                tokio::spawn(async move { t.acquire("p", &c, None).await })
+            };
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            waiter_cancel.cancel();
+            let err = waiter.await.unwrap().unwrap_err();
+            assert!(
+                matches!(err, AcquireError::Cancelled { .. }),
+                "{backend}: {err:?}"
+            );
+            // The cancelled waiter left the queue: the next request is not queued behind it.
+            drop(only);
+            let next = t.acquire("p", &cancel, None).await.unwrap();
+            assert_eq!(next.held_for(), None, "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_permit_frees_its_slot() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        drop(t.acquire("p", &cancel, None).await.unwrap());
-        let p = t.acquire("p", &cancel, None).await.unwrap();
-        assert_eq!(p.held_ms(), 0);
+        for (backend, _db) in backends(dir.path(), "driver_dropped_permit") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            drop(t.acquire("p", &cancel, None).await.unwrap());
+            let p = t.acquire("p", &cancel, None).await.unwrap();
+            assert_eq!(p.held_ms(), 0, "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -571,5 +589,43 @@ mod tests {
             !dir.path().join("throttle.db").exists(),
             "off touches no file"
         );
+    }
+
+    /// A host whose clock is an hour behind. Over PostgreSQL its waits are measured on the
+    /// database's clock, from the decision's own "now": a 300 ms hold is waited out, not taken
+    /// for a hold an hour long and refused at once as past the deadline.
+    struct HourBehind;
+
+    impl Clock for HourBehind {
+        fn now(&self) -> SystemTime {
+            SystemTime::now() - Duration::from_secs(3_600)
+        }
+    }
+
+    #[tokio::test]
+    async fn issue15_a_host_with_a_skewed_clock_waits_out_a_postgres_hold_by_the_database_clock() {
+        let Some(db) = docsfab_pg::testing::fresh_database("driver_skewed_host") else {
+            return;
+        };
+        let providers = HashMap::from([("p".to_owned(), Settings::new(Mode::Shared, 4).unwrap())]);
+        let t = Throttle::build(
+            &Backend::Postgres(db.url.clone()),
+            providers,
+            DEFAULT_POLL,
+            Box::new(HourBehind),
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let first = t.acquire("p", &cancel, None).await.unwrap();
+        first
+            .finish(
+                Outcome::RateLimited { wait_ms: Some(300) },
+                &RateHeaders::none(),
+            )
+            .unwrap();
+        let deadline = Some(Instant::now() + Duration::from_secs(30));
+        let next = t.acquire("p", &cancel, deadline).await.unwrap();
+        assert_eq!(next.held_for(), Some(Reason::Hold));
+        next.finish(ok(), &RateHeaders::none()).unwrap();
     }
 }

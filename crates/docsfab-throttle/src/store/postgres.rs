@@ -392,6 +392,49 @@ mod tests {
         }
     }
 
+    /// A host whose clock is an hour behind reads "no requests left until 2 s from now": on the
+    /// database's clock that is still 2 s from now, so the next send waits for the pacing
+    /// instead of taking the reset as an hour past.
+    #[test]
+    fn issue15_rate_limit_headers_read_by_a_skewed_host_pace_on_the_database_clock() {
+        let Some(db) = docsfab_pg::testing::fresh_database("pg_skewed_headers") else {
+            return;
+        };
+        let mut store = PgStore::open(&db.url).unwrap();
+        let eight = Settings::new(Mode::Shared, 8).unwrap();
+        let StoreAdmit::Go(ticket) = store.try_admit("p", &eight, None).unwrap() else {
+            panic!("the first request goes");
+        };
+        let host_now = crate::headers::unix_ms(std::time::SystemTime::now()) - 3_600_000;
+        let head = RateHeaders::from_pairs(
+            [
+                ("x-ratelimit-limit-requests", "10"),
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "2s"),
+            ],
+            host_now,
+        );
+        let ok = Outcome::Success {
+            input_tokens: None,
+            output_tokens: None,
+        };
+        store
+            .finish("p", &eight, ticket, ok, &head, host_now)
+            .unwrap();
+        match store.try_admit("p", &eight, None).unwrap() {
+            StoreAdmit::Wait {
+                admit:
+                    Admit::Wait {
+                        until_ms: Some(until),
+                        reason: Reason::Pacing,
+                    },
+                now_ms,
+                ..
+            } => assert!(until > now_ms),
+            _ => panic!("an empty budget paces the next send"),
+        }
+    }
+
     /// Many processes starting at once on a new database all get the tables (the migration is
     /// serialized, not raced).
     #[test]
