@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::core::{Admit, Mode, Outcome, Reason, Settings};
 use crate::headers::{RateHeaders, unix_ms};
-use crate::store::{Store, StoreAdmit, StoreError, Ticket};
+use crate::store::{Backend, Store, StoreAdmit, StoreError, Ticket};
 
 /// How often a waiter for a slot looks again when no finish in this process woke it.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(50);
@@ -59,7 +59,8 @@ struct Inner {
 }
 
 /// The provider throttle of one process, shared with every process on the same
-/// `DOCSFAB_HOME` through `throttle.db`. Cheap to clone.
+/// `DOCSFAB_HOME` through `throttle.db`, or with every process on the same PostgreSQL database
+/// through its tables. Cheap to clone.
 #[derive(Clone)]
 pub struct Throttle {
     inner: Arc<Inner>,
@@ -92,8 +93,19 @@ impl Throttle {
         providers: impl IntoIterator<Item = (String, Settings)>,
         poll: Duration,
     ) -> Result<Throttle, StoreError> {
+        Throttle::open_at(&Backend::Sqlite(path.to_owned()), providers, poll)
+    }
+
+    /// Opens the shared state wherever `backend` keeps it; the throttle behaves the same on
+    /// either. PostgreSQL registers this process as a worker of that database (its heartbeat
+    /// keeps its permits alive) and decides by the database's clock.
+    pub fn open_at(
+        backend: &Backend,
+        providers: impl IntoIterator<Item = (String, Settings)>,
+        poll: Duration,
+    ) -> Result<Throttle, StoreError> {
         Throttle::build(
-            path,
+            backend,
             providers.into_iter().collect(),
             poll,
             Box::new(SystemClock),
@@ -101,7 +113,7 @@ impl Throttle {
     }
 
     pub(crate) fn build(
-        path: &Path,
+        backend: &Backend,
         providers: HashMap<String, Settings>,
         poll: Duration,
         clock: Box<dyn Clock>,
@@ -110,7 +122,7 @@ impl Throttle {
         let store = if all_off {
             None
         } else {
-            Some(Mutex::new(Store::open(path)?))
+            Some(Mutex::new(Store::open(backend)?))
         };
         Ok(Throttle {
             inner: Arc::new(Inner {
@@ -159,9 +171,9 @@ impl Throttle {
             let released = self.inner.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
-            let now_ms = unix_ms(self.inner.clock.now());
-            let decision = self.try_admit(provider, &settings, now_ms, queued.waiter)?;
-            let (until_ms, reason) = match decision {
+            let host_now_ms = unix_ms(self.inner.clock.now());
+            let decision = self.try_admit(provider, &settings, host_now_ms, queued.waiter)?;
+            let (wait_ms, reason) = match decision {
                 Decision::Go(ticket) => {
                     // The store took the waiter out of the queue with the grant.
                     queued.waiter = None;
@@ -180,18 +192,21 @@ impl Throttle {
                     until_ms,
                     reason,
                     waiter,
+                    now_ms,
                 } => {
                     queued.waiter = waiter;
-                    (until_ms, reason)
+                    // `until_ms` is on the clock the store decided by (the database's for
+                    // PostgreSQL), so the wait is measured from that clock's now.
+                    (until_ms.map(|u| u.saturating_sub(now_ms)), reason)
                 }
             };
             held_for = Some(reason);
-            let wake = match until_ms {
-                Some(until) => Instant::now() + Duration::from_millis(until.saturating_sub(now_ms)),
+            let wake = match wait_ms {
+                Some(ms) => Instant::now() + Duration::from_millis(ms),
                 None => Instant::now() + self.inner.poll,
             };
             // A wait that is known to end after the deadline would only burn the attempt.
-            if until_ms.is_some() && deadline.is_some_and(|d| wake > d) {
+            if wait_ms.is_some() && deadline.is_some_and(|d| wake > d) {
                 return Err(AcquireError::Deadline {
                     held_ms: held_ms(),
                     reason,
@@ -203,7 +218,7 @@ impl Throttle {
                 _ = sleep_until_opt(deadline) => {
                     return Err(AcquireError::Deadline { held_ms: held_ms(), reason });
                 }
-                _ = &mut released, if until_ms.is_none() => {}
+                _ = &mut released, if wait_ms.is_none() => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
@@ -230,10 +245,12 @@ impl Throttle {
             StoreAdmit::Wait {
                 admit: Admit::Wait { until_ms, reason },
                 waiter,
+                now_ms,
             } => Decision::Wait {
                 until_ms,
                 reason,
                 waiter: Some(waiter),
+                now_ms,
             },
             // The store turns every Go into a ticket.
             StoreAdmit::Wait { .. } => Decision::Go(None),
@@ -269,6 +286,8 @@ enum Decision {
         until_ms: Option<u64>,
         reason: Reason,
         waiter: Option<i64>,
+        /// The store's clock at the decision.
+        now_ms: u64,
     },
 }
 
@@ -381,18 +400,27 @@ mod tests {
     }
 
     fn throttle(dir: &Path, max: u32, mode: Mode) -> Throttle {
+        throttle_at(&Backend::Sqlite(dir.join("throttle.db")), max, mode)
+    }
+
+    /// `throttle.db` in `dir`, and a fresh PostgreSQL database when `DOCSFAB_TEST_POSTGRES`
+    /// names a server (kept alive by the second element). For the tests about slots and the
+    /// queue; the hold tests stay on SQLite, where the paused clock is the decisions' clock.
+    fn backends(dir: &Path, label: &str) -> Vec<(Backend, Option<docsfab_pg::testing::TestDb>)> {
+        let mut all = vec![(Backend::Sqlite(dir.join("throttle.db")), None)];
+        if let Some(db) = docsfab_pg::testing::fresh_database(label) {
+            all.push((Backend::Postgres(db.url.clone()), Some(db)));
+        }
+        all
+    }
+
+    fn throttle_at(backend: &Backend, max: u32, mode: Mode) -> Throttle {
         let providers = HashMap::from([("p".to_owned(), Settings::new(mode, max).unwrap())]);
         let clock = PausedClock {
             base: SystemTime::now(),
             start: Instant::now(),
         };
-        Throttle::build(
-            &dir.join("throttle.db"),
-            providers,
-            DEFAULT_POLL,
-            Box::new(clock),
-        )
-        .unwrap()
+        Throttle::build(backend, providers, DEFAULT_POLL, Box::new(clock)).unwrap()
     }
 
     fn ok() -> Outcome {
@@ -473,57 +501,66 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_cap_waits_for_a_finish_and_gives_up_at_the_deadline() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        let only = t.acquire("p", &cancel, None).await.unwrap();
-        let deadline = Some(Instant::now() + Duration::from_millis(200));
-        let err = t.acquire("p", &cancel, deadline).await.unwrap_err();
-        assert!(
-            matches!(err, AcquireError::Deadline { reason: Reason::Concurrency, held_ms } if held_ms >= 200),
-            "{err:?}"
-        );
-        let waiter = {
-            let t = t.clone();
-            let cancel = cancel.clone();
-            tokio::spawn(async move { t.acquire("p", &cancel, None).await })
-        };
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!waiter.is_finished());
-        only.finish(ok(), &RateHeaders::none()).unwrap();
-        let next = waiter.await.unwrap().unwrap();
-        assert_eq!(next.held_for(), Some(Reason::Concurrency));
+        for (backend, _db) in backends(dir.path(), "driver_full_cap") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            let only = t.acquire("p", &cancel, None).await.unwrap();
+            let deadline = Some(Instant::now() + Duration::from_millis(200));
+            let err = t.acquire("p", &cancel, deadline).await.unwrap_err();
+            assert!(
+                matches!(err, AcquireError::Deadline { reason: Reason::Concurrency, held_ms } if held_ms >= 200),
+                "{backend}: {err:?}"
+            );
+            let waiter = {
+                let t = t.clone();
+                let cancel = cancel.clone();
+                tokio::spawn(async move { t.acquire("p", &cancel, None).await })
+            };
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            assert!(!waiter.is_finished(), "{backend}");
+            only.finish(ok(), &RateHeaders::none()).unwrap();
+            let next = waiter.await.unwrap().unwrap();
+            assert_eq!(next.held_for(), Some(Reason::Concurrency), "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn cancelling_a_waiter_ends_it_without_a_permit_and_frees_its_place_in_the_queue() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        let only = t.acquire("p", &cancel, None).await.unwrap();
-        let waiter_cancel = CancellationToken::new();
-        let waiter = {
-            let t = t.clone();
-            let c = waiter_cancel.clone();
-            tokio::spawn(async move { t.acquire("p", &c, None).await })
-        };
-        tokio::time::sleep(Duration::from_millis(120)).await;
-        waiter_cancel.cancel();
-        let err = waiter.await.unwrap().unwrap_err();
-        assert!(matches!(err, AcquireError::Cancelled { .. }), "{err:?}");
-        // The cancelled waiter left the queue: the next request is not queued behind it.
-        drop(only);
-        let next = t.acquire("p", &cancel, None).await.unwrap();
-        assert_eq!(next.held_for(), None);
+        for (backend, _db) in backends(dir.path(), "driver_cancel_waiter") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            let only = t.acquire("p", &cancel, None).await.unwrap();
+            let waiter_cancel = CancellationToken::new();
+            let waiter = {
+                let t = t.clone();
+                let c = waiter_cancel.clone();
+                tokio::spawn(async move { t.acquire("p", &c, None).await })
+            };
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            waiter_cancel.cancel();
+            let err = waiter.await.unwrap().unwrap_err();
+            assert!(
+                matches!(err, AcquireError::Cancelled { .. }),
+                "{backend}: {err:?}"
+            );
+            // The cancelled waiter left the queue: the next request is not queued behind it.
+            drop(only);
+            let next = t.acquire("p", &cancel, None).await.unwrap();
+            assert_eq!(next.held_for(), None, "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_permit_frees_its_slot() {
         let dir = tempfile::tempdir().unwrap();
-        let t = throttle(dir.path(), 1, Mode::Shared);
-        let cancel = CancellationToken::new();
-        drop(t.acquire("p", &cancel, None).await.unwrap());
-        let p = t.acquire("p", &cancel, None).await.unwrap();
-        assert_eq!(p.held_ms(), 0);
+        for (backend, _db) in backends(dir.path(), "driver_dropped_permit") {
+            let t = throttle_at(&backend, 1, Mode::Shared);
+            let cancel = CancellationToken::new();
+            drop(t.acquire("p", &cancel, None).await.unwrap());
+            let p = t.acquire("p", &cancel, None).await.unwrap();
+            assert_eq!(p.held_ms(), 0, "{backend}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -552,5 +589,43 @@ mod tests {
             !dir.path().join("throttle.db").exists(),
             "off touches no file"
         );
+    }
+
+    /// A host whose clock is an hour behind. Over PostgreSQL its waits are measured on the
+    /// database's clock, from the decision's own "now": a 300 ms hold is waited out, not taken
+    /// for a hold an hour long and refused at once as past the deadline.
+    struct HourBehind;
+
+    impl Clock for HourBehind {
+        fn now(&self) -> SystemTime {
+            SystemTime::now() - Duration::from_secs(3_600)
+        }
+    }
+
+    #[tokio::test]
+    async fn issue15_a_host_with_a_skewed_clock_waits_out_a_postgres_hold_by_the_database_clock() {
+        let Some(db) = docsfab_pg::testing::fresh_database("driver_skewed_host") else {
+            return;
+        };
+        let providers = HashMap::from([("p".to_owned(), Settings::new(Mode::Shared, 4).unwrap())]);
+        let t = Throttle::build(
+            &Backend::Postgres(db.url.clone()),
+            providers,
+            DEFAULT_POLL,
+            Box::new(HourBehind),
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let first = t.acquire("p", &cancel, None).await.unwrap();
+        first
+            .finish(
+                Outcome::RateLimited { wait_ms: Some(300) },
+                &RateHeaders::none(),
+            )
+            .unwrap();
+        let deadline = Some(Instant::now() + Duration::from_secs(30));
+        let next = t.acquire("p", &cancel, deadline).await.unwrap();
+        assert_eq!(next.held_for(), Some(Reason::Hold));
+        next.finish(ok(), &RateHeaders::none()).unwrap();
     }
 }

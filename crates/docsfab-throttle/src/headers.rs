@@ -137,6 +137,25 @@ impl RateHeaders {
             observations,
         }
     }
+
+    /// The same hints on a clock `offset_ms` ahead of the one they were read by: the instants
+    /// move, the durations (`retry_after_ms`) do not. A store that decides by another clock
+    /// (PostgreSQL's) moves them onto it, so a host's skew does not skew the pacing.
+    pub fn shifted(&self, offset_ms: i64) -> RateHeaders {
+        let shift = |t: u64| t.saturating_add_signed(offset_ms);
+        RateHeaders {
+            at_ms: self.at_ms.map(shift),
+            retry_after_ms: self.retry_after_ms,
+            observations: self
+                .observations
+                .iter()
+                .map(|o| Observation {
+                    reset_at_ms: shift(o.reset_at_ms),
+                    ..*o
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Wall time as milliseconds since the Unix epoch (0 before it).
@@ -268,6 +287,25 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue15_shifting_onto_another_clock_moves_instants_not_durations() {
+        let read = RateHeaders::from_pairs(
+            [
+                ("retry-after-ms", "1500"),
+                ("x-ratelimit-remaining-requests", "3"),
+                ("x-ratelimit-reset-requests", "2s"),
+            ],
+            10_000,
+        );
+        let ahead = read.shifted(-4_000);
+        assert_eq!(ahead.at_ms, Some(6_000));
+        assert_eq!(ahead.retry_after_ms, Some(1_500));
+        assert_eq!(ahead.observations[0].reset_at_ms, 8_000);
+        assert_eq!(ahead.observations[0].remaining, 3);
+        assert_eq!(read.shifted(5_000).observations[0].reset_at_ms, 17_000);
+        assert_eq!(RateHeaders::none().shifted(-1).at_ms, None);
+    }
 
     #[test]
     fn go_durations_as_openai_prints_them() {

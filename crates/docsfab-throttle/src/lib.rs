@@ -4,8 +4,9 @@
 //! [`Permit::finish`]. The decision is the pure [`ThrottleState`] (in [`core`]): a cap on
 //! requests in flight, a reactive hold after a 429, pacing from the provider's rate-limit
 //! headers ([`headers`]) and an adaptive window when there are none. The state lives in
-//! `DOCSFAB_HOME/throttle.db` ([`store`]), so every docsfab process on the same home shares the
-//! in-flight count, the hold and the pacing. See docs/throttle.md.
+//! `DOCSFAB_HOME/throttle.db`, or in the run store's PostgreSQL database ([`store`],
+//! [`Backend`]), so every docsfab process on the same home (or database) shares the in-flight
+//! count, the hold and the pacing. See docs/throttle.md.
 //!
 //! A wait here is not a replay: it is recorded as the turn's `heldMs`, bounded by the attempt
 //! deadline, and touches none of the retry budgets.
@@ -22,4 +23,4 @@ pub use crate::core::{
 };
 pub use driver::{AcquireError, DEFAULT_POLL, Permit, Throttle};
 pub use headers::RateHeaders;
-pub use store::StoreError;
+pub use store::{Backend, StoreError};

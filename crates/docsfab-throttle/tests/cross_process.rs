@@ -1,5 +1,7 @@
 //! Two real OS processes sharing one DOCSFAB_HOME share the throttle: the hold, the cap on
-//! requests in flight, and the permits of a process killed with `kill -9` come back.
+//! requests in flight, and the permits of a process killed with `kill -9` come back. The same
+//! three tests run again with the state in PostgreSQL (`issue15_...`), where the processes are
+//! two workers of one database, as docsfab workers on two hosts would be.
 //!
 //! The other process is this test binary run again with `DOCSFAB_THROTTLE_CHILD` naming its
 //! role (see `child_role`). Times are scaled down; the assertions are about orderings and
@@ -10,23 +12,36 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use docsfab_throttle::{AcquireError, Mode, Outcome, RateHeaders, Reason, Settings, Throttle};
+use docsfab_pg::PgUrl;
+use docsfab_throttle::{
+    AcquireError, Backend, Mode, Outcome, RateHeaders, Reason, Settings, Throttle,
+};
 use rusqlite::Connection;
 use tokio_util::sync::CancellationToken;
 
 const ROLE: &str = "DOCSFAB_THROTTLE_CHILD";
 const HOME: &str = "DOCSFAB_THROTTLE_CHILD_HOME";
+/// The PostgreSQL database the child keeps the state in; unset for `throttle.db`.
+const PG: &str = "DOCSFAB_THROTTLE_CHILD_PG";
 const HOLD_MS: u64 = 2_000;
 const CAP: u32 = 2;
 
-fn open(home: &Path, max: u32) -> Throttle {
+fn open(backend: &Backend, max: u32) -> Throttle {
     let settings = Settings::new(Mode::Shared, max).unwrap();
-    Throttle::open_with(
-        &home.join("throttle.db"),
+    Throttle::open_at(
+        backend,
         [("sim".to_owned(), settings)],
         Duration::from_millis(10),
     )
     .unwrap()
+}
+
+/// Where a test keeps the shared state: `home/throttle.db`, or the database `pg`.
+fn backend(home: &Path, pg: Option<&PgUrl>) -> Backend {
+    match pg {
+        Some(url) => Backend::Postgres(url.clone()),
+        None => Backend::Sqlite(home.join("throttle.db")),
+    }
 }
 
 fn ok() -> Outcome {
@@ -62,16 +77,30 @@ impl Drop for Kid {
     }
 }
 
-/// Starts this test binary as a child playing `role` on `home`.
-fn spawn_child(role: &str, home: &Path) -> Kid {
-    Kid(Command::new(std::env::current_exe().unwrap())
+/// Starts this test binary as a child playing `role` on `home` (and on the database `pg`).
+fn spawn_child(role: &str, home: &Path, pg: Option<&PgUrl>) -> Kid {
+    spawn_child_beating(role, home, pg, None)
+}
+
+/// [`spawn_child`] with the child's worker heartbeat every `beat_ms` (`DOCSFAB_HEARTBEAT_MS`):
+/// a worker is dead after five missed beats *as its observer counts them*, so the children that
+/// judge each other share one short beat and the test need not wait the default 10 s.
+fn spawn_child_beating(role: &str, home: &Path, pg: Option<&PgUrl>, beat_ms: Option<u64>) -> Kid {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    if let Some(ms) = beat_ms {
+        command.env("DOCSFAB_HEARTBEAT_MS", ms.to_string());
+    }
+    command
         .args(["child_role", "--exact", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env(HOME, home)
+        .env_remove(PG)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap())
+        .stderr(Stdio::inherit());
+    if let Some(url) = pg {
+        command.env(PG, url.as_str());
+    }
+    Kid(command.spawn().unwrap())
 }
 
 /// Reads the child's stdout until a line holding `marker`, and returns the rest of it.
@@ -97,12 +126,14 @@ fn child_role() {
         return;
     };
     let home = std::path::PathBuf::from(std::env::var(HOME).unwrap());
+    let pg = std::env::var(PG).ok().map(|u| PgUrl::parse(&u).unwrap());
+    let state = backend(&home, pg.as_ref());
     let rt = runtime();
     let cancel = CancellationToken::new();
     match role.as_str() {
         // Sees a 429 whose replay wait is HOLD_MS, says when, and exits.
         "hold" => rt.block_on(async {
-            let t = open(&home, 8);
+            let t = open(&state, 8);
             let p = t.acquire("sim", &cancel, None).await.unwrap();
             let before_finish = unix_ms();
             p.finish(
@@ -116,7 +147,7 @@ fn child_role() {
         }),
         // Six requests through a cap of CAP, each counted in and out of the probe database.
         "cap" => rt.block_on(async {
-            let t = open(&home, CAP);
+            let t = open(&state, CAP);
             // Both children start their requests together.
             println!("ready");
             while !home.join("go").exists() {
@@ -145,7 +176,7 @@ fn child_role() {
         }),
         // Takes every slot and never gives them back (until it is killed).
         "hog" => rt.block_on(async {
-            let t = open(&home, CAP);
+            let t = open(&state, CAP);
             // One answered request first: until then a provider gets one request at a time.
             let probe = t.acquire("sim", &cancel, None).await.unwrap();
             probe.finish(ok(), &RateHeaders::none()).unwrap();
@@ -155,6 +186,16 @@ fn child_role() {
             }
             println!("holding {}", held.len());
             tokio::time::sleep(Duration::from_secs(120)).await;
+        }),
+        // Takes every slot, waiting as long as it takes a dead holder's to come back.
+        "take" => rt.block_on(async {
+            let t = open(&state, CAP);
+            let later = tokio::time::Instant::now() + Duration::from_secs(30);
+            let mut held = vec![];
+            for _ in 0..CAP {
+                held.push(t.acquire("sim", &cancel, Some(later)).await.unwrap());
+            }
+            println!("took {}", held.len());
         }),
         other => panic!("unknown child role {other}"),
     }
@@ -184,9 +225,20 @@ fn count(probe: &Path, delta: i64) {
 
 #[test]
 fn a_429_in_one_process_holds_the_sends_of_another() {
+    a_429_in_one_process_holds_the_sends_of_another_on(None);
+}
+
+#[test]
+fn issue15_a_429_in_one_worker_holds_the_sends_of_another_over_postgres() {
+    if let Some(db) = docsfab_pg::testing::fresh_database("cross_hold") {
+        a_429_in_one_process_holds_the_sends_of_another_on(Some(&db.url));
+    }
+}
+
+fn a_429_in_one_process_holds_the_sends_of_another_on(pg: Option<&PgUrl>) {
     let home = tempfile::tempdir().unwrap();
-    let t = open(home.path(), 8);
-    let mut child = spawn_child("hold", home.path());
+    let t = open(&backend(home.path(), pg), 8);
+    let mut child = spawn_child("hold", home.path(), pg);
     let limited_at: u64 = wait_for(&mut child, "limited-at ").parse().unwrap();
     assert!(child.0.wait().unwrap().success());
 
@@ -219,6 +271,19 @@ fn a_429_in_one_process_holds_the_sends_of_another() {
 
 #[test]
 fn two_processes_share_one_cap_on_requests_in_flight() {
+    two_processes_share_one_cap_on_requests_in_flight_on(None);
+}
+
+/// Two workers of one database never have more than maxConcurrentRequests in flight together,
+/// and a slot freed in one goes to the earliest waiter of either (FIFO across holders).
+#[test]
+fn issue15_two_workers_share_one_cap_and_one_queue_over_postgres() {
+    if let Some(db) = docsfab_pg::testing::fresh_database("cross_cap") {
+        two_processes_share_one_cap_on_requests_in_flight_on(Some(&db.url));
+    }
+}
+
+fn two_processes_share_one_cap_on_requests_in_flight_on(pg: Option<&PgUrl>) {
     let home = tempfile::tempdir().unwrap();
     let probe = Connection::open(home.path().join("probe.db")).unwrap();
     probe
@@ -229,8 +294,8 @@ fn two_processes_share_one_cap_on_requests_in_flight() {
              CREATE TABLE grants (seq INTEGER PRIMARY KEY AUTOINCREMENT, pid INTEGER NOT NULL);",
         )
         .unwrap();
-    let mut a = spawn_child("cap", home.path());
-    let mut b = spawn_child("cap", home.path());
+    let mut a = spawn_child("cap", home.path(), pg);
+    let mut b = spawn_child("cap", home.path(), pg);
     wait_for(&mut a, "ready");
     wait_for(&mut b, "ready");
     std::fs::write(home.path().join("go"), "").unwrap();
@@ -264,8 +329,8 @@ fn two_processes_share_one_cap_on_requests_in_flight() {
 #[test]
 fn the_permits_of_a_process_killed_with_sigkill_are_reclaimed() {
     let home = tempfile::tempdir().unwrap();
-    let t = open(home.path(), CAP);
-    let mut hog = spawn_child("hog", home.path());
+    let t = open(&backend(home.path(), None), CAP);
+    let mut hog = spawn_child("hog", home.path(), None);
     assert_eq!(wait_for(&mut hog, "holding "), CAP.to_string());
 
     let rt = runtime();
@@ -291,4 +356,40 @@ fn the_permits_of_a_process_killed_with_sigkill_are_reclaimed() {
         first.finish(ok(), &RateHeaders::none()).unwrap();
         second.finish(ok(), &RateHeaders::none()).unwrap();
     });
+}
+
+/// A worker killed with SIGKILL stops beating; once it is stale another worker's decision gives
+/// its permits back. The parent sees them held while the worker lives; a second child with the
+/// same short beat as the dead one takes every slot after the kill.
+#[test]
+fn issue15_the_permits_of_a_worker_killed_with_sigkill_are_given_back_over_postgres() {
+    let Some(db) = docsfab_pg::testing::fresh_database("cross_kill") else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let t = open(&backend(home.path(), Some(&db.url)), CAP);
+    let mut hog = spawn_child_beating("hog", home.path(), Some(&db.url), Some(100));
+    assert_eq!(wait_for(&mut hog, "holding "), CAP.to_string());
+
+    let rt = runtime();
+    let cancel = CancellationToken::new();
+    rt.block_on(async {
+        let soon = tokio::time::Instant::now() + Duration::from_millis(300);
+        let err = t.acquire("sim", &cancel, Some(soon)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AcquireError::Deadline {
+                    reason: Reason::Concurrency,
+                    ..
+                }
+            ),
+            "the live worker's permits count: {err:?}"
+        );
+    });
+    hog.0.kill().unwrap(); // SIGKILL: no destructor, no `stopped_at`, the heartbeat just stops
+    hog.0.wait().unwrap();
+    let mut taker = spawn_child_beating("take", home.path(), Some(&db.url), Some(100));
+    assert_eq!(wait_for(&mut taker, "took "), CAP.to_string());
+    assert!(taker.0.wait().unwrap().success());
 }

@@ -1,4 +1,4 @@
-//! The throttle's shared state: one SQLite file, `DOCSFAB_HOME/throttle.db`, that every docsfab
+//! The throttle's shared state in one SQLite file, `DOCSFAB_HOME/throttle.db`, that every docsfab
 //! process on the same home opens.
 //!
 //! Three tables: `permits` (one row per request in flight: provider, holder pid and start time,
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::{StoreAdmit, StoreError, Ticket, decode_state, encode_state};
 use crate::core::{Admit, Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 use crate::process::Holder;
@@ -63,45 +64,14 @@ CREATE TABLE IF NOT EXISTS providers (
 );
 ";
 
-/// The throttle database could not be opened or used.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("could not create the directory {path} for the throttle state: {source}")]
-    CreateDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the throttle state {path} could not be used: {source}")]
-    Sqlite {
-        path: PathBuf,
-        source: rusqlite::Error,
-    },
-}
-
-/// A permit as the store keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
-    pub id: i64,
-    pub seq: u64,
-}
-
-pub(crate) enum StoreAdmit {
-    Go(Ticket),
-    /// Not yet; the caller is queued as `waiter` (give it back with `leave` if it stops waiting).
-    Wait {
-        admit: Admit,
-        waiter: i64,
-    },
-}
-
-pub(crate) struct Store {
-    conn: Connection,
+pub(crate) struct SqliteStore {
+    pub(super) conn: Connection,
     path: PathBuf,
     me: Holder,
 }
 
-impl Store {
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
+impl SqliteStore {
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
                 path: parent.to_owned(),
@@ -127,7 +97,7 @@ impl Store {
                 other => break other.map_err(wrap)?,
             }
         };
-        Ok(Store {
+        Ok(SqliteStore {
             conn,
             path: path.to_owned(),
             me: Holder::current(),
@@ -187,6 +157,7 @@ impl Store {
                 return Ok(StoreAdmit::Wait {
                     admit: decision,
                     waiter,
+                    now_ms,
                 });
             };
             if let Some(id) = waiter {
@@ -323,9 +294,7 @@ fn load(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<Thro
             |r| r.get(0),
         )
         .optional()?;
-    Ok(text
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default())
+    Ok(decode_state(text.as_deref()))
 }
 
 fn save(
@@ -333,8 +302,7 @@ fn save(
     provider: &str,
     state: &ThrottleState,
 ) -> rusqlite::Result<()> {
-    // Serialising plain numbers and vectors cannot fail.
-    let text = serde_json::to_string(state).unwrap_or_default();
+    let text = encode_state(state);
     tx.execute(
         "INSERT INTO providers (provider, state) VALUES (?1, ?2)
          ON CONFLICT (provider) DO UPDATE SET state = excluded.state",
@@ -360,7 +328,7 @@ mod tests {
                     let (path, barrier) = (path.clone(), barrier.clone());
                     std::thread::spawn(move || {
                         barrier.wait();
-                        Store::open(&path).map(|_| ())
+                        SqliteStore::open(&path).map(|_| ())
                     })
                 })
                 .collect();
@@ -369,66 +337,5 @@ mod tests {
                 assert!(result.is_ok(), "round {round}: {result:?}");
             }
         }
-    }
-    use crate::core::{Mode, Reason};
-
-    #[test]
-    fn a_freed_slot_goes_to_the_earliest_waiter_not_to_the_process_that_freed_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("throttle.db");
-        let (mut here, mut there) = (Store::open(&path).unwrap(), Store::open(&path).unwrap());
-        let one = Settings::new(Mode::Shared, 1).unwrap();
-        let StoreAdmit::Go(ticket) = here.try_admit("p", &one, 0, None).unwrap() else {
-            panic!("the first request goes");
-        };
-        let StoreAdmit::Wait { waiter, .. } = there.try_admit("p", &one, 1, None).unwrap() else {
-            panic!("the cap is full");
-        };
-        let ok = Outcome::Success {
-            input_tokens: None,
-            output_tokens: None,
-        };
-        here.finish("p", &one, ticket, ok, &RateHeaders::none(), 2)
-            .unwrap();
-        match here.try_admit("p", &one, 3, None).unwrap() {
-            StoreAdmit::Wait {
-                admit,
-                waiter: mine,
-            } => {
-                assert_eq!(
-                    admit,
-                    Admit::Wait {
-                        until_ms: None,
-                        reason: Reason::Concurrency
-                    }
-                );
-                assert!(mine > waiter);
-                here.leave(mine).unwrap();
-            }
-            StoreAdmit::Go(_) => panic!("a newcomer jumped the queue"),
-        }
-        assert!(matches!(
-            there.try_admit("p", &one, 4, Some(waiter)).unwrap(),
-            StoreAdmit::Go(_)
-        ));
-    }
-
-    #[test]
-    fn a_state_row_this_version_cannot_read_starts_afresh() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("throttle.db");
-        let mut store = Store::open(&path).unwrap();
-        store
-            .conn
-            .execute(
-                "INSERT INTO providers (provider, state) VALUES ('p', '{\"future\": true')",
-                [],
-            )
-            .unwrap();
-        let two = Settings::new(Mode::Shared, 2).unwrap();
-        assert!(matches!(
-            store.try_admit("p", &two, 0, None).unwrap(),
-            StoreAdmit::Go(_)
-        ));
     }
 }

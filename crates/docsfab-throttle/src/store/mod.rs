@@ -1,0 +1,341 @@
+//! Where the throttle's shared state lives, and the one interface the driver uses for it.
+//!
+//! Two backends keep the same three things (permits in flight, the FIFO queue of waiters, the
+//! pure core's state per provider) with the same decision transaction:
+//! - [`sqlite`]: `DOCSFAB_HOME/throttle.db`, shared by the processes on one home; a holder is a
+//!   process (pid + start time).
+//! - [`postgres`]: tables in the run store's PostgreSQL database, shared by every process on
+//!   every host using it; a holder is a registered worker (`docsfab_pg::worker`).
+//!
+//! The driver holds a [`Store`] and never asks which one it is.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use docsfab_pg::{PgError, PgUrl};
+
+use crate::core::{Admit, Outcome, Settings, ThrottleState};
+use crate::headers::RateHeaders;
+
+mod postgres;
+mod sqlite;
+
+use self::postgres::PgStore;
+use self::sqlite::SqliteStore;
+
+/// Where the shared state is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file, normally `DOCSFAB_HOME/throttle.db`.
+    Sqlite(PathBuf),
+    /// The `throttle_*` tables of a PostgreSQL database (the run store's).
+    Postgres(PgUrl),
+}
+
+impl fmt::Display for Backend {
+    /// The file's path, or the database's URL without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Sqlite(path) => write!(f, "{}", path.display()),
+            Backend::Postgres(url) => write!(f, "{url}"),
+        }
+    }
+}
+
+/// The throttle's shared state could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("could not create the directory {path} for the throttle state: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the throttle state {path} could not be used: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    /// `PgError` names the server by its redacted URL.
+    #[error("the throttle state in PostgreSQL could not be used: {source}")]
+    Postgres { source: PgError },
+}
+
+impl From<PgError> for StoreError {
+    fn from(source: PgError) -> StoreError {
+        StoreError::Postgres { source }
+    }
+}
+
+/// A permit as the store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub id: i64,
+    pub seq: u64,
+}
+
+pub(crate) enum StoreAdmit {
+    Go(Ticket),
+    /// Not yet; the caller is queued as `waiter` (give it back with `leave` if it stops waiting).
+    /// `now_ms` is the clock the decision was made by, which `admit`'s `until_ms` is in.
+    Wait {
+        admit: Admit,
+        waiter: i64,
+        now_ms: u64,
+    },
+}
+
+/// The shared state, open.
+pub(crate) enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl Store {
+    pub fn open(backend: &Backend) -> Result<Store, StoreError> {
+        Ok(match backend {
+            Backend::Sqlite(path) => Store::Sqlite(SqliteStore::open(path)?),
+            Backend::Postgres(url) => Store::Postgres(PgStore::open(url)?),
+        })
+    }
+
+    /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
+    /// before). `now_ms` is this host's clock; PostgreSQL decides by the database's clock
+    /// instead, so hosts whose clocks disagree still share one hold and one pacing schedule.
+    pub fn try_admit(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        now_ms: u64,
+        waiter: Option<i64>,
+    ) -> Result<StoreAdmit, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.try_admit(provider, settings, now_ms, waiter),
+            Store::Postgres(s) => s.try_admit(provider, settings, waiter),
+        }
+    }
+
+    /// Takes a waiter out of the queue (it was cancelled or ran out of time).
+    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.leave(waiter),
+            Store::Postgres(s) => s.leave(waiter),
+        }
+    }
+
+    /// Gives the permit back and feeds its outcome to the provider's state. `now_ms` is this
+    /// host's clock, the one `headers` were read by.
+    pub fn finish(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        ticket: Ticket,
+        outcome: Outcome,
+        headers: &RateHeaders,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
+            Store::Postgres(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
+        }
+    }
+}
+
+/// A provider's state as stored; a missing row or one another version wrote that this one
+/// cannot read starts afresh (the state is soft).
+fn decode_state(text: Option<&str>) -> ThrottleState {
+    text.and_then(|t| serde_json::from_str(t).ok())
+        .unwrap_or_default()
+}
+
+fn encode_state(state: &ThrottleState) -> String {
+    // Serialising plain numbers and vectors cannot fail.
+    serde_json::to_string(state).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::{Mode, Reason};
+
+    /// Runs `body` once with a store factory per backend: a SQLite file, and (when
+    /// `DOCSFAB_TEST_POSTGRES` names a server) a fresh PostgreSQL database. Every store the
+    /// factory opens shares the same state.
+    fn each_backend(label: &str, body: impl Fn(&dyn Fn() -> Store, &Backend)) {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Backend::Sqlite(dir.path().join("throttle.db"));
+        body(&|| Store::open(&sqlite).unwrap(), &sqlite);
+        if let Some(db) = docsfab_pg::testing::fresh_database(label) {
+            let pg = Backend::Postgres(db.url.clone());
+            body(&|| Store::open(&pg).unwrap(), &pg);
+        }
+    }
+
+    fn ok() -> Outcome {
+        Outcome::Success {
+            input_tokens: None,
+            output_tokens: None,
+        }
+    }
+
+    /// Runs one statement on the backend's database, as another program would.
+    fn exec(backend: &Backend, sql: &'static str) {
+        match backend {
+            Backend::Sqlite(path) => {
+                rusqlite::Connection::open(path)
+                    .unwrap()
+                    .execute_batch(sql)
+                    .unwrap();
+            }
+            Backend::Postgres(url) => {
+                let pg = docsfab_pg::Pg::connect(url).unwrap();
+                pg.call(move |c| c.batch_execute(sql)).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_freed_slot_goes_to_the_earliest_waiter_not_to_the_process_that_freed_it() {
+        each_backend("freed_slot_fifo", |open, backend| {
+            let (mut here, mut there) = (open(), open());
+            let one = Settings::new(Mode::Shared, 1).unwrap();
+            let StoreAdmit::Go(ticket) = here.try_admit("p", &one, 0, None).unwrap() else {
+                panic!("{backend}: the first request goes");
+            };
+            let StoreAdmit::Wait { waiter, .. } = there.try_admit("p", &one, 1, None).unwrap()
+            else {
+                panic!("{backend}: the cap is full");
+            };
+            here.finish("p", &one, ticket, ok(), &RateHeaders::none(), 2)
+                .unwrap();
+            match here.try_admit("p", &one, 3, None).unwrap() {
+                StoreAdmit::Wait {
+                    admit,
+                    waiter: mine,
+                    ..
+                } => {
+                    assert_eq!(
+                        admit,
+                        Admit::Wait {
+                            until_ms: None,
+                            reason: Reason::Concurrency
+                        },
+                        "{backend}"
+                    );
+                    assert!(mine > waiter, "{backend}");
+                    here.leave(mine).unwrap();
+                }
+                StoreAdmit::Go(_) => panic!("{backend}: a newcomer jumped the queue"),
+            }
+            assert!(
+                matches!(
+                    there.try_admit("p", &one, 4, Some(waiter)).unwrap(),
+                    StoreAdmit::Go(_)
+                ),
+                "{backend}"
+            );
+        });
+    }
+
+    #[test]
+    fn a_state_row_this_version_cannot_read_starts_afresh() {
+        each_backend("unreadable_state", |open, backend| {
+            let mut store = open();
+            let table = match backend {
+                Backend::Sqlite(_) => {
+                    "INSERT INTO providers (provider, state) VALUES ('p', '{\"future\": true')"
+                }
+                Backend::Postgres(_) => {
+                    "INSERT INTO throttle_providers (provider, state) VALUES ('p', '{\"future\": true')"
+                }
+            };
+            exec(backend, table);
+            let two = Settings::new(Mode::Shared, 2).unwrap();
+            assert!(
+                matches!(
+                    store.try_admit("p", &two, 0, None).unwrap(),
+                    StoreAdmit::Go(_)
+                ),
+                "{backend}"
+            );
+        });
+    }
+
+    #[test]
+    fn issue15_providers_are_throttled_apart_on_both_backends() {
+        each_backend("providers_apart", |open, backend| {
+            let mut store = open();
+            let one = Settings::new(Mode::Shared, 1).unwrap();
+            let StoreAdmit::Go(_) = store.try_admit("a", &one, 0, None).unwrap() else {
+                panic!("{backend}: a goes");
+            };
+            assert!(
+                matches!(
+                    store.try_admit("b", &one, 0, None).unwrap(),
+                    StoreAdmit::Go(_)
+                ),
+                "{backend}: a full cap on a does not hold b"
+            );
+            assert!(
+                matches!(
+                    store.try_admit("a", &one, 0, None).unwrap(),
+                    StoreAdmit::Wait { .. }
+                ),
+                "{backend}"
+            );
+        });
+    }
+
+    /// Three connections (three processes, as far as the store can tell) take and give back
+    /// permits as fast as they can, one more than the cap, so the queue is often empty and two
+    /// newcomers often decide at once: the decision transaction admits at most the cap. Without
+    /// the provider lock both would count one free slot and both take it.
+    #[test]
+    fn issue15_many_connections_deciding_at_once_never_exceed_the_cap() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        each_backend("cap_race", |open, backend| {
+            let two = Settings::new(Mode::Shared, 2).unwrap();
+            let (now, peak) = (AtomicU32::new(0), AtomicU32::new(0));
+            let stores: Vec<Store> = (0..3).map(|_| open()).collect();
+            // The provider's first answer lifts the one-at-a-time start.
+            let mut first = open();
+            let StoreAdmit::Go(t) = first.try_admit("p", &two, 0, None).unwrap() else {
+                panic!("{backend}: the first request goes");
+            };
+            first
+                .finish("p", &two, t, ok(), &RateHeaders::none(), 0)
+                .unwrap();
+            std::thread::scope(|scope| {
+                for mut store in stores {
+                    let (now, peak) = (&now, &peak);
+                    scope.spawn(move || {
+                        for _ in 0..60 {
+                            let mut waiter = None;
+                            let ticket = loop {
+                                match store.try_admit("p", &two, 0, waiter).unwrap() {
+                                    StoreAdmit::Go(t) => break t,
+                                    StoreAdmit::Wait { waiter: w, .. } => {
+                                        waiter = Some(w);
+                                        std::thread::sleep(std::time::Duration::from_millis(1));
+                                    }
+                                }
+                            };
+                            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(n, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                            now.fetch_sub(1, Ordering::SeqCst);
+                            store
+                                .finish("p", &two, ticket, ok(), &RateHeaders::none(), 0)
+                                .unwrap();
+                        }
+                    });
+                }
+            });
+            let peak = peak.load(Ordering::SeqCst);
+            assert!(peak <= 2, "{backend}: {peak} in flight at once");
+            assert_eq!(
+                peak, 2,
+                "{backend}: the cap was reached, so the test could fail"
+            );
+        });
+    }
+}
