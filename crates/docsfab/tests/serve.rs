@@ -970,3 +970,36 @@ fn issue15_kill_9_leaves_the_run_interrupted_after_restart() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(server.status_of(&id), "interrupted");
 }
+
+/// Two write runs on one workspace: the second waits for the first's workspace lock (as a
+/// second `docsfab run` would be refused, a queued job waits instead), then runs; both succeed
+/// and the second's first attempt starts after the first run ended.
+#[test]
+fn issue15_write_runs_on_one_workspace_wait_for_its_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer:\n      tool_calls:\n        - {name: write_file, arguments: {path: docs/a.md, content: \"A\\n\"}}\n    delay_ms: 1500\n  - answer: {text: done}\n  - answer:\n      tool_calls:\n        - {name: write_file, arguments: {path: docs/b.md, content: \"B\\n\"}}\n  - answer: {text: done}\n",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let mut server = Server::start(&s, &["--jobs", "2"]);
+    let first = server.submit(WRITER, ws());
+    server.wait_claimed(&first);
+    let second = server.submit(WRITER, ws());
+    server
+        .stderr
+        .wait_for(&format!("run {second} waits for its workspace"), WAIT);
+    let a = server.wait_status(&first, "succeeded");
+    let b = server.wait_status(&second, "succeeded");
+    let first_end = a["endedAt"].as_str().unwrap();
+    let second_start = b["steps"][0]["attempts"][0]["startedAt"].as_str().unwrap();
+    assert!(second_start >= first_end, "{second_start} < {first_end}");
+    assert_eq!(
+        std::fs::read_to_string(s.workspace().join("docs/a.md")).unwrap(),
+        "A\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.workspace().join("docs/b.md")).unwrap(),
+        "B\n"
+    );
+}

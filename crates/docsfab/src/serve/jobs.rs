@@ -188,7 +188,7 @@ fn prepare_and_run(
     )
     .map_err(|reason| (RunStatus::Failed, reason))?;
     let started = Instant::now();
-    let _lock = wait_for_lock(&config, &cancel)?;
+    let _lock = wait_for_lock(id, &config, &cancel)?;
     if let Some(deadline) = config.job_deadline {
         config.job_deadline = Some(deadline.saturating_sub(started.elapsed()));
     }
@@ -218,6 +218,7 @@ fn prepare_and_run(
 /// another job (or a `docsfab run`) holds it, tried again every 200 ms until the run's deadline
 /// or its cancellation.
 fn wait_for_lock(
+    run_id: &str,
     config: &RunConfig,
     cancel: &CancellationToken,
 ) -> Result<Option<std::fs::File>, (RunStatus, String)> {
@@ -237,9 +238,17 @@ fn wait_for_lock(
         )
     })?;
     let deadline = Instant::now() + config.job_deadline.unwrap_or(Duration::MAX / 4);
+    let mut told = false;
     loop {
         match file.try_lock() {
             Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if !told => {
+                told = true;
+                log(&format!(
+                    "run {run_id} waits for its workspace {}, which another write run holds",
+                    dir.display()
+                ));
+            }
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => {
                 return Err((

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig};
@@ -172,7 +172,13 @@ pub fn prepare(
     .map_err(|e| e.message)?;
     let workspace = match &spec.workspace {
         JobWorkspace::Path { path } => path_workspace(root, path).map_err(|e| e.message)?,
-        JobWorkspace::Git { git, reference } => clone(home, run_id, git, reference)?,
+        JobWorkspace::Git { git, reference } => {
+            let bound = Bound {
+                cancel: &cancel,
+                until: Instant::now() + Duration::from_millis(ctx.limits.deadline_ms()),
+            };
+            clone(home, run_id, git, reference, &bound)?
+        }
     };
     crate::run::check_workspace(&workspace).map_err(|e| e.message)?;
     let config = RunConfig {
@@ -198,20 +204,35 @@ pub fn prepare(
 
 /// `git clone URL` and `git checkout REF` into `DOCSFAB_HOME/serve/workspaces/RUN_ID` (git run
 /// directly, no shell; never prompting for credentials).
-fn clone(home: &Path, run_id: &str, url: &str, reference: &str) -> Result<PathBuf, String> {
+/// What stops a git command early: the run's cancellation and its job deadline.
+struct Bound<'a> {
+    cancel: &'a CancellationToken,
+    until: Instant,
+}
+
+fn clone(
+    home: &Path,
+    run_id: &str,
+    url: &str,
+    reference: &str,
+    bound: &Bound<'_>,
+) -> Result<PathBuf, String> {
     let dir = home.join("serve").join("workspaces").join(run_id);
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(parent) = dir.parent() {
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {} for the clone ({e})", parent.display()))?;
     }
-    git(&[
-        "clone".as_ref(),
-        "--quiet".as_ref(),
-        "--".as_ref(),
-        url.as_ref(),
-        dir.as_os_str(),
-    ])
+    git(
+        &[
+            "clone".as_ref(),
+            "--quiet".as_ref(),
+            "--".as_ref(),
+            url.as_ref(),
+            dir.as_os_str(),
+        ],
+        bound,
+    )
     .map_err(|why| {
         format!(
             "git clone of {url} failed ({why}); check the URL and that this server can reach it"
@@ -220,14 +241,17 @@ fn clone(home: &Path, run_id: &str, url: &str, reference: &str) -> Result<PathBu
     let commit = resolve(&dir, reference).ok_or_else(|| {
         format!("{url} has no branch, tag or commit {reference:?}; submit a ref the repository has")
     })?;
-    git(&[
-        "-C".as_ref(),
-        dir.as_os_str(),
-        "checkout".as_ref(),
-        "--quiet".as_ref(),
-        "--detach".as_ref(),
-        commit.as_ref(),
-    ])
+    git(
+        &[
+            "-C".as_ref(),
+            dir.as_os_str(),
+            "checkout".as_ref(),
+            "--quiet".as_ref(),
+            "--detach".as_ref(),
+            commit.as_ref(),
+        ],
+        bound,
+    )
     .map_err(|why| format!("git checkout of {reference:?} in {url} failed ({why})"))?;
     std::fs::canonicalize(&dir).map_err(|e| format!("cannot read the clone's path ({e})"))
 }
@@ -254,17 +278,48 @@ fn resolve(dir: &Path, reference: &str) -> Option<String> {
     })
 }
 
-fn git(args: &[&std::ffi::OsStr]) -> Result<(), String> {
-    let out = std::process::Command::new("git")
+/// Runs git (no shell, no prompt) to its end, or kills it when the run is cancelled or its
+/// deadline passes; `Err` is git's last stderr line, redacted.
+fn git(args: &[&std::ffi::OsStr], bound: &Bound<'_>) -> Result<(), String> {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new("git")
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("cannot run git: {e}"))?;
-    if out.status.success() {
+    // Read on a thread so a chatty git never blocks on a full pipe.
+    let mut stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    });
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if bound.cancel.is_cancelled() => break Err("the run was cancelled"),
+            Ok(None) if Instant::now() >= bound.until => break Err("the job deadline passed"),
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) => break Err("git could not be waited for"),
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(why) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(why.to_owned());
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    if status.success() {
         return Ok(());
     }
-    let text = String::from_utf8_lossy(&out.stderr);
     let line = text
         .lines()
         .map(str::trim)
