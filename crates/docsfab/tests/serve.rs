@@ -1003,3 +1003,95 @@ fn issue15_write_runs_on_one_workspace_wait_for_its_lock() {
         "B\n"
     );
 }
+
+/// The DNS pre-flight is not done at submit (202) but at claim time: a provider host that does
+/// not exist fails the run before it starts, and the event stream's `end` says why.
+#[test]
+fn issue15_no_such_provider_host_fails_the_claimed_run_with_the_preflight_reason() {
+    use std::net::ToSocketAddrs as _;
+    let definitive = match ("docsfab-test.invalid", 9).to_socket_addrs() {
+        Ok(_) => false,
+        Err(e) => {
+            let said = e.to_string();
+            said.contains("Name or service not known")
+                || said.contains("No address associated with hostname")
+                || said.contains("Name does not resolve")
+        }
+    };
+    if !definitive {
+        println!("skipped: this machine's resolver gives no definitive answer for .invalid names");
+        return;
+    }
+    let s = Setup::new("http://docsfab-test.invalid:9/v1", FAST_CATALOG);
+    let mut server = Server::start(&s, &[]);
+    let id = server.submit(ONE_STEP, ws());
+    let record = server.wait_status(&id, "failed");
+    assert!(record["steps"].as_array().unwrap().is_empty(), "{record:#}");
+    server.stderr.wait_for(
+        &format!("run {id} failed: provider \"default\" points at host docsfab-test.invalid"),
+        WAIT,
+    );
+    let events = read_events(&server, &id);
+    let (name, end) = events.last().unwrap();
+    assert_eq!(name, "end");
+    assert!(
+        end["reason"].as_str().unwrap().contains("does not exist"),
+        "{end}"
+    );
+}
+
+/// Requests a browser makes for another site are refused: a foreign Origin, a cross-site
+/// fetch, a Host that is not loopback on a server without a token (DNS rebinding), and a
+/// submission that is not JSON (a "simple" cross-site POST).
+#[test]
+fn issue15_cross_site_requests_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(tmp.path(), ANSWER);
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let server = Server::start(&s, &[]);
+    let body = json!({"composition": ONE_STEP, "workspace": ws()}).to_string();
+    let http = client();
+    let r = http
+        .post(server.url("/api/runs"))
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = http
+        .get(server.url("/api/runs"))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = http
+        .get(server.url("/api/runs"))
+        .header("host", "rebound.example:80")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = http
+        .post(server.url("/api/runs"))
+        .header("content-type", "text/plain")
+        .body(body.clone())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert!(
+        server.json("/api/runs")["runs"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    // The server's own origin is fine.
+    let own = server.base.clone();
+    let r = http
+        .post(server.url("/api/runs"))
+        .header("origin", own)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+}

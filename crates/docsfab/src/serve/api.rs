@@ -44,6 +44,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
             Arc::clone(&shared),
             super::auth::require,
         ))
+        // Outermost: a foreign site's request is refused before anything else.
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            super::auth::same_site,
+        ))
         .with_state(shared)
 }
 
@@ -143,6 +148,19 @@ const SUBMISSION_SHAPE: &str = "send {\"composition\": \"<YAML text>\", \"worksp
 
 /// `POST /api/runs`: checked like `docsfab run` checks its inputs, then queued.
 async fn submit(State(shared): State<Arc<Shared>>, req: Request) -> ApiResult {
+    // Only JSON: a browser may send text/plain across sites without asking first.
+    let json = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a run submission must be sent with Content-Type: application/json.",
+        ));
+    }
     let body = read_capped(&shared, req.into_body()).await?;
     let submission: Submission = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(

@@ -74,6 +74,45 @@ fn presented(headers: &HeaderMap) -> Vec<&str> {
     bearer.chain(cookies).collect()
 }
 
+/// Refuses what a browser sends on behalf of another site: a request whose `Origin` is not this
+/// server's own (`http://` + its `Host`), or that the browser marks `Sec-Fetch-Site:
+/// cross-site`; and, when no token guards the server, a `Host` that is not a loopback name, so
+/// a page that rebinds its own domain name to 127.0.0.1 cannot read the API. Without this, any
+/// page open in the operator's browser could queue or cancel runs on a loopback server.
+pub async fn same_site(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let host = text(header::HOST).unwrap_or("");
+    let cross_site = text(header::HeaderName::from_static("sec-fetch-site")) == Some("cross-site");
+    let foreign_origin = text(header::ORIGIN)
+        .is_some_and(|origin| !origin.eq_ignore_ascii_case(&format!("http://{host}")));
+    if cross_site || foreign_origin {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "this request comes from another site, which docsfab serve does not accept; use the server's own page or a client that sends no foreign Origin.",
+        );
+    }
+    if shared.token.is_none() && !is_loopback_host(host) {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "this server has no token, so it answers only requests addressed to a loopback host (127.0.0.1, [::1], localhost); use one, or start it with --token-env.",
+        );
+    }
+    next.run(req).await
+}
+
+/// `127.0.0.1:8700`, `[::1]:8700`, `localhost:8700` (port optional).
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Lets the request through when no token is configured or it presents the token; else 401
 /// (the token page for `GET /`, one JSON sentence for everything else).
 pub async fn require(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
@@ -91,6 +130,7 @@ pub async fn require(State(shared): State<Arc<Shared>>, req: Request, next: Next
         return (
             StatusCode::UNAUTHORIZED,
             challenge,
+            super::page::headers(),
             Html(super::page::login()),
         )
             .into_response();
@@ -109,6 +149,28 @@ pub async fn require(State(shared): State<Arc<Shared>>, req: Request, next: Next
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue15_loopback_hosts_are_told_from_rebound_names() {
+        for ok in [
+            "127.0.0.1:8700",
+            "127.0.0.1",
+            "[::1]:80",
+            "localhost:1",
+            "LOCALHOST",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example:8700",
+            "",
+            "10.0.0.1:80",
+            "[::2]:1",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn issue15_token_is_found_in_header_or_cookie_and_compared_whole() {

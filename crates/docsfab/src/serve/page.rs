@@ -16,3 +16,17 @@ pub fn login() -> String {
     "<!doctype html><title>docsfab serve: token</title><p>This server needs its access token.</p>"
         .to_owned()
 }
+
+/// Headers for a response carrying either page.
+pub fn headers() -> [(axum::http::header::HeaderName, String); 4] {
+    use axum::http::header;
+    [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; frame-ancestors 'none'".to_owned(),
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        (header::REFERRER_POLICY, "no-referrer".to_owned()),
+        (header::CACHE_CONTROL, "no-store".to_owned()),
+    ]
+}
