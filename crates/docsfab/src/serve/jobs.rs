@@ -53,7 +53,16 @@ pub async fn run(
                     shared.running_here.fetch_add(1, Ordering::SeqCst);
                     log(&format!("claimed run {}", claimed.run_id));
                     let job_shared = Arc::clone(&shared);
-                    jobs.spawn_blocking(move || execute(&job_shared, claimed, token));
+                    jobs.spawn_blocking(move || {
+                        let id = claimed.run_id.clone();
+                        // A bug in one job must not take its slot or its token with it.
+                        let run =
+                            std::panic::AssertUnwindSafe(|| execute(&job_shared, claimed, token));
+                        std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                            log(&format!("run {id}: its job stopped unexpectedly"));
+                            id
+                        })
+                    });
                 }
                 Ok(Ok(None)) => break,
                 Ok(Err(e)) => {
@@ -76,8 +85,6 @@ pub async fn run(
                 shared.running_here.fetch_sub(1, Ordering::SeqCst);
                 if let Ok(id) = done {
                     tokens.remove(&id);
-                } else {
-                    tokens.retain(|_, t| !t.is_cancelled());
                 }
             }
             () = shared.wake.notified() => {}
@@ -141,9 +148,14 @@ fn execute(shared: &Shared, claimed: Claimed, cancel: CancellationToken) -> Stri
     let mut store = match shared.store_at.open() {
         Ok(s) => s,
         Err(e) => {
-            // Without a store the run cannot be recorded; the next reap finds it once this
-            // process is gone, and the API's store can still end it now.
-            log(&format!("run {id}: cannot open the run store ({e})"));
+            // Without a store of its own the run cannot be recorded; end it through the API's
+            // store so it does not stay `running` under this live process.
+            log(&format!("run {id} failed: cannot open the run store ({e})"));
+            let mut api = shared
+                .api_store
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let _ = api.finish_run(&id, RunStatus::Failed);
             return id;
         }
     };
