@@ -155,7 +155,15 @@ fn server_limits() -> ServerLimits {
 
 pub fn run(args: &ServeArgs) -> Result<(), CliError> {
     let ctx = HostContext::load()?;
-    for warning in ctx.unknown_env_warnings() {
+    // The token variable counts as read, like the providers' key variables.
+    let mut read: Vec<&str> = ctx
+        .host
+        .providers
+        .values()
+        .map(|p| p.api_key_env.as_str())
+        .collect();
+    read.extend(args.token_env.as_deref());
+    for warning in crate::env_names::unknown_warnings(ctx.env.keys().map(String::as_str), &read) {
         let _ = writeln!(std::io::stderr(), "warning: {warning}");
     }
     crate::telemetry::check_env()?;
