@@ -1097,3 +1097,38 @@ fn issue15_cross_site_requests_are_refused() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
 }
+
+/// --jobs 2 runs two runs at once and no more: the third stays queued, the metrics say two run
+/// here, and cancelling one lets the third be claimed.
+#[test]
+fn issue15_jobs_2_runs_two_at_once_and_the_third_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(tmp.path(), STALLED);
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let mut server = Server::start(&s, &["--jobs", "2"]);
+    let a = server.submit(ONE_STEP, ws());
+    let b = server.submit(ONE_STEP, ws());
+    let c = server.submit(ONE_STEP, ws());
+    server.wait_claimed(&a);
+    server.wait_claimed(&b);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(server.status_of(&c), "queued");
+    let metrics = server.get("/metrics").text().unwrap();
+    assert!(
+        metrics.contains("docsfab_jobs_running_here 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("docsfab_runs{status=\"queued\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("docsfab_runs{status=\"running\"} 2\n"),
+        "{metrics}"
+    );
+    let r = server.post(&format!("/api/runs/{a}/cancel"), &json!({}));
+    assert_eq!(r.json::<Value>().unwrap()["outcome"], "requested");
+    server.wait_status(&a, "cancelled");
+    server.wait_claimed(&c);
+    assert_eq!(server.status_of(&b), "running");
+}
