@@ -1132,3 +1132,28 @@ fn issue15_jobs_2_runs_two_at_once_and_the_third_waits() {
     server.wait_claimed(&c);
     assert_eq!(server.status_of(&b), "running");
 }
+
+/// Two serve processes on one store: runs submitted to one are shared out, each claimed by
+/// exactly one of them, and all succeed; either server shows any run.
+#[test]
+fn issue15_two_servers_on_one_store_claim_each_run_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(tmp.path(), ANSWER);
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let mut one = Server::start(&s, &["--jobs", "2"]);
+    let mut two = Server::start(&s, &["--jobs", "2"]);
+    let ids: Vec<String> = (0..8).map(|_| one.submit(ONE_STEP, ws())).collect();
+    for id in &ids {
+        two.wait_status(id, "succeeded");
+    }
+    assert_eq!(one.terminate().code(), Some(0));
+    assert_eq!(two.terminate().code(), Some(0));
+    let logs = [one.stderr.rest(), two.stderr.rest()];
+    for id in &ids {
+        let claims: usize = logs
+            .iter()
+            .map(|log| log.matches(&format!("claimed run {id}")).count())
+            .sum();
+        assert_eq!(claims, 1, "run {id} claimed {claims} times:\n{logs:#?}");
+    }
+}
