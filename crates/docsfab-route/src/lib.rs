@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::http_server::{BodyRefusal, read_body};
 
-mod http_server;
+pub mod http_server;
 
 pub use http_server::ServerLimits;
 

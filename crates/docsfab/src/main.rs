@@ -18,6 +18,7 @@ mod run;
 mod runs;
 mod runs_diff;
 mod runs_stats;
+mod serve;
 mod setup;
 mod sim;
 mod telemetry;
@@ -71,6 +72,9 @@ enum Commands {
     /// The composition route: OpenAI- and Anthropic-compatible endpoints on loopback that forward
     /// to the composition's provider with in-turn replay and the response boundary.
     Route(route_command::RouteArgs),
+    /// The job service: an HTTP API and web page that queue runs in the run store and run them,
+    /// at most --jobs at once. Prints `listening on http://ADDR` first; SIGTERM drains.
+    Serve(serve::ServeArgs),
     /// Print a shell completion script to stdout (e.g. `docsfab completions bash > ~/.local/share/bash-completion/completions/docsfab`).
     Completions {
         /// The shell to write the script for.
@@ -89,6 +93,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
         Commands::Route(args) => route_command::run(&args),
+        Commands::Serve(args) => serve::run(&args),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),
     }

@@ -1,0 +1,359 @@
+//! `docsfab serve`: the job service. An HTTP API (and the web page of [`page`]) over the run
+//! store, which is also the job queue: a submitted run is `queued` in the store, and this
+//! process's job runner ([`jobs`]) claims queued runs, at most `--jobs` at once, first come first
+//! served, and runs each like `docsfab run` would. Any number of serve processes may share one
+//! store; each claims runs for itself.
+//!
+//! Startup validates everything before listening (host.yaml, limits, rules table, the token
+//! variable, the listen address, the workspace root, the store): bad input is one sentence and
+//! exit 2. The first stdout line is `listening on http://ADDR`. SIGTERM or SIGINT drains: no new
+//! claims, `/healthz` answers 503, running runs get `--drain-timeout` to finish and are then
+//! cancelled (recorded `cancelled`); a second signal cancels them at once. The process exits 0.
+
+pub mod api;
+mod auth;
+mod events;
+mod jobs;
+mod metrics;
+pub mod page;
+mod submit;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use clap::Args;
+use docsfab_route::ServerLimits;
+use docsfab_runtime::store::RunStore;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CliError;
+use crate::home::HostContext;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free port). Anything but loopback needs
+    /// --token-env.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// How many runs this process runs at once (1 to 64).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub jobs: u16,
+    /// The environment variable holding the bearer token every request must carry
+    /// (`Authorization: Bearer TOKEN` or the `docsfab_token` cookie).
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
+    /// The directory under which submitted path workspaces must lie; without it only git
+    /// workspaces are accepted.
+    #[arg(long, value_name = "DIR")]
+    pub workspace_root: Option<PathBuf>,
+    /// How long running runs may go on after SIGTERM before they are cancelled (e.g. 30s,
+    /// 500ms, 2m).
+    #[arg(long, value_name = "DUR", default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// `30s`, `500ms`, `2m`, `1h`, or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration; write e.g. 30s, 500ms or 2m"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => None,
+    }
+    .ok_or_else(|| format!("{text:?} is not a duration; write e.g. 30s, 500ms or 2m"))?;
+    Ok(Duration::from_millis(ms))
+}
+
+/// Where the run store is. The one place serve chooses it, so the store URL of `--store` can
+/// replace the SQLite path here alone (lead: swap for `runs::store_url` + `open_store_url`).
+#[derive(Debug, Clone)]
+pub struct StoreAt {
+    path: PathBuf,
+}
+
+impl StoreAt {
+    fn locate(home: &Path) -> StoreAt {
+        StoreAt {
+            path: home.join(crate::runs::STORE_FILE_NAME),
+        }
+    }
+
+    /// A store of its own (the API shares one; each job opens its own).
+    pub fn open(&self) -> Result<RunStore, CliError> {
+        crate::runs::open_store(&self.path)
+    }
+}
+
+/// What the handlers and the job runner share.
+pub struct Shared {
+    pub home: PathBuf,
+    pub store_at: StoreAt,
+    /// The API's store; used on blocking threads only (`with_store`).
+    api_store: Mutex<RunStore>,
+    pub workspace_root: Option<PathBuf>,
+    pub token: Option<auth::Token>,
+    /// Set by the first SIGTERM/SIGINT: no claims, `/healthz` 503.
+    pub draining: AtomicBool,
+    /// Wakes the job runner (a run was submitted or re-run here).
+    pub wake: tokio::sync::Notify,
+    pub running_here: AtomicU64,
+    pub metrics: metrics::Counters,
+    /// Why a claimed run failed before it could start (a clone that failed, a host that does
+    /// not resolve): the record has no place for it, so the event stream's `end` carries it.
+    pub reasons: Mutex<HashMap<String, String>>,
+    /// Cancelled when the HTTP server stops: ends the event streams.
+    pub stopping: CancellationToken,
+    pub body_timeout: Duration,
+}
+
+impl Shared {
+    /// Runs `f` on the API's store, on a blocking thread (the store's calls block).
+    pub async fn with_store<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&mut RunStore) -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let mut store = me.api_store.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut store)
+        })
+        .await
+        .map_err(|e| format!("the store call did not finish ({e})"))
+    }
+
+    pub fn reason(&self, run_id: &str) -> Option<String> {
+        self.reasons
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(run_id)
+            .cloned()
+    }
+}
+
+/// The HTTP server's limits: the route's hardening defaults. Event streams are long-lived, so
+/// they end themselves when the server stops (`Shared::stopping`).
+fn server_limits() -> ServerLimits {
+    ServerLimits {
+        header_timeout: Duration::from_secs(10),
+        body_timeout: Duration::from_secs(60),
+        max_connections: 256,
+        shutdown_grace: Duration::from_secs(5),
+    }
+}
+
+pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+    let ctx = HostContext::load()?;
+    // The token variable counts as read, like the providers' key variables.
+    let mut read: Vec<&str> = ctx
+        .host
+        .providers
+        .values()
+        .map(|p| p.api_key_env.as_str())
+        .collect();
+    read.extend(args.token_env.as_deref());
+    for warning in crate::env_names::unknown_warnings(ctx.env.keys().map(String::as_str), &read) {
+        let _ = writeln!(std::io::stderr(), "warning: {warning}");
+    }
+    crate::telemetry::check_env()?;
+    let token = auth::read_token(args.token_env.as_deref())?;
+    if token.is_none() && !args.listen.ip().is_loopback() {
+        return Err(CliError::bad_input(format!(
+            "docsfab serve would listen on {}, which is not a loopback address, without a token; add --token-env VAR naming a variable that holds a bearer token, or listen on 127.0.0.1.",
+            args.listen
+        )));
+    }
+    let workspace_root = args.workspace_root.as_deref().map(check_root).transpose()?;
+    let store_at = StoreAt::locate(&ctx.home.dir);
+    let api_store = store_at.open()?;
+    let limits = server_limits();
+    let shared = Arc::new(Shared {
+        home: ctx.home.dir.clone(),
+        store_at,
+        api_store: Mutex::new(api_store),
+        workspace_root,
+        token,
+        draining: AtomicBool::new(false),
+        wake: tokio::sync::Notify::new(),
+        running_here: AtomicU64::new(0),
+        metrics: metrics::Counters::default(),
+        reasons: Mutex::new(HashMap::new()),
+        stopping: CancellationToken::new(),
+        body_timeout: limits.body_timeout,
+    });
+    let runtime = crate::run::runtime()?;
+    runtime.block_on(serve(args, shared, limits))
+}
+
+/// The workspace root, canonical; it must be an existing directory.
+fn check_root(dir: &Path) -> Result<PathBuf, CliError> {
+    match std::fs::canonicalize(dir) {
+        Ok(p) if p.is_dir() => Ok(p),
+        Ok(_) => Err(CliError::bad_input(format!(
+            "the workspace root {} is not a directory; pass --workspace-root with an existing directory.",
+            dir.display()
+        ))),
+        Err(e) => Err(CliError::bad_input(format!(
+            "the workspace root {} cannot be used ({}); pass --workspace-root with an existing directory.",
+            dir.display(),
+            crate::error::plain_reason(&e.to_string(), "unknown reason")
+        ))),
+    }
+}
+
+async fn serve(
+    args: &ServeArgs,
+    shared: Arc<Shared>,
+    limits: ServerLimits,
+) -> Result<(), CliError> {
+    // Installed before the `listening on` line, so a supervisor that signals as soon as it
+    // reads it still gets a drain.
+    let signals = Signals::install()?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| {
+            CliError::bad_input(format!(
+                "cannot listen on {} ({}); pick another address or port 0 for a free one.",
+                args.listen,
+                crate::error::plain_reason(&e.to_string(), "unknown reason")
+            ))
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::failed(format!("cannot read the listening address ({e}).")))?;
+    crate::error::emit(&format!("listening on http://{addr}\n"))?;
+    let _ = writeln!(
+        std::io::stderr(),
+        "serve: up to {} runs at once; store {}",
+        args.jobs,
+        shared.store_at.path.display()
+    );
+
+    let stop_claiming = CancellationToken::new();
+    let cancel_all = CancellationToken::new();
+    let runner = tokio::spawn(jobs::run(
+        Arc::clone(&shared),
+        usize::from(args.jobs),
+        stop_claiming.clone(),
+        cancel_all.clone(),
+    ));
+    tokio::spawn(signals.drain_on_signal(
+        Arc::clone(&shared),
+        args.drain_timeout,
+        stop_claiming,
+        cancel_all,
+    ));
+    let app = api::router(Arc::clone(&shared));
+    let stopping = shared.stopping.clone();
+    let runner_done = async move {
+        let _ = runner.await;
+    };
+    let stopped = docsfab_route::http_server::serve(
+        listener,
+        app,
+        limits,
+        busy_body(),
+        runner_done,
+        move || stopping.cancel(),
+    )
+    .await;
+    let _ = writeln!(
+        std::io::stderr(),
+        "serve: stopped{}",
+        if stopped.drained {
+            ""
+        } else {
+            " (connections still open after the shutdown grace were closed)"
+        }
+    );
+    Ok(())
+}
+
+/// The 503 past the connection cap (sent before the request is read).
+fn busy_body() -> axum::body::Bytes {
+    axum::body::Bytes::from_static(
+        b"{\"error\": \"docsfab serve is serving as many connections as it allows; retry shortly.\"}",
+    )
+}
+
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, CliError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let install = |kind: SignalKind| {
+            signal(kind)
+                .map_err(|e| CliError::failed(format!("cannot install the signal handlers ({e}).")))
+        };
+        Ok(Signals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+
+    /// First signal: drain (no claims, healthz 503, running runs get `grace`, then are
+    /// cancelled). Second signal: cancel them now.
+    async fn drain_on_signal(
+        mut self,
+        shared: Arc<Shared>,
+        grace: Duration,
+        stop_claiming: CancellationToken,
+        cancel_all: CancellationToken,
+    ) {
+        let name = self.next().await;
+        shared.draining.store(true, Ordering::SeqCst);
+        stop_claiming.cancel();
+        let running = shared.running_here.load(Ordering::SeqCst);
+        let _ = writeln!(
+            std::io::stderr(),
+            "serve: {name} received: draining; {running} running run(s) get {} to finish, then are cancelled (send it again to cancel them now).",
+            docsfab_runtime::progress::human_duration(
+                u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)
+            )
+        );
+        tokio::select! {
+            () = tokio::time::sleep(grace) => {}
+            name = self.next() => {
+                let _ = writeln!(std::io::stderr(), "serve: {name} received again: cancelling the running runs now.");
+            }
+        }
+        cancel_all.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_drain_timeout_reads_units_and_refuses_words() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,350 @@
+//! A submitted run, checked as `docsfab run` checks its inputs: the composition (through the
+//! same `home::validate_run_inputs`), the provider it names, the provider's key variable, and
+//! the workspace. The job runner repeats the checks when it claims the run (host.yaml may have
+//! changed meanwhile) and then builds the run's configuration from them.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use docsfab_runtime::composition::Composition;
+use docsfab_runtime::executor::{ProviderSettings, RunConfig};
+use docsfab_runtime::store::{JobSpec, JobWorkspace};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CliError;
+use crate::home::{HostContext, validate_run_inputs};
+use crate::throttle::ThrottlePlan;
+
+/// How a submitted composition is named in messages (never by the temporary file it is checked
+/// from).
+pub const SUBMITTED: &str = "the submitted composition";
+
+/// The checks of `docsfab run` on the composition text: the host configuration, the
+/// composition, its provider and that provider's base URL. Messages name
+/// [`SUBMITTED`], never the temporary file.
+pub fn validate_composition(
+    home: &Path,
+    yaml: &str,
+) -> Result<(HostContext, Composition), CliError> {
+    let dir = home.join("serve").join("submitted");
+    std::fs::create_dir_all(&dir).map_err(|e| {
+        CliError::failed(format!(
+            "cannot prepare {} to check submitted compositions ({e}).",
+            dir.display()
+        ))
+    })?;
+    let path = dir.join(temp_name());
+    std::fs::write(&path, yaml).map_err(|e| {
+        CliError::failed(format!(
+            "cannot write the submitted composition to {} to check it ({e}).",
+            dir.display()
+        ))
+    })?;
+    let checked = validate_run_inputs(&path, "POST /api/runs", true);
+    let _ = std::fs::remove_file(&path);
+    checked.map_err(|e| CliError {
+        kind: e.kind,
+        message: unname(&e.message, &path),
+    })
+}
+
+/// `the composition /x/y.yaml ...` becomes `the submitted composition ...`; any other mention
+/// of the temporary path too.
+fn unname(message: &str, path: &Path) -> String {
+    let shown = path.display().to_string();
+    message
+        .replace(&format!("the composition {shown}"), SUBMITTED)
+        .replace(
+            &format!("The composition {shown}"),
+            "The submitted composition",
+        )
+        .replace(&shown, SUBMITTED)
+}
+
+fn temp_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{}-{nanos}.yaml",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A submission checked whole: the spec to enqueue.
+pub fn check(
+    home: &Path,
+    root: Option<&Path>,
+    yaml: &str,
+    workspace: JobWorkspace,
+) -> Result<JobSpec, CliError> {
+    let (ctx, composition) = validate_composition(home, yaml)?;
+    let selected = ctx.select_provider(&composition, Path::new(SUBMITTED))?;
+    crate::run::read_key(&selected).map_err(|e| CliError {
+        kind: e.kind,
+        message: e
+            .message
+            .replace("and run again", "and restart docsfab serve"),
+    })?;
+    match &workspace {
+        JobWorkspace::Path { path } => {
+            path_workspace(root, path)?;
+        }
+        JobWorkspace::Git { git, reference } => check_git(git, reference)?,
+    }
+    Ok(JobSpec {
+        composition_yaml: yaml.to_owned(),
+        composition_name: composition.name.clone(),
+        workspace,
+    })
+}
+
+/// A path workspace: relative paths are taken under the root; the canonical directory must lie
+/// under the (canonical) root.
+pub fn path_workspace(root: Option<&Path>, path: &str) -> Result<PathBuf, CliError> {
+    let Some(root) = root else {
+        return Err(CliError::bad_input(
+            "this server accepts no path workspaces because it was started without --workspace-root; start docsfab serve with --workspace-root DIR, or submit a git workspace.",
+        ));
+    };
+    let given = root.join(path);
+    let canonical = std::fs::canonicalize(&given).map_err(|e| {
+        CliError::bad_input(format!(
+            "the workspace {path:?} cannot be used ({}); submit an existing directory under the workspace root {}.",
+            crate::error::plain_reason(&e.to_string(), "unknown reason"),
+            root.display()
+        ))
+    })?;
+    if !canonical.starts_with(root) {
+        return Err(CliError::bad_input(format!(
+            "the workspace {path:?} is not under the workspace root {}; submit a directory inside it.",
+            root.display()
+        )));
+    }
+    if !canonical.is_dir() {
+        return Err(CliError::bad_input(format!(
+            "the workspace {path:?} is not a directory; submit a directory under the workspace root {}.",
+            root.display()
+        )));
+    }
+    Ok(canonical)
+}
+
+/// A git workspace names a URL and a ref, neither of which may look like an option to git.
+fn check_git(url: &str, reference: &str) -> Result<(), CliError> {
+    if url.trim().is_empty() || url.starts_with('-') {
+        return Err(CliError::bad_input(
+            "the workspace's git URL is empty or starts with '-'; submit {\"git\": \"URL\", \"ref\": \"REF\"} with the repository's URL.",
+        ));
+    }
+    if reference.trim().is_empty() || reference.starts_with('-') {
+        return Err(CliError::bad_input(
+            "the workspace's git ref is empty or starts with '-'; submit {\"git\": \"URL\", \"ref\": \"REF\"} with a branch, tag or commit.",
+        ));
+    }
+    Ok(())
+}
+
+/// Everything a claimed run needs, checked again now and resolved: the run's configuration and
+/// the throttle to open. `Err` is the reason the run fails without starting.
+pub fn prepare(
+    home: &Path,
+    root: Option<&Path>,
+    run_id: &str,
+    spec: &JobSpec,
+    cancel: CancellationToken,
+) -> Result<(RunConfig, ThrottlePlan), String> {
+    let (ctx, composition) =
+        validate_composition(home, &spec.composition_yaml).map_err(|e| e.message)?;
+    let selected = ctx
+        .select_provider(&composition, Path::new(SUBMITTED))
+        .map_err(|e| e.message)?;
+    let api_key = crate::run::read_key(&selected).map_err(|e| e.message)?;
+    crate::preflight::check_provider(
+        selected.provider_name,
+        &selected.provider.base_url,
+        &ctx.host.path,
+    )
+    .map_err(|e| e.message)?;
+    let workspace = match &spec.workspace {
+        JobWorkspace::Path { path } => path_workspace(root, path).map_err(|e| e.message)?,
+        JobWorkspace::Git { git, reference } => {
+            let bound = Bound {
+                cancel: &cancel,
+                until: Instant::now() + Duration::from_millis(ctx.limits.deadline_ms()),
+            };
+            clone(home, run_id, git, reference, &bound)?
+        }
+    };
+    crate::run::check_workspace(&workspace).map_err(|e| e.message)?;
+    let config = RunConfig {
+        provider: ProviderSettings {
+            name: selected.provider_name.to_owned(),
+            api: selected.provider.api,
+            base_url: selected.provider.base_url.clone(),
+            model: selected.model.to_owned(),
+            api_key: Some(api_key),
+        },
+        composition,
+        workspace,
+        limits: ctx.limits.clone(),
+        rules: ctx.rules.clone(),
+        cancel,
+        job_deadline: Some(Duration::from_millis(ctx.limits.deadline_ms())),
+        progress: None,
+        throttle: None,
+    };
+    let throttle = ThrottlePlan::new(&ctx.home.dir, &ctx.host);
+    Ok((config, throttle))
+}
+
+/// `git clone URL` and `git checkout REF` into `DOCSFAB_HOME/serve/workspaces/RUN_ID` (git run
+/// directly, no shell; never prompting for credentials).
+/// What stops a git command early: the run's cancellation and its job deadline.
+struct Bound<'a> {
+    cancel: &'a CancellationToken,
+    until: Instant,
+}
+
+fn clone(
+    home: &Path,
+    run_id: &str,
+    url: &str,
+    reference: &str,
+    bound: &Bound<'_>,
+) -> Result<PathBuf, String> {
+    let dir = home.join("serve").join("workspaces").join(run_id);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {} for the clone ({e})", parent.display()))?;
+    }
+    git(
+        &[
+            "clone".as_ref(),
+            "--quiet".as_ref(),
+            "--".as_ref(),
+            url.as_ref(),
+            dir.as_os_str(),
+        ],
+        bound,
+    )
+    .map_err(|why| {
+        format!(
+            "git clone of {url} failed ({why}); check the URL and that this server can reach it"
+        )
+    })?;
+    let commit = resolve(&dir, reference).ok_or_else(|| {
+        format!("{url} has no branch, tag or commit {reference:?}; submit a ref the repository has")
+    })?;
+    git(
+        &[
+            "-C".as_ref(),
+            dir.as_os_str(),
+            "checkout".as_ref(),
+            "--quiet".as_ref(),
+            "--detach".as_ref(),
+            commit.as_ref(),
+        ],
+        bound,
+    )
+    .map_err(|why| format!("git checkout of {reference:?} in {url} failed ({why})"))?;
+    std::fs::canonicalize(&dir).map_err(|e| format!("cannot read the clone's path ({e})"))
+}
+
+/// The commit `reference` names in the clone: a branch of the origin, else a tag or commit.
+fn resolve(dir: &Path, reference: &str) -> Option<String> {
+    [
+        format!("refs/remotes/origin/{reference}"),
+        reference.to_owned(),
+    ]
+    .into_iter()
+    .find_map(|name| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+            .arg(format!("{name}^{{commit}}"))
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let sha = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        (out.status.success() && !sha.is_empty()).then_some(sha)
+    })
+}
+
+/// Runs git (no shell, no prompt) to its end, or kills it when the run is cancelled or its
+/// deadline passes; `Err` is git's last stderr line, redacted.
+fn git(args: &[&std::ffi::OsStr], bound: &Bound<'_>) -> Result<(), String> {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new("git")
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run git: {e}"))?;
+    // Read on a thread so a chatty git never blocks on a full pipe.
+    let mut stderr = child.stderr.take();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(e) = stderr.as_mut() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    });
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Ok(status),
+            Ok(None) if bound.cancel.is_cancelled() => break Err("the run was cancelled"),
+            Ok(None) if Instant::now() >= bound.until => break Err("the job deadline passed"),
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) => break Err("git could not be waited for"),
+        }
+    };
+    let status = match status {
+        Ok(status) => status,
+        Err(why) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(why.to_owned());
+        }
+    };
+    let text = reader.join().unwrap_or_default();
+    if status.success() {
+        return Ok(());
+    }
+    let line = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or("no message");
+    Err(docsfab_boundary::redact::Redactor::default().line(line))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_messages_name_the_submitted_composition_not_the_temp_file() {
+        let p = Path::new("/h/serve/submitted/1-2-3.yaml");
+        assert_eq!(
+            unname(
+                "the composition /h/serve/submitted/1-2-3.yaml line 2: bad",
+                p
+            ),
+            "the submitted composition line 2: bad"
+        );
+        assert_eq!(
+            unname("in /h/serve/submitted/1-2-3.yaml", p),
+            "in the submitted composition"
+        );
+    }
+}
