@@ -93,7 +93,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
         Commands::Route(args) => route_command::run(&args),
-        Commands::Serve(args) => serve::run(&args),
+        Commands::Serve(args) => serve::run(&args, cli.store.as_deref()),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),
     }

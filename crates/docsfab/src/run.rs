@@ -116,7 +116,7 @@ fn prepare(
         progress: None,
         throttle: None,
     };
-    let throttle = ThrottlePlan::new(&ctx.home.dir, &ctx.host);
+    let throttle = ThrottlePlan::for_store_url(&ctx.home.dir, &store, &ctx.host);
     Ok((config, store, throttle))
 }
 

@@ -36,6 +36,21 @@ impl ThrottlePlan {
         ThrottlePlan::for_store(home, None, host)
     }
 
+    /// The throttle that goes with the run store `store`: PostgreSQL's tables for a
+    /// PostgreSQL store, `home/throttle.db` otherwise.
+    pub fn for_store_url(
+        home: &Path,
+        store: &docsfab_runtime::store::StoreUrl,
+        host: &HostConfig,
+    ) -> ThrottlePlan {
+        match store {
+            docsfab_runtime::store::StoreUrl::Postgres(url) => {
+                ThrottlePlan::for_store(home, Some(url), host)
+            }
+            docsfab_runtime::store::StoreUrl::Sqlite(_) => ThrottlePlan::new(home, host),
+        }
+    }
+
     /// The throttle that goes with the run store: `home/throttle.db` for the SQLite store
     /// (`postgres` is `None`), the `throttle_*` tables of the store's database for PostgreSQL,
     /// so every worker on that database, on any host, shares one throttle per provider.

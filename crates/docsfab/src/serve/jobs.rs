@@ -21,7 +21,6 @@ use super::Shared;
 
 const IDLE_POLL: Duration = Duration::from_millis(200);
 const CANCEL_POLL: Duration = Duration::from_millis(250);
-const REAP_EVERY: Duration = Duration::from_secs(2);
 /// How often a run waiting for its workspace lock tries again.
 const LOCK_RETRY: Duration = Duration::from_millis(200);
 
@@ -99,7 +98,9 @@ pub async fn run(
             last_cancel_poll = Instant::now();
             poll_cancel_requests(&shared, &tokens).await;
         }
-        if last_reap.elapsed() >= REAP_EVERY {
+        // Once per heartbeat: a dead worker's runs are interrupted within its stale limit
+        // plus one beat (docs/scale-out.md).
+        if last_reap.elapsed() >= docsfab_pg::worker::heartbeat_interval() {
             last_reap = Instant::now();
             reap(&shared).await;
         }
@@ -193,6 +194,7 @@ fn prepare_and_run(
     let id = &claimed.run_id;
     let (mut config, throttle) = super::submit::prepare(
         &shared.home,
+        shared.store_at.url(),
         shared.workspace_root.as_deref(),
         id,
         &claimed.spec,

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use clap::Args;
 use docsfab_route::ServerLimits;
-use docsfab_runtime::store::RunStore;
+use docsfab_runtime::store::{RunStore, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::CliError;
@@ -76,23 +76,26 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
-/// Where the run store is. The one place serve chooses it, so the store URL of `--store` can
-/// replace the SQLite path here alone (lead: swap for `runs::store_url` + `open_store_url`).
+/// Where the run store is: `--store`/`DOCSFAB_STORE`, else `DOCSFAB_HOME/runs.db`.
 #[derive(Debug, Clone)]
 pub struct StoreAt {
-    path: PathBuf,
+    url: StoreUrl,
 }
 
 impl StoreAt {
-    fn locate(home: &Path) -> StoreAt {
-        StoreAt {
-            path: home.join(crate::runs::STORE_FILE_NAME),
-        }
+    fn locate(home: &Path, flag: Option<&str>) -> Result<StoreAt, CliError> {
+        Ok(StoreAt {
+            url: crate::runs::store_url(home, flag)?,
+        })
     }
 
     /// A store of its own (the API shares one; each job opens its own).
     pub fn open(&self) -> Result<RunStore, CliError> {
-        crate::runs::open_store(&self.path)
+        crate::runs::open_store_url(&self.url)
+    }
+
+    pub fn url(&self) -> &StoreUrl {
+        &self.url
     }
 }
 
@@ -153,7 +156,7 @@ fn server_limits() -> ServerLimits {
     }
 }
 
-pub fn run(args: &ServeArgs) -> Result<(), CliError> {
+pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
     let ctx = HostContext::load()?;
     // The token variable counts as read, like the providers' key variables.
     let mut read: Vec<&str> = ctx
@@ -175,7 +178,7 @@ pub fn run(args: &ServeArgs) -> Result<(), CliError> {
         )));
     }
     let workspace_root = args.workspace_root.as_deref().map(check_root).transpose()?;
-    let store_at = StoreAt::locate(&ctx.home.dir);
+    let store_at = StoreAt::locate(&ctx.home.dir, store)?;
     let api_store = store_at.open()?;
     let limits = server_limits();
     let shared = Arc::new(Shared {
@@ -237,7 +240,7 @@ async fn serve(
         std::io::stderr(),
         "serve: up to {} runs at once; store {}",
         args.jobs,
-        shared.store_at.path.display()
+        shared.store_at.url()
     );
 
     let stop_claiming = CancellationToken::new();
@@ -277,6 +280,12 @@ async fn serve(
             " (connections still open after the shutdown grace were closed)"
         }
     );
+    // Every run this worker held has ended: others need not wait for its heartbeat to go
+    // stale before they reap what a later crash of the database session might leave.
+    if let StoreUrl::Postgres(url) = shared.store_at.url() {
+        let url = url.clone();
+        let _ = tokio::task::spawn_blocking(move || docsfab_pg::worker::stop(&url)).await;
+    }
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig};
-use docsfab_runtime::store::{JobSpec, JobWorkspace};
+use docsfab_runtime::store::{JobSpec, JobWorkspace, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::CliError;
@@ -153,6 +153,7 @@ fn check_git(url: &str, reference: &str) -> Result<(), CliError> {
 /// the throttle to open. `Err` is the reason the run fails without starting.
 pub fn prepare(
     home: &Path,
+    store: &StoreUrl,
     root: Option<&Path>,
     run_id: &str,
     spec: &JobSpec,
@@ -198,7 +199,7 @@ pub fn prepare(
         progress: None,
         throttle: None,
     };
-    let throttle = ThrottlePlan::new(&ctx.home.dir, &ctx.host);
+    let throttle = ThrottlePlan::for_store_url(&ctx.home.dir, store, &ctx.host);
     Ok((config, throttle))
 }
 
