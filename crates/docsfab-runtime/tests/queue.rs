@@ -330,8 +330,7 @@ fn issue15_a_store_from_before_the_queue_gains_its_columns() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP INDEX runs_queue;
-             ALTER TABLE runs DROP COLUMN job_spec;
+            "ALTER TABLE runs DROP COLUMN job_spec;
              ALTER TABLE runs DROP COLUMN cancel_requested;
              ALTER TABLE runs DROP COLUMN queued_seq;",
         )
