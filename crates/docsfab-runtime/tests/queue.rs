@@ -1,13 +1,63 @@
-//! The run store as `docsfab serve`'s job queue, against real SQLite files and real threads
+//! The run store as `docsfab serve`'s job queue, against real stores and real threads
 //! (issue 15): FIFO claiming, exactly-once claims under contention, cancelling, restarts.
+//!
+//! The cases that must hold on every backend take a [`Place`] and are instantiated per backend
+//! by `on_every_backend!`; the SQLite-only ones (a dead process as owner, the schema upgrade of
+//! an old file) are plain tests.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 
 use docsfab_runtime::record::*;
-use docsfab_runtime::store::{CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError};
+use docsfab_runtime::store::{
+    CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError, StoreOptions, StoreUrl,
+};
 use docsfab_throttle::process::Holder;
 use serde_json::json;
+
+/// A fresh, empty store for one test, kept (directory or database) as long as the value.
+struct Place {
+    url: StoreUrl,
+    _keep: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl Place {
+    fn sqlite() -> Place {
+        let dir = tempfile::tempdir().unwrap();
+        Place {
+            url: StoreUrl::Sqlite(dir.path().join("runs.db")),
+            _keep: Box::new(dir),
+        }
+    }
+
+    /// A connection of its own, as another process would have.
+    fn open(&self) -> RunStore {
+        RunStore::open_url(&self.url, StoreOptions::default()).unwrap()
+    }
+}
+
+/// One `#[test]` per backend for each case; the test is `BACKEND::CASE`.
+macro_rules! on_every_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test]
+            fn $case() {
+                super::$case(&super::Place::sqlite());
+            })*
+        }
+        // lead: a `mod postgres` like the one above, over a fresh database
+        // (docsfab_pg::testing::fresh_database), skipped when DOCSFAB_TEST_POSTGRES is unset.
+    };
+}
+
+on_every_backend!(
+    issue15_queued_runs_are_claimed_oldest_first_and_read_as_queued_records,
+    issue15_each_queued_run_is_claimed_exactly_once_by_8_competing_stores,
+    issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps,
+    issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads,
+    issue15_job_spec_round_trips_with_its_json_shape,
+    issue15_counts_and_a_status_filtered_listing,
+);
 
 fn spec(name: &str) -> JobSpec {
     JobSpec {
@@ -33,10 +83,9 @@ fn status_of(store: &RunStore, run: &str) -> RunStatus {
     store.load_run(run).unwrap().unwrap().status
 }
 
-#[test]
-fn issue15_queued_runs_are_claimed_oldest_first_and_read_as_queued_records() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+fn issue15_queued_runs_are_claimed_oldest_first_and_read_as_queued_records(place: &Place) {
+    let mut store = place.open();
+    assert_eq!(store.url(), &place.url);
     let ids: Vec<String> = ["a", "b", "c"]
         .iter()
         .map(|n| store.enqueue(&spec(n)).unwrap())
@@ -60,50 +109,45 @@ fn issue15_queued_runs_are_claimed_oldest_first_and_read_as_queued_records() {
     assert_eq!(store.claim_next().unwrap(), None);
 }
 
-#[test]
-fn issue15_each_queued_run_is_claimed_exactly_once_by_8_competing_stores() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
+fn issue15_each_queued_run_is_claimed_exactly_once_by_8_competing_stores(place: &Place) {
     let queued: BTreeSet<String> = {
-        let mut store = RunStore::open(&path).unwrap();
+        let mut store = place.open();
         (0..50)
             .map(|i| store.enqueue(&spec(&format!("job{i}"))).unwrap())
             .collect()
     };
     assert_eq!(queued.len(), 50);
-    let start = Arc::new(Barrier::new(8));
-    let workers: Vec<_> = (0..8)
-        .map(|_| {
-            let path = path.clone();
-            let start = Arc::clone(&start);
-            std::thread::spawn(move || {
-                let mut store = RunStore::open(&path).unwrap();
-                start.wait();
-                let mut mine = Vec::new();
-                while let Some(claimed) = store.claim_next().unwrap() {
-                    mine.push(claimed.run_id);
-                }
-                mine
+    let start = Barrier::new(8);
+    let claims: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut store = place.open();
+                    start.wait();
+                    let mut mine = Vec::new();
+                    while let Some(claimed) = store.claim_next().unwrap() {
+                        mine.push(claimed.run_id);
+                    }
+                    mine
+                })
             })
-        })
-        .collect();
-    let mut claims = Vec::new();
-    for worker in workers {
-        claims.extend(worker.join().unwrap());
-    }
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
     let distinct: BTreeSet<String> = claims.iter().cloned().collect();
     assert_eq!(claims.len(), 50, "no run is claimed twice");
     assert_eq!(distinct, queued, "every queued run is claimed");
-    let store = RunStore::open(&path).unwrap();
+    let store = place.open();
     let counts = store.count_by_status().unwrap();
     assert!(counts.contains(&(RunStatus::Running, 50)), "{counts:?}");
     assert!(counts.contains(&(RunStatus::Queued, 0)), "{counts:?}");
 }
 
-#[test]
-fn issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+fn issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps(place: &Place) {
+    let mut store = place.open();
     let run = store.enqueue(&spec("a")).unwrap();
     assert_eq!(
         store.request_cancel(&run).unwrap(),
@@ -129,17 +173,14 @@ fn issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps() {
     ));
 }
 
-#[test]
-fn issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let mut worker = RunStore::open(&path).unwrap();
+fn issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads(place: &Place) {
+    let mut worker = place.open();
     let run = worker.enqueue(&spec("a")).unwrap();
     let claimed = worker.claim_next().unwrap().unwrap();
     assert_eq!(claimed.run_id, run);
     assert!(!worker.cancel_requested(&run).unwrap());
 
-    let mut api = RunStore::open(&path).unwrap();
+    let mut api = place.open();
     assert_eq!(api.request_cancel(&run).unwrap(), CancelRequest::Requested);
     assert!(worker.cancel_requested(&run).unwrap());
     assert_eq!(
@@ -159,10 +200,8 @@ fn issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads() {
     ));
 }
 
-#[test]
-fn issue15_job_spec_round_trips_with_its_json_shape() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+fn issue15_job_spec_round_trips_with_its_json_shape(place: &Place) {
+    let mut store = place.open();
     let git = JobSpec {
         composition_yaml: "name: docs\n".into(),
         composition_name: "docs".into(),
@@ -197,6 +236,7 @@ fn issue15_job_spec_round_trips_with_its_json_shape() {
     assert_eq!(store.job_spec("run-19700101-000000-000000").unwrap(), None);
 }
 
+/// SQLite: a run's owner is a process (pid + start time); PostgreSQL's owners are workers.
 #[test]
 fn issue15_reopening_keeps_queued_runs_queued_and_interrupts_a_dead_owners_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -227,10 +267,8 @@ fn issue15_reopening_keeps_queued_runs_queued_and_interrupts_a_dead_owners_run()
     assert!(store.reap().unwrap().is_empty());
 }
 
-#[test]
-fn issue15_counts_and_a_status_filtered_listing() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+fn issue15_counts_and_a_status_filtered_listing(place: &Place) {
+    let mut store = place.open();
     let q1 = store.enqueue(&spec("a")).unwrap();
     let q2 = store.enqueue(&spec("b")).unwrap();
     let done = store.create_run("cli").unwrap();
@@ -292,8 +330,7 @@ fn issue15_a_store_from_before_the_queue_gains_its_columns() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.execute_batch(
-            "DROP INDEX runs_queue;
-             ALTER TABLE runs DROP COLUMN job_spec;
+            "ALTER TABLE runs DROP COLUMN job_spec;
              ALTER TABLE runs DROP COLUMN cancel_requested;
              ALTER TABLE runs DROP COLUMN queued_seq;",
         )

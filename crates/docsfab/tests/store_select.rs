@@ -193,4 +193,46 @@ fn issue15_runs_list_shows_a_queued_run() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells[1], RunStatus::Queued.as_str(), "{row}");
     assert_eq!(&cells[4..], ["-", "0", "0"], "{row}");
+    let show = s
+        .docsfab()
+        .args(["runs", "show", &id, "--json", "--store"])
+        .arg(format!("sqlite:{}", path.display()))
+        .output()
+        .unwrap();
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let record: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(record["status"], "queued");
+    assert_eq!(record["steps"], serde_json::json!([]));
+    assert_eq!(record["workspace"], serde_json::Value::Null);
+}
+
+/// `demo` records into the store `--store` names, and `sim goodput --fault-model store` reads
+/// that store (one run is too few to fit, and the refusal names the file).
+#[test]
+fn issue15_demo_and_sim_goodput_use_the_named_store() {
+    let s = Setup::new("http://127.0.0.1:9", "");
+    let path = s.dir.path().join("demo-store/runs.db");
+    let url = format!("sqlite:{}", path.display());
+    let out = support::run::docsfab_at(&s.home())
+        .args(["demo", "--store", &url])
+        .output()
+        .unwrap();
+    let id = run_id(&out);
+    assert_eq!(ids_in(&path), vec![id]);
+    assert!(!s.store().exists());
+
+    let out = s
+        .docsfab()
+        .env("DOCSFAB_STORE", &url)
+        .args(["sim", "goodput", "--fault-model", "store", "--steps", "10"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs at least 3 recorded runs"), "{err}");
+    assert!(err.contains(&path.display().to_string()), "{err}");
 }

@@ -1,7 +1,7 @@
 //! The run store: every run's record, written as the run goes, and `docsfab serve`'s job queue.
 //!
 //! [`RunStore`] is one facade over the backends, chosen by a [`StoreUrl`]:
-//! - `sqlite:PATH` ([`sqlite`]): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
+//! - `sqlite:PATH` (`store/sqlite.rs`): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
 //!   the processes of one host share;
 //! - `postgres://...`: one database that workers on many hosts share (wired in at merge).
 //!

@@ -336,8 +336,9 @@ impl SqliteStore {
             let tx = immediate(conn)?;
             let next = tx
                 .query_row(
+                    // `runs_by_status` narrows this to the queued runs; only they are sorted.
                     "SELECT run_id, job_spec FROM runs WHERE status = ?1
-                     ORDER BY queued_seq, rowid LIMIT 1",
+                     ORDER BY queued_seq LIMIT 1",
                     [RunStatus::Queued.as_str()],
                     |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
                 )
@@ -841,17 +842,8 @@ fn add_run_columns(conn: &Connection) -> Result<(), StoreError> {
             .filter(|(name, _)| !have.iter().any(|h| h == name))
             .collect())
     };
-    let index =
-        "CREATE INDEX IF NOT EXISTS runs_queue ON runs (queued_seq) WHERE status = 'queued'";
     if missing(conn)?.is_empty() {
-        let has_index: i64 = conn.query_row(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'runs_queue'",
-            [],
-            |r| r.get(0),
-        )?;
-        if has_index > 0 {
-            return Ok(());
-        }
+        return Ok(());
     }
     let tx = immediate(conn)?;
     // Again under the lock: another process may have added them meanwhile.
@@ -861,7 +853,6 @@ fn add_run_columns(conn: &Connection) -> Result<(), StoreError> {
             [],
         )?;
     }
-    tx.execute(index, [])?;
     tx.commit()?;
     Ok(())
 }
