@@ -22,6 +22,15 @@ struct Place {
 }
 
 impl Place {
+    /// A fresh database; `None` (the case is skipped) without `DOCSFAB_TEST_POSTGRES`.
+    fn postgres(label: &str) -> Option<Place> {
+        let db = docsfab_pg::testing::fresh_database(label)?;
+        Some(Place {
+            url: StoreUrl::Postgres(db.url.clone()),
+            _keep: Box::new(db),
+        })
+    }
+
     fn sqlite() -> Place {
         let dir = tempfile::tempdir().unwrap();
         Place {
@@ -45,8 +54,14 @@ macro_rules! on_every_backend {
                 super::$case(&super::Place::sqlite());
             })*
         }
-        // lead: a `mod postgres` like the one above, over a fresh database
-        // (docsfab_pg::testing::fresh_database), skipped when DOCSFAB_TEST_POSTGRES is unset.
+        mod postgres {
+            $(#[test]
+            fn $case() {
+                if let Some(place) = super::Place::postgres(stringify!($case)) {
+                    super::$case(&place);
+                }
+            })*
+        }
     };
 }
 

@@ -642,6 +642,19 @@ pub(crate) fn load_records(
     Ok(records)
 }
 
+/// A PostgreSQL refusal that only a corrected URL can fix (bad credentials, no such database).
+fn is_config_refusal(e: &docsfab_pg::PgError) -> bool {
+    use docsfab_pg::postgres::error::SqlState;
+    e.code().is_some_and(|c| {
+        [
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::INVALID_CATALOG_NAME,
+        ]
+        .contains(c)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -656,17 +669,4 @@ mod tests {
         );
         assert_eq!(shown(&"x".repeat(5000)).chars().count(), 4096);
     }
-}
-
-/// A PostgreSQL refusal that only a corrected URL can fix (bad credentials, no such database).
-fn is_config_refusal(e: &docsfab_pg::PgError) -> bool {
-    use docsfab_pg::postgres::error::SqlState;
-    e.code().is_some_and(|c| {
-        [
-            SqlState::INVALID_PASSWORD,
-            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-            SqlState::INVALID_CATALOG_NAME,
-        ]
-        .contains(c)
-    })
 }

@@ -43,7 +43,14 @@ impl Worker {
             .env(KEY_VAR, SECRET)
             .env("DOCSFAB_RETRY_BASE_DELAY_MS", "20")
             .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
-            .args(["--store", store, "serve", "--listen", "127.0.0.1:0", "--jobs"])
+            .args([
+                "--store",
+                store,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--jobs",
+            ])
             .arg(jobs.to_string())
             .arg("--workspace-root")
             .arg(setup.dir.path())
@@ -128,7 +135,11 @@ fn http(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Val
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
-    let payload = if chunked { dechunk(rest) } else { rest.to_owned() };
+    let payload = if chunked {
+        dechunk(rest)
+    } else {
+        rest.to_owned()
+    };
     let value = serde_json::from_str(&payload).unwrap_or(Value::String(payload));
     (status, value)
 }
@@ -222,7 +233,11 @@ fn issue15_twenty_runs_on_two_postgres_workers_are_each_claimed_once_and_finish(
     let records = b.wait_ended(&ids, Duration::from_secs(120));
     for r in &records {
         assert_eq!(r["status"], "succeeded", "{r:#}");
-        assert_eq!(r["steps"].as_array().unwrap().len(), 1, "claimed twice? {r:#}");
+        assert_eq!(
+            r["steps"].as_array().unwrap().len(),
+            1,
+            "claimed twice? {r:#}"
+        );
     }
     // Every request the provider saw belongs to exactly one attempt of one record: no run
     // was worked on by two workers, none by a worker that lost its claim.
@@ -258,8 +273,14 @@ fn issue15_twenty_runs_on_two_postgres_workers_are_each_claimed_once_and_finish(
     let missing: Vec<_> = want.difference(&got).collect();
     let extra: Vec<_> = got.difference(&want).collect();
     // Replays appear only where the fault script put them; compare the rest.
-    let extra: Vec<_> = extra.into_iter().filter(|p| !p.contains(".replays")).collect();
-    assert!(missing.is_empty() && extra.is_empty(), "missing {missing:?}, extra {extra:?}");
+    let extra: Vec<_> = extra
+        .into_iter()
+        .filter(|p| !p.contains(".replays"))
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "missing {missing:?}, extra {extra:?}"
+    );
 }
 
 /// A step that waits for a lane answer delayed far past the test, so its run stays `running`
@@ -284,9 +305,15 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
     let store = db.url.as_str().to_owned();
     // Only A is up when the slow run is submitted, with one slot: the slow run is A's only run.
     let mut a = Worker::start(&setup, &store, 1);
-    let slow = a.submit(&ONE_STEP.replace("Survey src/", "SLOW-RUN: survey src/"), &setup.workspace());
+    let slow = a.submit(
+        &ONE_STEP.replace("Survey src/", "SLOW-RUN: survey src/"),
+        &setup.workspace(),
+    );
     let until = Instant::now() + Duration::from_secs(30);
-    while a.record(&slow)["steps"].as_array().is_none_or(Vec::is_empty) {
+    while a.record(&slow)["steps"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
         assert!(Instant::now() < until, "the slow run never started");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -297,7 +324,7 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
     a.child.kill().unwrap(); // SIGKILL: no drain, no goodbye
     a.child.wait().unwrap();
     let killed_at = Instant::now();
-    let ended = b.wait_ended(&[slow.clone()], Duration::from_secs(60));
+    let ended = b.wait_ended(std::slice::from_ref(&slow), Duration::from_secs(60));
     assert_eq!(ended[0]["status"], "interrupted", "{:#}", ended[0]);
     // The documented bound is five beats plus one (1.2 s here); no assertion on the clock
     // (the machine is shared), the figure is printed for the record.

@@ -453,36 +453,7 @@ impl RunStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn issue15_store_urls_parse_and_never_show_a_password() {
-        assert_eq!(
-            StoreUrl::parse("sqlite:/var/lib/docsfab/runs.db"),
-            Ok(StoreUrl::Sqlite("/var/lib/docsfab/runs.db".into()))
-        );
-        assert_eq!(
-            StoreUrl::parse("sqlite://rel/runs.db"),
-            Ok(StoreUrl::Sqlite("rel/runs.db".into()))
-        );
-        let pg = StoreUrl::parse("postgresql://docsfab:s3cret@10.0.0.5:5432/docsfab").unwrap();
-        assert!(matches!(pg, StoreUrl::Postgres(_)));
-        assert!(!pg.to_string().contains("s3cret"), "{pg}");
-        assert!(!format!("{pg:?}").contains("s3cret"), "{pg:?}");
-        assert_eq!(
-            StoreUrl::Sqlite("/x/runs.db".into()).to_string(),
-            "sqlite:/x/runs.db"
-        );
-        for bad in ["", "sqlite:", "runs.db", "mysql://root:s3cret@db/x"] {
-            let e = StoreUrl::parse(bad).unwrap_err();
-            assert!(e.contains("sqlite:PATH"), "{bad}: {e}");
-            assert!(!e.contains("s3cret"), "{bad}: {e}");
-        }
-    }
-}
-
+// Shared by both backends: the record's JSON columns, statuses and run ids are the same.
 fn parse_status(text: &str) -> Result<RunStatus, StoreError> {
     RunStatus::parse(text).ok_or_else(|| StoreError::Corrupt(format!("unknown status {text:?}")))
 }
@@ -517,4 +488,34 @@ fn new_run_id(started_at: &str, composition: &str, pid: u32, now: SystemTime) ->
         .collect();
     let (date, time) = compact.split_once('T').unwrap_or((&compact, ""));
     format!("run-{date}-{time}-{}", &digest[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_store_urls_parse_and_never_show_a_password() {
+        assert_eq!(
+            StoreUrl::parse("sqlite:/var/lib/docsfab/runs.db"),
+            Ok(StoreUrl::Sqlite("/var/lib/docsfab/runs.db".into()))
+        );
+        assert_eq!(
+            StoreUrl::parse("sqlite://rel/runs.db"),
+            Ok(StoreUrl::Sqlite("rel/runs.db".into()))
+        );
+        let pg = StoreUrl::parse("postgresql://docsfab:s3cret@10.0.0.5:5432/docsfab").unwrap();
+        assert!(matches!(pg, StoreUrl::Postgres(_)));
+        assert!(!pg.to_string().contains("s3cret"), "{pg}");
+        assert!(!format!("{pg:?}").contains("s3cret"), "{pg:?}");
+        assert_eq!(
+            StoreUrl::Sqlite("/x/runs.db".into()).to_string(),
+            "sqlite:/x/runs.db"
+        );
+        for bad in ["", "sqlite:", "runs.db", "mysql://root:s3cret@db/x"] {
+            let e = StoreUrl::parse(bad).unwrap_err();
+            assert!(e.contains("sqlite:PATH"), "{bad}: {e}");
+            assert!(!e.contains("s3cret"), "{bad}: {e}");
+        }
+    }
 }

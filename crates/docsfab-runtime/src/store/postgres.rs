@@ -20,17 +20,16 @@ use docsfab_pg::postgres::{self, GenericClient, IsolationLevel};
 use docsfab_pg::worker::{self, WorkerId};
 use docsfab_pg::{Pg, PgError, PgUrl};
 
+use super::{
+    CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError, from_json,
+    new_run_id, parse_status, to_json,
+};
 use crate::record::{
     AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
     StepRecord, WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
-use super::{
-    CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError, from_json,
-    new_run_id, parse_status, to_json,
-};
 use crate::written::{Kept, MAX_RUN_BYTES, Side, StoredWrite};
-
 
 // ---- The store ------------------------------------------------------------------------------
 
@@ -1035,5 +1034,4 @@ mod tests {
             }
         );
     }
-
 }
