@@ -31,7 +31,20 @@ struct Worker {
 }
 
 impl Worker {
+    /// A worker with a `DOCSFAB_HOME` of its own (named `name` beside the setup's home), as on
+    /// a machine of its own: only the database is shared.
     fn start(setup: &Setup, store: &str, jobs: u32) -> Worker {
+        Worker::start_in(setup, &setup.home(), store, jobs)
+    }
+
+    fn start_apart(setup: &Setup, name: &str, store: &str, jobs: u32) -> Worker {
+        let home = setup.dir.path().join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::copy(setup.home().join("host.yaml"), home.join("host.yaml")).unwrap();
+        Worker::start_in(setup, &home, store, jobs)
+    }
+
+    fn start_in(setup: &Setup, home: &Path, store: &str, jobs: u32) -> Worker {
         let mut cmd = Command::new(bin());
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("DOCSFAB_") {
@@ -39,7 +52,7 @@ impl Worker {
             }
         }
         let mut child = cmd
-            .env("DOCSFAB_HOME", setup.home())
+            .env("DOCSFAB_HOME", home)
             .env(KEY_VAR, SECRET)
             .env("DOCSFAB_RETRY_BASE_DELAY_MS", "20")
             .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
@@ -222,8 +235,8 @@ fn issue15_twenty_runs_on_two_postgres_workers_are_each_claimed_once_and_finish(
     let sim = Sim::start_logging(tmp.path(), STORMY, &log);
     let setup = Setup::new(&sim.base_url, FAST_CATALOG);
     let store = db.url.as_str().to_owned();
-    let a = Worker::start(&setup, &store, 2);
-    let b = Worker::start(&setup, &store, 2);
+    let a = Worker::start_apart(&setup, "host-a", &store, 2);
+    let b = Worker::start_apart(&setup, "host-b", &store, 2);
     let ids: Vec<String> = (0..20)
         .map(|i| {
             let w = if i % 2 == 0 { &a } else { &b };
@@ -304,9 +317,9 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
     let setup = Setup::new(&sim.base_url, FAST_CATALOG);
     let store = db.url.as_str().to_owned();
     // Only A is up when the slow run is submitted, with one slot: the slow run is A's only run.
-    let mut a = Worker::start(&setup, &store, 1);
+    let mut a = Worker::start_apart(&setup, "host-a", &store, 1);
     let slow = a.submit(
-        &ONE_STEP.replace("Survey src/", "SLOW-RUN: survey src/"),
+        &ONE_STEP.replace("Survey src/", "SLOW-RUN survey src/"),
         &setup.workspace(),
     );
     let until = Instant::now() + Duration::from_secs(30);
@@ -317,7 +330,7 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
         assert!(Instant::now() < until, "the slow run never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let b = Worker::start(&setup, &store, 2);
+    let b = Worker::start_apart(&setup, "host-b", &store, 2);
     let quick: Vec<String> = (0..6)
         .map(|_| b.submit(ONE_STEP, &setup.workspace()))
         .collect();
@@ -352,8 +365,8 @@ fn issue15_the_shared_throttle_holds_across_two_postgres_workers() {
     let sim = Sim::start_logging(tmp.path(), ONE_429, &log);
     let setup = Setup::new(&sim.base_url, FAST_CATALOG);
     let store = db.url.as_str().to_owned();
-    let a = Worker::start(&setup, &store, 2);
-    let b = Worker::start(&setup, &store, 2);
+    let a = Worker::start_apart(&setup, "host-a", &store, 2);
+    let b = Worker::start_apart(&setup, "host-b", &store, 2);
     // The first run meets the 429; the others are submitted to the other worker right after.
     let mut ids = vec![a.submit(ONE_STEP, &setup.workspace())];
     let until = Instant::now() + Duration::from_secs(30);
