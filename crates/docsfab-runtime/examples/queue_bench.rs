@@ -30,7 +30,9 @@ fn main() {
     let spec = JobSpec {
         composition_yaml: "name: bench\n".into(),
         composition_name: "bench".into(),
-        workspace: JobWorkspace::Path { path: "/tmp".into() },
+        workspace: JobWorkspace::Path {
+            path: "/tmp".into(),
+        },
     };
     for _ in 0..jobs {
         store.enqueue(&spec).expect("enqueue");
@@ -64,12 +66,19 @@ fn main() {
     }
     let secs = start.elapsed().as_secs_f64();
     if total != jobs || seen.len() != jobs {
-        eprintln!("claimed {total} times, {} distinct, of {jobs} jobs", seen.len());
+        eprintln!(
+            "claimed {total} times, {} distinct, of {jobs} jobs",
+            seen.len()
+        );
         std::process::exit(1);
     }
     println!(
         "{{\"store\": \"{}\", \"claimers\": {claimers}, \"jobs\": {jobs}, \"claimsPerSecond\": {:.1}, \"meanClaimAndFinishMs\": {:.2}}}",
-        if matches!(url, StoreUrl::Postgres(_)) { "postgres" } else { "sqlite" },
+        if matches!(url, StoreUrl::Postgres(_)) {
+            "postgres"
+        } else {
+            "sqlite"
+        },
         jobs as f64 / secs,
         secs * 1000.0 * claimers as f64 / jobs as f64
     );

@@ -58,8 +58,8 @@ struct Report {
     warnings: Vec<String>,
 }
 
-pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
-    let report = match check(args) {
+pub fn run(args: &DoctorArgs, store: Option<&str>) -> Result<(), CliError> {
+    let report = match check(args, store) {
         Ok(r) => r,
         Err(e) => {
             if args.json {
@@ -82,7 +82,7 @@ pub fn run(args: &DoctorArgs) -> Result<(), CliError> {
     }
 }
 
-fn check(args: &DoctorArgs) -> Result<Report, CliError> {
+fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
     let mut warnings = Vec::new();
     // With a composition, exactly the checks `run` makes (see `validate_run_inputs`).
     let (ctx, composition) = match &args.composition {
@@ -164,7 +164,8 @@ fn check(args: &DoctorArgs) -> Result<Report, CliError> {
         None
     };
 
-    let goodput = crate::goodput::doctor_line(&ctx, timer_ms);
+    let store = crate::runs::store_url(&ctx.home.dir, store)?;
+    let goodput = crate::goodput::doctor_line(&ctx, &store, timer_ms);
     Ok(Report {
         goodput,
         ctx,

@@ -136,10 +136,8 @@ fn fit_store(path: &StoreUrl) -> Result<(Option<FaultModel>, u64), CliError> {
 /// `doctor`'s line: the expected step success of this host's policy under the model fitted
 /// from the store; `None` until the store holds enough runs (or cannot be read: doctor reports
 /// the store elsewhere, and this line is advice).
-pub fn doctor_line(ctx: &HostContext, attempt_timer_ms: u64) -> Option<String> {
-    // The default store: doctor takes no --store (yet).
-    let path = StoreUrl::Sqlite(ctx.home.dir.join(crate::runs::STORE_FILE_NAME));
-    let (model, runs) = match fit_store(&path) {
+pub fn doctor_line(ctx: &HostContext, store: &StoreUrl, attempt_timer_ms: u64) -> Option<String> {
+    let (model, runs) = match fit_store(store) {
         Ok((Some(m), runs)) => (m, runs),
         _ => return None,
     };

@@ -42,7 +42,8 @@ struct Cli {
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = progress::ColorChoice::Auto)]
     color: progress::ColorChoice,
     /// The run store: sqlite:PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE (default:
-    /// sqlite:$DOCSFAB_HOME/runs.db). Used by run, runs, demo and sim goodput --fault-model store.
+    /// sqlite:$DOCSFAB_HOME/runs.db). Used by run, runs, serve, demo, doctor and sim goodput
+    /// --fault-model store; route serve shares the throttle of a PostgreSQL store.
     #[arg(
         long,
         global = true,
@@ -87,12 +88,12 @@ enum Commands {
 fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
-        Commands::Doctor(args) => doctor::run(&args),
+        Commands::Doctor(args) => doctor::run(&args, cli.store.as_deref()),
         Commands::Run(args) => run::run(&args, cli.color, cli.store.as_deref()),
         Commands::Runs(args) => runs::run(&args, cli.store.as_deref()),
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
-        Commands::Route(args) => route_command::run(&args),
+        Commands::Route(args) => route_command::run(&args, cli.store.as_deref()),
         Commands::Serve(args) => serve::run(&args, cli.store.as_deref()),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),

@@ -65,13 +65,13 @@ impl ServeArgs {
     }
 }
 
-pub fn run(args: &RouteArgs) -> Result<(), CliError> {
+pub fn run(args: &RouteArgs, store: Option<&str>) -> Result<(), CliError> {
     match &args.command {
-        RouteCommand::Serve(serve) => serve_command(serve),
+        RouteCommand::Serve(serve) => serve_command(serve, store),
     }
 }
 
-fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
+fn serve_command(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
     docsfab_route::check_listen(args.listen).map_err(cli_error)?;
     let ctx = HostContext::load()?;
     let path = &args.composition;
@@ -94,7 +94,12 @@ fn serve_command(args: &ServeArgs) -> Result<(), CliError> {
         key: std::env::var(&provider.api_key_env).unwrap_or_default(),
         limits: ctx.limits.replay_limits(),
         timeout: Duration::from_millis(composition.limits.timeout_ms),
-        throttle: ThrottlePlan::new(&ctx.home.dir, &ctx.host).open(),
+        throttle: ThrottlePlan::for_store_url(
+            &ctx.home.dir,
+            &crate::runs::store_url(&ctx.home.dir, store)?,
+            &ctx.host,
+        )
+        .open(),
     };
     docsfab_route::serve(args.listen, upstream, args.server_limits()).map_err(cli_error)
 }
