@@ -18,6 +18,7 @@ mod run;
 mod runs;
 mod runs_diff;
 mod runs_stats;
+mod serve;
 mod setup;
 mod sim;
 mod telemetry;
