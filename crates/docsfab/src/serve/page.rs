@@ -243,6 +243,16 @@ mod tests {
     }
 
     #[test]
+    fn issue15_docs_serve_md_lists_every_route() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/serve.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        for (method, route) in ROUTES {
+            let row = format!("| `{} {route}", method.to_uppercase());
+            assert!(doc.contains(&row), "docs/serve.md has no table row {row}");
+        }
+    }
+
+    #[test]
     fn base64_matches_the_rfc_4648_vectors() {
         for (input, want) in [
             ("", ""),
