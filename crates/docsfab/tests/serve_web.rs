@@ -2,13 +2,14 @@
 //! `docsfab serve` runs against a real `docsfab sim serve`; playwright-core (npm) drives Debian's
 //! `chromium` through `tests/web/serve_page.mjs`: submit a composition through the form, watch
 //! the status change to `succeeded`, open the report link, submit a run that waits on the
-//! provider and cancel it with the keyboard, see `cancelled`. The store is then read with
+//! provider and cancel it with the keyboard, see `cancelled`; axe-core finds no WCAG 2.1 A/AA
+//! violation on the page (nor on the sign-in page). The store is then read with
 //! `docsfab runs show` to prove the page showed what happened.
 //!
-//! Needs `node`, `/usr/bin/chromium` (or `chromium` on PATH) and playwright-core installed with
-//! `npm install --prefix target/web-tools playwright-core@1` (or in the directory named by
-//! `DOCSFAB_PLAYWRIGHT_DIR`). Without them the tests print a line and pass, unless
-//! `DOCSFAB_REQUIRE_BROWSER=1` (CI), where they fail saying what to install.
+//! Needs `node`, `/usr/bin/chromium` (or `chromium` on PATH), and playwright-core and axe-core
+//! from npm: `npm install --prefix target/web-tools playwright-core@1.65.1 axe-core@4.14.1`
+//! (or in the directory `DOCSFAB_PLAYWRIGHT_DIR` names). Without them the tests print a line and
+//! pass, unless `DOCSFAB_REQUIRE_BROWSER=1` (CI), where they fail saying what to install.
 
 mod support;
 
@@ -51,15 +52,19 @@ fn tools() -> Option<Tools> {
         .or_else(|| Some(PathBuf::from("/usr/bin/chromium")).filter(|p| p.is_file()))
         .or_else(|| on_path("chromium"));
     let node = on_path("node");
-    let has_playwright = playwright_dir
-        .join("node_modules/playwright-core/package.json")
-        .is_file();
+    let has_playwright = ["playwright-core", "axe-core"].iter().all(|package| {
+        playwright_dir
+            .join("node_modules")
+            .join(package)
+            .join("package.json")
+            .is_file()
+    });
     let missing: Vec<&str> = [
         (node.is_none(), "node"),
         (chromium.is_none(), "Debian's chromium (apt-get install -y chromium)"),
         (
             !has_playwright,
-            "playwright-core (npm install --prefix target/web-tools playwright-core@1, or set DOCSFAB_PLAYWRIGHT_DIR)",
+            "playwright-core and axe-core (npm install --prefix target/web-tools playwright-core@1.65.1 axe-core@4.14.1, or set DOCSFAB_PLAYWRIGHT_DIR)",
         ),
     ]
     .into_iter()
@@ -213,6 +218,7 @@ fn drive_page(tools: &Tools, with_token: bool, shot: &str) -> Value {
 fn issue15_web_page_submits_follows_reports_and_cancels_runs_in_chromium() {
     let Some(tools) = tools() else { return };
     let report = drive_page(&tools, false, "serve-page.png");
+    assert!(report["axeRulesPassed"].as_u64().unwrap() > 0);
     assert!(
         report["reportTitle"]
             .as_str()
@@ -228,4 +234,5 @@ fn issue15_web_page_signs_in_with_the_token_cookie_in_chromium() {
     let Some(tools) = tools() else { return };
     let report = drive_page(&tools, true, "serve-page-token.png");
     assert_eq!(report["signedIn"], true);
+    assert!(report["axeRulesPassedOnSignIn"].as_u64().unwrap() > 0);
 }

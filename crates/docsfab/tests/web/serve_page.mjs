@@ -5,7 +5,7 @@
 //
 // Environment (all set by serve_web.rs):
 //   DOCSFAB_SERVE_URL          http://127.0.0.1:PORT of the server
-//   DOCSFAB_PLAYWRIGHT_DIR     a directory with node_modules/playwright-core
+//   DOCSFAB_PLAYWRIGHT_DIR     a directory with node_modules/playwright-core and axe-core
 //   DOCSFAB_CHROMIUM           the browser (default /usr/bin/chromium)
 //   DOCSFAB_WORKSPACE          the directory to submit as the workspace
 //   DOCSFAB_QUICK_COMPOSITION  a composition file that succeeds quickly
@@ -28,6 +28,9 @@ const env = (name, fallback) => {
 
 const require = createRequire(path.join(env("DOCSFAB_PLAYWRIGHT_DIR"), "package.json"));
 const { chromium } = require("playwright-core");
+// axe-core checks the WCAG 2.1 A/AA rules it can decide automatically (labels, names, contrast,
+// roles). It is evaluated through the DevTools protocol, which the page's CSP does not govern.
+const AXE = fs.readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
 
 const BASE = env("DOCSFAB_SERVE_URL");
 const TOKEN = process.env.DOCSFAB_TOKEN;
@@ -73,6 +76,7 @@ async function main() {
     let response = await page.goto(BASE + "/");
     if (TOKEN !== undefined) {
       check(response.status() === 401, `GET / without the token answered ${response.status()}, not 401`);
+      result.axeRulesPassedOnSignIn = await accessibility(page, "the sign-in page");
       // A wrong token comes back to this page, which says so.
       await page.getByLabel("Access token").fill("not-" + TOKEN);
       await Promise.all([page.waitForEvent("load"), page.getByRole("button", { name: "Sign in" }).click()]);
@@ -136,6 +140,8 @@ async function main() {
     result.cancelled = long;
     check((await page.locator("#action-note").textContent()).includes(long), "the cancel outcome is not shown");
 
+    result.axeRulesPassed = await accessibility(page, "the page with runs");
+
     const shot = process.env.DOCSFAB_SCREENSHOT;
     if (shot) {
       await page.locator("#announcer").evaluate(() => window.scrollTo(0, 0));
@@ -164,6 +170,18 @@ async function submit(page, composition) {
   await page.locator("#form-note").filter({ hasText: id }).waitFor();
   check((await page.locator("#form-error").textContent()) === "", "an error is shown after a good submit");
   return id;
+}
+
+/** Runs axe-core on the page as it is now; fails on any violation. Returns how many rules passed. */
+async function accessibility(page, where) {
+  await page.evaluate(AXE);
+  const result = await page.evaluate(() =>
+    // eslint-disable-next-line no-undef
+    axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } }),
+  );
+  const found = result.violations.map((v) => `${v.id} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`);
+  check(found.length === 0, `${where} breaks accessibility rules (axe-core): ${found.join(" | ")}`);
+  return result.passes.length;
 }
 
 function row(page, id) {
