@@ -99,7 +99,7 @@ impl Serve {
         let mut child = setup
             .docsfab()
             .env(TOKEN_VAR, TOKEN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--jobs", "2"])
+            .args(["serve", "--listen", "127.0.0.1:0"])
             .arg("--workspace-root")
             .arg(setup.dir.path())
             .args(extra)
@@ -165,12 +165,11 @@ fn drive_page(tools: &Tools, with_token: bool, shot: &str) -> Value {
     let profile = setup.dir.path().join("chromium-profile");
     std::fs::create_dir_all(&profile).unwrap();
     let serve_log = setup.dir.path().join("serve.stderr");
-    let extra: &[&str] = if with_token {
-        &["--token-env", TOKEN_VAR]
-    } else {
-        &[]
-    };
-    let serve = Serve::start(&setup, extra, &serve_log);
+    let mut extra = vec!["--jobs", "2"];
+    if with_token {
+        extra.extend(["--token-env", TOKEN_VAR]);
+    }
+    let serve = Serve::start(&setup, &extra, &serve_log);
 
     let mut script = Command::new(&tools.node);
     script
@@ -235,4 +234,121 @@ fn issue15_web_page_signs_in_with_the_token_cookie_in_chromium() {
     let report = drive_page(&tools, true, "serve-page-token.png");
     assert_eq!(report["signedIn"], true);
     assert!(report["axeRulesPassedOnSignIn"].as_u64().unwrap() > 0);
+}
+
+/// One HTTP/1.1 POST on loopback (the test's own client, so it needs no HTTP crate): the status
+/// and body.
+fn post(base: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let addr = base.strip_prefix("http://").unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    (status, body.to_owned())
+}
+
+/// A run submitted through the API; its id.
+fn submit(base: &str, composition: &str, workspace: &Path) -> String {
+    let body = serde_json::json!({"composition": composition, "workspace": {"path": workspace}});
+    let (status, answer) = post(base, "/api/runs", &body.to_string());
+    assert_eq!(status, 202, "{answer}");
+    // The body may be chunked; the JSON object is the part between the braces.
+    let json = &answer[answer.find('{').unwrap()..=answer.rfind('}').unwrap()];
+    serde_json::from_str::<Value>(json).unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A page of another site open in the operator's browser sends the cross-site requests any page
+/// may send (text/plain POSTs) to queue a run and cancel one: the store must not change.
+fn foreign_page_changes_nothing(tools: &Tools, with_token: bool) -> Value {
+    let tmp = tempfile::tempdir().unwrap();
+    // Every request waits: the first run stays running, the second queued behind it.
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer:\n      json: {modules: [late]}\n    delay_ms: 600000\n",
+    );
+    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    let quick = setup.dir.path().join("quick.yaml");
+    std::fs::write(&quick, ONE_STEP).unwrap();
+    let profile = setup.dir.path().join("chromium-profile");
+    std::fs::create_dir_all(&profile).unwrap();
+    let serve_log = setup.dir.path().join("serve.stderr");
+    let mut extra = vec!["--jobs", "1"];
+    if with_token {
+        extra.extend(["--token-env", TOKEN_VAR]);
+    }
+    let serve = Serve::start(&setup, &extra, &serve_log);
+    let first = submit(&serve.url, ONE_STEP, &setup.workspace());
+    let victim = submit(&serve.url, ONE_STEP, &setup.workspace());
+
+    let mut script = Command::new(&tools.node);
+    script
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/foreign_page.mjs"))
+        .env("DOCSFAB_SERVE_URL", &serve.url)
+        .env("DOCSFAB_PLAYWRIGHT_DIR", &tools.playwright_dir)
+        .env("DOCSFAB_CHROMIUM", &tools.chromium)
+        .env("DOCSFAB_WORKSPACE", setup.workspace())
+        .env("DOCSFAB_QUICK_COMPOSITION", &quick)
+        .env("DOCSFAB_PROFILE", &profile)
+        .env("DOCSFAB_VICTIM_RUN", &victim)
+        .env_remove("DOCSFAB_TOKEN");
+    if with_token {
+        script.env("DOCSFAB_TOKEN", TOKEN);
+    }
+    let out = script.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "foreign_page.mjs failed:\n{}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+
+    let runs = setup.list_json();
+    let ids: Vec<&str> = runs.iter().filter_map(|r| r["runId"].as_str()).collect();
+    assert_eq!(
+        ids.len(),
+        2,
+        "a foreign page queued a run: {runs:?} (it saw {seen})"
+    );
+    assert!(ids.contains(&first.as_str()) && ids.contains(&victim.as_str()));
+    assert_eq!(
+        setup.show_json(&victim)["status"],
+        "queued",
+        "a foreign page cancelled a run (it saw {seen})"
+    );
+    assert!(
+        seen["read"].as_str().unwrap().starts_with("blocked"),
+        "a foreign page read the run list: {seen}"
+    );
+    drop(serve);
+    seen
+}
+
+/// Without a token (loopback only), a foreign site's page can neither queue nor cancel runs.
+#[test]
+fn issue15_a_foreign_page_in_the_browser_cannot_queue_or_cancel_runs() {
+    let Some(tools) = tools() else { return };
+    foreign_page_changes_nothing(&tools, false);
+}
+
+/// With a token, the browser's `SameSite=Strict` cookie is not sent on another site's requests.
+#[test]
+fn issue15_a_foreign_page_cannot_use_the_signed_in_cookie() {
+    let Some(tools) = tools() else { return };
+    foreign_page_changes_nothing(&tools, true);
 }
