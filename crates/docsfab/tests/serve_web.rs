@@ -2,7 +2,8 @@
 //! `docsfab serve` runs against a real `docsfab sim serve`; playwright-core (npm) drives Debian's
 //! `chromium` through `tests/web/serve_page.mjs`: submit a composition through the form, watch
 //! the status change to `succeeded`, open the report link, submit a run that waits on the
-//! provider and cancel it with the keyboard, see `cancelled`; axe-core finds no WCAG 2.1 A/AA
+//! provider and cancel it with the keyboard, see `cancelled`, rerun the first one, and see the
+//! server's sentence for a refused submission next to the form; axe-core finds no WCAG 2.1 A/AA
 //! violation on the page (nor on the sign-in page). The store is then read with
 //! `docsfab runs show` to prove the page showed what happened.
 //!
@@ -206,6 +207,18 @@ fn drive_page(tools: &Tools, with_token: bool, shot: &str) -> Value {
     let cancelled = setup.show_json(report["cancelled"].as_str().unwrap());
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(cancelled["composition"], "waits-for-cancel");
+    // The Rerun button queued a new run of the succeeded one's submission.
+    let rerun = setup.show_json(report["rerun"].as_str().unwrap());
+    assert_eq!(rerun["composition"], "small");
+    assert!(["queued", "running"].contains(&rerun["status"].as_str().unwrap()));
+    // The page showed the server's own sentence for a refused submission.
+    assert!(
+        report["refused"]
+            .as_str()
+            .unwrap()
+            .contains("is not under the workspace root"),
+        "{report}"
+    );
     drop(serve);
     let log = std::fs::read_to_string(&serve_log).unwrap_or_default();
     assert!(!log.contains(TOKEN), "the server logged the token: {log}");

@@ -62,12 +62,17 @@ async function main() {
     const page = context.pages()[0] ?? (await context.newPage());
     page.setDefaultTimeout(WAIT_MS);
     // A Content-Security-Policy that blocked the page's own script or style would show here.
-    // Before signing in, GET / answers 401 on purpose and the browser logs it.
+    // The browser logs every 4xx answer as an error: the steps that provoke one on purpose say
+    // so here (GET / answers 401 before signing in; a refused submission is a 400).
     let signingIn = TOKEN !== undefined;
+    let refusing = false;
     page.on("console", (message) => {
       // The browser's own favicon request may 404; the page asks for nothing else.
       const where = message.location()?.url ?? "";
-      const expected = where.endsWith("/favicon.ico") || (signingIn && message.text().includes("401"));
+      const expected =
+        where.endsWith("/favicon.ico") ||
+        (signingIn && message.text().includes("401")) ||
+        (refusing && where.endsWith("/api/runs") && message.text().includes("400"));
       if (message.type() === "error" && !expected) problems.push(`${message.text()} (${where})`);
     });
     page.on("pageerror", (error) => problems.push(String(error)));
@@ -107,6 +112,15 @@ async function main() {
     const formError = page.locator("#form-error");
     check((await formError.textContent()).includes("Composition"), "an empty submit shows no error");
 
+    // A submission the server refuses shows the server's sentence next to the form.
+    await page.getByLabel("Composition (YAML)").fill(fs.readFileSync(env("DOCSFAB_QUICK_COMPOSITION"), "utf8"));
+    await page.getByLabel("Directory", { exact: true }).fill("/");
+    refusing = true;
+    await page.getByRole("button", { name: "Submit run" }).click();
+    await formError.filter({ hasText: "workspace" }).waitFor();
+    refusing = false;
+    result.refused = await formError.textContent();
+
     // Submit the quick composition and watch it succeed.
     const quick = await submit(page, fs.readFileSync(env("DOCSFAB_QUICK_COMPOSITION"), "utf8"));
     result.succeeded = quick;
@@ -139,6 +153,13 @@ async function main() {
     await waitForStatus(page, long, "cancelled");
     result.cancelled = long;
     check((await page.locator("#action-note").textContent()).includes(long), "the cancel outcome is not shown");
+
+    // An ended run can be submitted again from its row.
+    await row(page, quick).getByRole("button", { name: `Rerun run ${quick}` }).click();
+    const again = page.locator("#action-note").filter({ hasText: `Run ${quick} submitted again as run ` });
+    await again.waitFor();
+    result.rerun = (await again.textContent()).split(" as run ")[1].replace(/\.$/, "");
+    await row(page, result.rerun).waitFor();
 
     result.axeRulesPassed = await accessibility(page, "the page with runs");
 
