@@ -1,7 +1,8 @@
 // The web page of `docsfab serve` driven in headless Chromium by playwright-core, as a person
-// would use it: sign in (when the server wants a token), submit a composition through the form,
-// watch its status become `succeeded`, open its report, submit a long run and cancel it with the
-// keyboard, see `cancelled`. tests/serve_web.rs starts the server and runs this script.
+// would use it: sign in (when the server wants a token), see a refused submission's sentence
+// next to the form, submit a composition, watch its status become `succeeded`, open its report,
+// submit a long run and cancel it with the keyboard, see `cancelled`, rerun the first run, and
+// let axe-core check the WCAG 2.1 A/AA rules. tests/serve_web.rs starts the server and runs this.
 //
 // Environment (all set by serve_web.rs):
 //   DOCSFAB_SERVE_URL          http://127.0.0.1:PORT of the server
@@ -13,8 +14,8 @@
 //   DOCSFAB_PROFILE            a fresh, empty directory for the browser profile
 //   DOCSFAB_TOKEN              optional: the server's access token, entered on the sign-in page
 //   DOCSFAB_SCREENSHOT         optional: where to save a PNG of the page at the end
-// Prints one JSON line {"succeeded": ID, "cancelled": ID, ...} and exits 0, or exits 1 with the
-// reason on stderr.
+// Prints one JSON line {"succeeded": ID, "cancelled": ID, "rerun": ID, ...} and exits 0, or
+// exits 1 with the reason on stderr.
 
 import { createRequire } from "node:module";
 import fs from "node:fs";
