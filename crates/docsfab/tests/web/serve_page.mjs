@@ -150,6 +150,10 @@ async function main() {
     await waitForStatus(page, long, "running");
     const cancel = row(page, long).getByRole("button", { name: `Cancel run ${long}` });
     await cancel.focus();
+    // The list refreshes every second; a refresh must leave the focused button focused.
+    await page.waitForResponse((r) => r.url().includes("/api/runs?"));
+    await page.waitForResponse((r) => r.url().includes("/api/runs?"));
+    check(await cancel.evaluate((b) => b === document.activeElement), "a refresh took the focus off the Cancel button");
     await page.keyboard.press("Enter");
     await waitForStatus(page, long, "cancelled");
     result.cancelled = long;
