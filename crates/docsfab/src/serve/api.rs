@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Shared;
-use crate::error::ErrorKind;
+use super::reply::{ApiError, error_response};
 
 /// The largest request body accepted (a composition is a small YAML file).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -50,54 +50,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
             super::auth::same_site,
         ))
         .with_state(shared)
-}
-
-/// `{"error": message}` with `status`.
-pub fn error_response(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(json!({ "error": message }))).into_response()
-}
-
-/// A refusal: its status and one sentence.
-pub struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-        }
-    }
-
-    fn internal(message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message.to_string())
-    }
-
-    fn unknown_run(id: &str) -> ApiError {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("there is no run {id:?} in the store; list runs with GET /api/runs."),
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let line = docsfab_boundary::redact::Redactor::default().line(&self.message);
-        error_response(self.status, &line)
-    }
-}
-
-impl From<crate::error::CliError> for ApiError {
-    fn from(e: crate::error::CliError) -> ApiError {
-        let status = match e.kind {
-            ErrorKind::BadInput => StatusCode::BAD_REQUEST,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        ApiError::new(status, e.message)
-    }
 }
 
 /// A store failure in words, naming what was being done.

@@ -12,7 +12,7 @@ use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
 use super::Shared;
-use super::api::error_response;
+use super::reply::error_response;
 use crate::error::CliError;
 
 /// The cookie the web page stores the token in.

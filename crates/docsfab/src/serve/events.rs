@@ -17,7 +17,7 @@ use docsfab_runtime::record::{RunRecord, RunStatus};
 use serde_json::json;
 
 use super::Shared;
-use super::api::ApiError;
+use super::reply::ApiError;
 
 const POLL: Duration = Duration::from_millis(250);
 const HEARTBEAT: Duration = Duration::from_secs(15);

@@ -16,6 +16,7 @@ mod events;
 mod jobs;
 mod metrics;
 pub mod page;
+mod reply;
 mod submit;
 
 use std::collections::HashMap;
