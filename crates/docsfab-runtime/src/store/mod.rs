@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::record::{
     Access, AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary, StepFailure,
-    TransportRetry,
+    StepRecord, TransportRetry,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
@@ -96,6 +96,26 @@ pub struct StepStart {
     pub configured_max_retries: u32,
     pub effective_max_retries: u32,
     pub transport_retry: TransportRetry,
+}
+
+impl StepStart {
+    /// The step's record as both backends store it when it starts: running, no attempts yet.
+    fn record(&self, for_each: Option<&ForEach>) -> StepRecord {
+        StepRecord {
+            step_id: self.step_id.clone(),
+            access: self.access,
+            status: RunStatus::Running,
+            configured_max_retries: self.configured_max_retries,
+            effective_max_retries: self.effective_max_retries,
+            transport_retry: self.transport_retry,
+            failure: None,
+            output: None,
+            interrupted_attempt: None,
+            for_each: for_each.cloned(),
+            held_ms: 0,
+            attempts: Vec::new(),
+        }
+    }
 }
 
 /// How a step ended.

@@ -317,21 +317,7 @@ impl PgRunStore {
         step: &StepStart,
         for_each: Option<&ForEach>,
     ) -> Result<u32, StoreError> {
-        let record = StepRecord {
-            step_id: step.step_id.clone(),
-            access: step.access,
-            status: RunStatus::Running,
-            configured_max_retries: step.configured_max_retries,
-            effective_max_retries: step.effective_max_retries,
-            transport_retry: step.transport_retry,
-            failure: None,
-            output: None,
-            interrupted_attempt: None,
-            for_each: for_each.cloned(),
-            held_ms: 0,
-            attempts: Vec::new(),
-        };
-        let json = to_json(&record)?;
+        let json = to_json(&step.record(for_each))?;
         let (run_id, step_id) = (run_id.to_owned(), step.step_id.clone());
         self.write(move |tx| {
             require_running(tx, &run_id)?;
