@@ -31,12 +31,13 @@ struct Worker {
 }
 
 impl Worker {
-    /// A worker with a `DOCSFAB_HOME` of its own (named `name` beside the setup's home), as on
-    /// a machine of its own: only the database is shared.
+    /// A worker on the setup's home.
     fn start(setup: &Setup, store: &str, jobs: u32) -> Worker {
         Worker::start_in(setup, &setup.home(), store, jobs)
     }
 
+    /// A worker with a `DOCSFAB_HOME` of its own (named `name` beside the setup's home), as on
+    /// a machine of its own: only the database is shared.
     fn start_apart(setup: &Setup, name: &str, store: &str, jobs: u32) -> Worker {
         let home = setup.dir.path().join(name);
         std::fs::create_dir_all(&home).unwrap();
