@@ -143,6 +143,27 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
 
 /// Stores the files of attempt `attempt`, inside the caller's transaction. A file's contents
 /// are kept when [`classify`] says text and the run stays within [`MAX_RUN_BYTES`].
+/// How each of an attempt's files is finally kept, given the bytes the run already keeps
+/// (`used`): text past the run's cap ([`MAX_RUN_BYTES`]) is kept as `RunCap` (digests only).
+/// Both store backends apply it, so they keep the same files.
+pub(crate) fn under_run_cap(mut used: u64, files: &[(WrittenFile, Kept)]) -> Vec<Kept> {
+    let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
+    files
+        .iter()
+        .map(|(file, kept)| {
+            let size = len(&file.before) + len(&file.after);
+            if *kept != Kept::Text {
+                *kept
+            } else if used + size > MAX_RUN_BYTES {
+                Kept::RunCap
+            } else {
+                used += size;
+                Kept::Text
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn insert(
     conn: &Connection,
     run_id: &str,
@@ -150,24 +171,15 @@ pub(crate) fn insert(
     attempt: u32,
     files: &[(WrittenFile, Kept)],
 ) -> Result<(), StoreError> {
-    let mut used: u64 = conn.query_row(
+    let used: u64 = conn.query_row(
         "SELECT COALESCE(SUM(COALESCE(LENGTH(before), 0) + COALESCE(LENGTH(after), 0)), 0)
          FROM written_files WHERE run_id = ?1",
         [run_id],
         |r| r.get::<_, i64>(0),
     )? as u64;
-    for (seq, (file, kept)) in files.iter().enumerate() {
+    for (seq, ((file, _), kept)) in files.iter().zip(under_run_cap(used, files)).enumerate() {
         let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
-        let size = len(&file.before) + len(&file.after);
-        let kept = if *kept == Kept::Text && used + size > MAX_RUN_BYTES {
-            Kept::RunCap
-        } else {
-            *kept
-        };
         let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
-        if kept == Kept::Text {
-            used += size;
-        }
         conn.execute(
             "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
                  sha256_before, sha256_after, bytes_before, bytes_after, before, after)

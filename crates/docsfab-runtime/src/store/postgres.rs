@@ -29,7 +29,7 @@ use crate::record::{
     StepRecord, WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
-use crate::written::{Kept, MAX_RUN_BYTES, Side, StoredWrite};
+use crate::written::{self, Kept, Side, StoredWrite};
 
 // ---- The store ------------------------------------------------------------------------------
 
@@ -897,9 +897,8 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
     Ok(Some(record))
 }
 
-// lead: dedupe at merge (crate::written::insert, for SQLite)
 /// Stores the files of attempt `attempt` inside the caller's transaction, with the run's
-/// contents cap applied as SQLite's store applies it.
+/// contents cap applied as SQLite's store applies it ([`written::under_run_cap`]).
 fn insert_written(
     tx: &mut impl GenericClient,
     run_id: &str,
@@ -915,20 +914,11 @@ fn insert_written(
             &[&run_id],
         )?
         .get(0);
-    let mut used = u64::try_from(used).unwrap_or(0);
+    let kepts = written::under_run_cap(u64::try_from(used).unwrap_or(0), files);
     let (index, number) = (to_i32(step_index)?, to_i32(attempt)?);
-    for (seq, (file, kept)) in (1_i32..).zip(files) {
+    for (seq, ((file, _), kept)) in (1_i32..).zip(files.iter().zip(kepts)) {
         let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
-        let size = len(&file.before) + len(&file.after);
-        let kept = if *kept == Kept::Text && used + size > MAX_RUN_BYTES {
-            Kept::RunCap
-        } else {
-            *kept
-        };
         let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
-        if kept == Kept::Text {
-            used += size;
-        }
         let bytes = |side: &Option<Vec<u8>>| i64::try_from(len(side)).unwrap_or(i64::MAX);
         tx.execute(
             "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
@@ -953,7 +943,6 @@ fn insert_written(
     Ok(())
 }
 
-// lead: dedupe at merge (crate::written::load, for SQLite)
 /// Every stored file of the run, in the order the run wrote them.
 fn load_written(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Vec<StoredWrite>> {
     let rows = tx.query(
