@@ -636,7 +636,8 @@ fn issue15_errors_never_show_the_password() {
     };
     let wrong = db.url.with_database("dft_no_such_database_here");
     let e = PgRunStore::open(&wrong).unwrap_err().to_string();
-    assert!(e.contains("***"), "{e}");
+    // The test server's URL may have no password (CI's trusts loopback): then there is
+    // nothing to hide and only the redaction marker's absence is expected.
     let password = db
         .url
         .as_str()
@@ -645,8 +646,12 @@ fn issue15_errors_never_show_the_password() {
         .and_then(|rest| rest.split('@').next())
         .and_then(|userinfo| userinfo.split_once(':'))
         .map(|(_, p)| p.to_owned());
-    if let Some(password) = password {
-        assert!(!e.contains(&format!(":{password}@")), "{e}");
+    match password {
+        Some(password) => {
+            assert!(e.contains("***"), "{e}");
+            assert!(!e.contains(&format!(":{password}@")), "{e}");
+        }
+        None => assert!(!e.contains("***"), "{e}"),
     }
 }
 

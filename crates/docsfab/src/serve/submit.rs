@@ -50,10 +50,15 @@ pub fn validate_composition(
 }
 
 /// `the composition /x/y.yaml ...` becomes `the submitted composition ...`; any other mention
-/// of the temporary path too.
+/// of the temporary path too. There is no file for the submitter to fix: the advice names the
+/// composition instead.
 fn unname(message: &str, path: &Path) -> String {
     let shown = path.display().to_string();
     message
+        .replace(
+            "; fix the file",
+            "; fix the composition and submit it again",
+        )
         .replace(&format!("the composition {shown}"), SUBMITTED)
         .replace(
             &format!("The composition {shown}"),
