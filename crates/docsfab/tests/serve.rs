@@ -1067,6 +1067,23 @@ fn issue15_cross_site_requests_are_refused() {
         .send()
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // A link followed from another site (a top-level GET navigation) opens the page.
+    let r = http
+        .get(server.url("/"))
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate")
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = http
+        .post(server.url("/api/runs"))
+        .header("sec-fetch-site", "cross-site")
+        .header("sec-fetch-mode", "navigate")
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "a cross-site form post");
     let r = http
         .get(server.url("/api/runs"))
         .header("host", "rebound.example:80")

@@ -83,7 +83,13 @@ pub async fn same_site(State(shared): State<Arc<Shared>>, req: Request, next: Ne
     let headers = req.headers();
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let host = text(header::HOST).unwrap_or("");
-    let cross_site = text(header::HeaderName::from_static("sec-fetch-site")) == Some("cross-site");
+    // A person following a link from another site (a wiki, a chat) to a report is a top-level
+    // GET navigation: it changes nothing and its answer goes to that person, not to the other
+    // site's script, so it is let through. Everything else from another site is refused.
+    let navigation = req.method() == axum::http::Method::GET
+        && text(header::HeaderName::from_static("sec-fetch-mode")) == Some("navigate");
+    let cross_site = !navigation
+        && text(header::HeaderName::from_static("sec-fetch-site")) == Some("cross-site");
     let foreign_origin = text(header::ORIGIN)
         .is_some_and(|origin| !origin.eq_ignore_ascii_case(&format!("http://{host}")));
     if cross_site || foreign_origin {
