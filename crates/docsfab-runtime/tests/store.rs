@@ -1,78 +1,16 @@
 //! The run store against real SQLite files and real processes.
 
-use std::collections::BTreeMap;
+mod records;
+
 use std::process::{Command, Stdio};
 
-use docsfab_runtime::ledger::{Disposition, LeaseStop};
 use docsfab_runtime::record::*;
 use docsfab_runtime::snapshot::WrittenFile;
-use docsfab_runtime::store::{BusyRetry, RunStore, StepEnd, StepStart, StoreError, StoreOptions};
+use docsfab_runtime::store::{BusyRetry, RunStore, StepEnd, StoreError, StoreOptions};
 use docsfab_runtime::written::{Kept, MAX_RUN_BYTES, MAX_SIDE_BYTES};
 use docsfab_throttle::process::Holder;
+use records::*;
 use serde_json::json;
-
-fn step_start(id: &str) -> StepStart {
-    StepStart {
-        step_id: id.into(),
-        access: Access::ReadOnly,
-        configured_max_retries: 3,
-        effective_max_retries: 2,
-        transport_retry: TransportRetry {
-            max_transport_retries: 6,
-            transport_max_delay_ms: 60_000,
-            transport_max_elapsed_ms: 3_600_000,
-            base_delay_ms: 1000,
-        },
-    }
-}
-
-fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
-    AttemptRecord {
-        attempt: n,
-        budget: if n == 1 {
-            Budget::Initial
-        } else {
-            Budget::Transport
-        },
-        status: if decision == RetryDecision::None {
-            AttemptStatus::Succeeded
-        } else {
-            AttemptStatus::Failed
-        },
-        started_at: rfc3339_utc(std::time::SystemTime::now()),
-        provider_error_class: None,
-        http_status: None,
-        retry_after_ms: None,
-        failure_category: None,
-        failure_class: None,
-        code: None,
-        message: None,
-        answer_excerpt: None,
-        answer_bytes: None,
-        timeout_kind: None,
-        retry_rule: None,
-        retry: Retry { decision },
-        wait_ms: decision.is_scheduled().then_some(1000),
-        write_settlement: None,
-        write_restore: None,
-        files_written: None,
-        usage: Usage {
-            input_tokens: 100 * u64::from(n),
-            output_tokens: 7,
-        },
-        duration_ms: 1234,
-        lease: LeaseRecord {
-            max_turns: 12,
-            turns_used: 1,
-            executed_tool_calls: 0,
-            tool_counters: BTreeMap::new(),
-            stop_reason: LeaseStop::ProviderFailed,
-            disposition: Disposition::Failed,
-            evidence: None,
-        },
-        turns: vec![],
-    }
-}
 
 /// Requirement: OPS-1.
 #[test]

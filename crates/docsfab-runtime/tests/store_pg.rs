@@ -5,89 +5,26 @@
 //! Test bodies take `&mut PgRunStore` so that they can later run against the store facade for
 //! both backends.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod records;
+
+use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
 use docsfab_pg::testing::{TestDb, fresh_database};
 use docsfab_pg::{Pg, PgUrl};
-use docsfab_runtime::ledger::{Disposition, LeaseStop};
 use docsfab_runtime::record::*;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::postgres::PgRunStore;
-use docsfab_runtime::store::{
-    CancelRequest, JobSpec, JobWorkspace, RunStore, StepEnd, StepStart, StoreError,
-};
+use docsfab_runtime::store::{CancelRequest, JobSpec, JobWorkspace, RunStore, StepEnd, StoreError};
 use docsfab_runtime::written::{self, Kept};
 use docsfab_throttle::process::Holder;
+use records::*;
 use serde_json::json;
 
 fn pg_store(label: &str) -> Option<(TestDb, PgRunStore)> {
     let db = fresh_database(label)?;
     let store = PgRunStore::open(&db.url).expect("open the PostgreSQL store");
     Some((db, store))
-}
-
-fn step_start(id: &str, access: Access) -> StepStart {
-    StepStart {
-        step_id: id.into(),
-        access,
-        configured_max_retries: 3,
-        effective_max_retries: 2,
-        transport_retry: TransportRetry {
-            max_transport_retries: 6,
-            transport_max_delay_ms: 60_000,
-            transport_max_elapsed_ms: 3_600_000,
-            base_delay_ms: 1000,
-        },
-    }
-}
-
-fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
-    AttemptRecord {
-        attempt: n,
-        budget: if n == 1 {
-            Budget::Initial
-        } else {
-            Budget::Transport
-        },
-        status: if decision == RetryDecision::None {
-            AttemptStatus::Succeeded
-        } else {
-            AttemptStatus::Failed
-        },
-        started_at: rfc3339_utc(std::time::SystemTime::now()),
-        provider_error_class: None,
-        http_status: None,
-        retry_after_ms: None,
-        failure_category: None,
-        failure_class: None,
-        code: None,
-        message: None,
-        answer_excerpt: None,
-        answer_bytes: None,
-        timeout_kind: None,
-        retry_rule: None,
-        retry: Retry { decision },
-        wait_ms: decision.is_scheduled().then_some(1000),
-        write_settlement: None,
-        write_restore: None,
-        files_written: None,
-        usage: Usage {
-            input_tokens: 100 * u64::from(n),
-            output_tokens: 7,
-        },
-        duration_ms: 1234,
-        lease: LeaseRecord {
-            max_turns: 12,
-            turns_used: 1,
-            executed_tool_calls: 0,
-            tool_counters: BTreeMap::new(),
-            stop_reason: LeaseStop::ProviderFailed,
-            disposition: Disposition::Failed,
-            evidence: None,
-        },
-        turns: vec![],
-    }
 }
 
 fn context() -> RunContext {
@@ -174,7 +111,7 @@ macro_rules! record_scenario {
         let store = $store;
         let run = store.create_run_with_context("quickstart", &context()).unwrap();
         let outline = store
-            .begin_step(&run, &step_start("outline", Access::ReadOnly))
+            .begin_step(&run, &step_start_with("outline", Access::ReadOnly))
             .unwrap();
         store
             .record_attempt(&run, outline, &attempt(1, RetryDecision::Scheduled))
@@ -201,7 +138,7 @@ macro_rules! record_scenario {
             Err(StoreError::StepFinished { .. })
         ));
         let pages = store
-            .begin_step(&run, &step_start("pages", Access::Write))
+            .begin_step(&run, &step_start_with("pages", Access::Write))
             .unwrap();
         assert_eq!((outline, pages), (0, 1));
         store
@@ -221,20 +158,20 @@ macro_rules! record_scenario {
         ));
         store.finish_run(&run, RunStatus::Succeeded).unwrap();
         assert!(matches!(
-            store.begin_step(&run, &step_start("late", Access::ReadOnly)),
+            store.begin_step(&run, &step_start_with("late", Access::ReadOnly)),
             Err(StoreError::NotRunning {
                 status: "succeeded",
                 ..
             })
         ));
         assert!(matches!(
-            store.begin_step("run-none", &step_start("x", Access::ReadOnly)),
+            store.begin_step("run-none", &step_start_with("x", Access::ReadOnly)),
             Err(StoreError::UnknownRun(_))
         ));
 
         let killed = store.create_run_owned_by("quickstart", $dead_owner).unwrap();
         let step = store
-            .begin_step(&killed, &step_start("pages", Access::Write))
+            .begin_step(&killed, &step_start_with("pages", Access::Write))
             .unwrap();
         store
             .record_write_intent(&killed, step, 1, "write_file", "docs/old.md")
@@ -384,7 +321,7 @@ fn claim_is_fifo(store: &mut PgRunStore) {
     let record = store.load_run(&ids[0]).unwrap().unwrap();
     assert_eq!(record.workspace.as_deref(), Some("/srv/project"));
     let step = store
-        .begin_step(&ids[0], &step_start("s", Access::ReadOnly))
+        .begin_step(&ids[0], &step_start_with("s", Access::ReadOnly))
         .unwrap();
     assert_eq!(step, 0);
 }
@@ -506,7 +443,7 @@ fn reaps_dead_workers_only(store: &mut PgRunStore) {
     add_worker(&url, "elsewhere/8/alive", true);
     let dead = store.create_run_owned_by("q", "elsewhere/7/dead").unwrap();
     let step = store
-        .begin_step(&dead, &step_start("pages", Access::Write))
+        .begin_step(&dead, &step_start_with("pages", Access::Write))
         .unwrap();
     store
         .record_write_intent(&dead, step, 1, "write_file", "docs/a.md")
@@ -566,7 +503,7 @@ fn two_reapers_account_each_run_once(store: &mut PgRunStore) {
     for _ in 0..20 {
         let run = store.create_run_owned_by("q", "elsewhere/9/dead").unwrap();
         let step = store
-            .begin_step(&run, &step_start("pages", Access::Write))
+            .begin_step(&run, &step_start_with("pages", Access::Write))
             .unwrap();
         store
             .record_write_intent(&run, step, 1, "write_file", "docs/a.md")
@@ -672,7 +609,7 @@ fn issue15_worker_child() {
         "own" => {
             let run = store.create_run_with_context("q", &context()).unwrap();
             let step = store
-                .begin_step(&run, &step_start("pages", Access::Write))
+                .begin_step(&run, &step_start_with("pages", Access::Write))
                 .unwrap();
             store
                 .record_write_intent(&run, step, 1, "write_file", "docs/a.md")
