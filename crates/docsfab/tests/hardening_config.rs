@@ -172,13 +172,31 @@ fn assert_clear_refusal(out: &Out, secrets: &[&str], what: &str) -> String {
         "{what}: {} characters: {text}",
         text.chars().count()
     );
+    // Paths are the operator's own words (and temp directories have random names that can
+    // spell `u32` or `SQL`), so internals are looked for in the sentence without its paths.
+    let words = without_paths(text);
     for w in INTERNALS {
-        assert!(!text.contains(w), "{what}: {w:?} in: {text}");
+        assert!(!words.contains(w), "{what}: {w:?} in: {text}");
     }
     for s in secrets {
         assert!(!text.contains(s), "{what}: secret echoed: {text}");
     }
     text.to_string()
+}
+
+/// `text` with every absolute path (a word starting with `/`, perhaps after a quote) left out.
+fn without_paths(text: &str) -> String {
+    text.split_whitespace()
+        .filter(|w| !w.trim_start_matches(['`', '"', '\'', '(']).starts_with('/'))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn hardening_refusal_check_ignores_random_temp_names_but_not_the_sentence() {
+    let line = "error: /tmp/.tmpdu32zD/host.yaml line 11: a u32 leaked";
+    assert_eq!(without_paths(line), "error: line 11: a u32 leaked");
+    assert_eq!(without_paths("see `/tmp/SQLx/a`"), "see");
 }
 
 fn mkfifo(path: &Path) {
