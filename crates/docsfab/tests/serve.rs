@@ -561,6 +561,23 @@ fn issue15_jobs_1_is_fifo_and_cancel_works_queued_and_running_and_rerun_requeues
     assert_eq!(body["outcome"], "requested");
     let record = server.wait_status(&first, "cancelled");
     assert_eq!(record["steps"][0]["status"], "cancelled");
+    // The attempt that was in flight is recorded, cancelled (REP-9's rule for a cancelled turn).
+    let attempts = record["steps"][0]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{record}");
+    assert_eq!(attempts[0]["status"], "cancelled", "{record}");
+    // The list (the web page's source) counts it too.
+    let listed = server.json("/api/runs?status=cancelled");
+    let row = listed["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["runId"] == first.as_str())
+        .unwrap();
+    assert_eq!(
+        (row["steps"].clone(), row["attempts"].clone()),
+        (json!(1), json!(1)),
+        "{row}"
+    );
 
     let r = server.post(&format!("/api/runs/{second}/rerun"), &json!({}));
     assert_eq!(r.status(), StatusCode::ACCEPTED);

@@ -207,6 +207,9 @@ fn drive_page(tools: &Tools, with_token: bool, shot: &str) -> Value {
     let cancelled = setup.show_json(report["cancelled"].as_str().unwrap());
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(cancelled["composition"], "waits-for-cancel");
+    // The attempt the cancel ended is recorded, and the page counted it.
+    assert_eq!(cancelled["steps"][0]["attempts"][0]["status"], "cancelled");
+    assert_eq!(report["cancelledAttempts"], "1", "{report}");
     // The Rerun button queued a new run of the succeeded one's submission.
     let rerun = setup.show_json(report["rerun"].as_str().unwrap());
     assert_eq!(rerun["composition"], "small");

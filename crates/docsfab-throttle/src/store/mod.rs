@@ -321,6 +321,14 @@ mod tests {
                             };
                             let n = now.fetch_add(1, Ordering::SeqCst) + 1;
                             peak.fetch_max(n, Ordering::SeqCst);
+                            // Until the cap has been seen reached, hold the permit a while so a
+                            // slow backend (a PostgreSQL decision takes milliseconds) lets a
+                            // second holder in; after that, hold it only briefly.
+                            let mut held = 0;
+                            while peak.load(Ordering::SeqCst) < 2 && held < 500 {
+                                std::thread::sleep(std::time::Duration::from_millis(1));
+                                held += 1;
+                            }
                             std::thread::sleep(std::time::Duration::from_millis(1));
                             now.fetch_sub(1, Ordering::SeqCst);
                             store

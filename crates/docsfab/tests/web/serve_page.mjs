@@ -157,6 +157,8 @@ async function main() {
     await page.keyboard.press("Enter");
     await waitForStatus(page, long, "cancelled");
     result.cancelled = long;
+    // The row shows the attempt the cancel ended (status and count come from one list answer).
+    result.cancelledAttempts = (await row(page, long).locator("td.num").nth(2).textContent()).trim(); // duration, steps, attempts
     check((await page.locator("#action-note").textContent()).includes(long), "the cancel outcome is not shown");
 
     // An ended run can be submitted again from its row.
