@@ -32,17 +32,28 @@ async fn the_route_buffers_the_whole_stream_before_its_first_byte_bnd_1() {
             routed.first_byte.as_millis(),
             routed.total.as_millis()
         );
-        // The simulator sends the head and the first event at once...
-        assert!(direct.first_byte < Duration::from_millis(EVENT_DELAY_MS * 4));
-        // ...while the route sends nothing before the upstream stream has ended: at least the
-        // pauses between the events the simulator sent.
+        // The pauses between the events the simulator sends: a lower bound on any stream's
+        // length. The checks compare times with it, never with a tight ceiling, so a loaded
+        // machine cannot fail them.
         let upstream = Duration::from_millis(EVENT_DELAY_MS * u64::from(EVENTS));
+        // A direct client gets its first byte long before its last (the answer streams)...
+        assert!(
+            direct.first_byte + upstream / 2 <= direct.total,
+            "{api}: direct first byte {:?}, last {:?}",
+            direct.first_byte,
+            direct.total
+        );
+        // ...while the route sends nothing before the upstream stream has ended.
         assert!(
             routed.first_byte >= upstream,
             "{api}: first byte after {:?}, before the stream could have ended ({upstream:?})",
             routed.first_byte
         );
-        // And it arrives in one piece with it.
-        assert!(routed.total - routed.first_byte < Duration::from_millis(EVENT_DELAY_MS));
+        // And it arrives in one piece with it, not paced like the upstream stream.
+        assert!(
+            routed.total - routed.first_byte < upstream / 2,
+            "{api}: the routed answer took {:?} after its first byte",
+            routed.total - routed.first_byte
+        );
     }
 }
