@@ -59,6 +59,11 @@ pub struct RunRecord {
     /// read (0 in a record written before the throttle existed).
     #[serde(default)]
     pub held_ms: u64,
+    /// Why the run ended, in one sentence, when its steps cannot say it: a served run that could
+    /// not start (its clone failed, its host did not resolve), one cancelled while queued, one
+    /// marked `interrupted`. `null` for a run that ended through its steps.
+    #[serde(default)]
+    pub end_reason: Option<String>,
     pub steps: Vec<StepRecord>,
 }
 

@@ -177,7 +177,7 @@ async fn run_over_http(
         Ok(ready) => ready,
         Err(e) => {
             if let Some(run_id) = &claimed {
-                let _ = store.finish_run(run_id, RunStatus::Failed);
+                let _ = store.finish_run_because(run_id, RunStatus::Failed, &e.to_string());
             }
             return Err(e);
         }

@@ -418,6 +418,7 @@ mod tests {
             model: None,
             docsfab_version: None,
             held_ms: 0,
+            end_reason: None,
             steps: vec![StepRecord {
                 step_id: "s".into(),
                 access: Access::ReadOnly,

@@ -10,7 +10,7 @@ use std::sync::Barrier;
 
 use docsfab_runtime::record::*;
 use docsfab_runtime::store::{
-    CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError, StoreOptions, StoreUrl,
+    CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError, StoreOptions, StoreUrl, end_reason,
 };
 use docsfab_throttle::process::Holder;
 use serde_json::json;
@@ -72,6 +72,7 @@ on_every_backend!(
     issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads,
     issue15_job_spec_round_trips_with_its_json_shape,
     issue15_counts_and_a_status_filtered_listing,
+    issue15_a_run_ended_outside_its_steps_keeps_why_as_its_end_reason,
 );
 
 fn spec(name: &str) -> JobSpec {
@@ -172,6 +173,10 @@ fn issue15_cancelling_a_queued_run_ends_it_at_once_with_no_steps(place: &Place) 
     assert_eq!(record.status, RunStatus::Cancelled);
     assert!(record.ended_at.is_some());
     assert!(record.steps.is_empty());
+    assert_eq!(
+        record.end_reason.as_deref(),
+        Some(end_reason::CANCELLED_WHILE_QUEUED)
+    );
     validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
     assert_eq!(
         store.claim_next().unwrap(),
@@ -213,6 +218,51 @@ fn issue15_cancelling_a_running_run_sets_the_flag_its_worker_reads(place: &Place
         api.cancel_requested("run-19700101-000000-000000"),
         Err(StoreError::UnknownRun(_))
     ));
+}
+
+/// A run its steps cannot explain (a served run whose clone failed) keeps the sentence as its
+/// `endReason`, read back by any connection; a run that ended through its steps has none.
+fn issue15_a_run_ended_outside_its_steps_keeps_why_as_its_end_reason(place: &Place) {
+    let mut worker = place.open();
+    let failed = worker.enqueue(&spec("clone")).unwrap();
+    let ok = worker.enqueue(&spec("fine")).unwrap();
+    assert_eq!(worker.claim_next().unwrap().unwrap().run_id, failed);
+    assert_eq!(worker.claim_next().unwrap().unwrap().run_id, ok);
+    let why = "git clone of file:///nowhere failed: repository not found";
+    worker
+        .finish_run_because(&failed, RunStatus::Failed, why)
+        .unwrap();
+    worker.finish_run(&ok, RunStatus::Succeeded).unwrap();
+    let other = place.open();
+    let record = other.load_run(&failed).unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.end_reason.as_deref()),
+        (RunStatus::Failed, Some(why))
+    );
+    let value = serde_json::to_value(&record).unwrap();
+    assert_eq!(value["endReason"], why);
+    validate_against_schema(&value).unwrap();
+    let record = other.load_run(&ok).unwrap().unwrap();
+    assert_eq!(record.end_reason, None);
+    assert_eq!(
+        serde_json::to_value(&record).unwrap()["endReason"],
+        json!(null)
+    );
+    // Ending is still once: a second end is refused and the first reason stays.
+    assert!(
+        worker
+            .finish_run_because(&failed, RunStatus::Cancelled, "again")
+            .is_err()
+    );
+    assert_eq!(
+        other
+            .load_run(&failed)
+            .unwrap()
+            .unwrap()
+            .end_reason
+            .as_deref(),
+        Some(why)
+    );
 }
 
 fn issue15_job_spec_round_trips_with_its_json_shape(place: &Place) {
@@ -268,6 +318,11 @@ fn issue15_reopening_keeps_queued_runs_queued_and_interrupts_a_dead_owners_run()
     let mut store = RunStore::open(&path).unwrap();
     assert_eq!(store.interrupted_on_open(), std::slice::from_ref(&dead));
     assert_eq!(status_of(&store, &dead), RunStatus::Interrupted);
+    let pid = dead_holder().pid;
+    assert_eq!(
+        store.load_run(&dead).unwrap().unwrap().end_reason,
+        Some(end_reason::owner_process_gone(pid))
+    );
     for run in &queued {
         assert_eq!(status_of(&store, run), RunStatus::Queued);
     }
@@ -347,7 +402,8 @@ fn issue15_a_store_from_before_the_queue_gains_its_columns() {
         conn.execute_batch(
             "ALTER TABLE runs DROP COLUMN job_spec;
              ALTER TABLE runs DROP COLUMN cancel_requested;
-             ALTER TABLE runs DROP COLUMN queued_seq;",
+             ALTER TABLE runs DROP COLUMN queued_seq;
+             ALTER TABLE runs DROP COLUMN end_reason;",
         )
         .unwrap();
         let cols = columns(&conn);
@@ -357,7 +413,7 @@ fn issue15_a_store_from_before_the_queue_gains_its_columns() {
     {
         let conn = rusqlite::Connection::open(&path).unwrap();
         let cols = columns(&conn);
-        for name in ["job_spec", "cancel_requested", "queued_seq"] {
+        for name in ["job_spec", "cancel_requested", "queued_seq", "end_reason"] {
             assert!(cols.contains(&name.to_owned()), "{name} missing: {cols:?}");
         }
     }

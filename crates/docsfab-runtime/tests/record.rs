@@ -130,6 +130,7 @@ fn sample_run() -> RunRecord {
         docsfab_version: Some("0.1.0".into()),
         // Both attempts' second turns were held 1200 ms.
         held_ms: 2400,
+        end_reason: None,
         steps: vec![StepRecord {
             step_id: "outline".into(),
             access: Access::ReadOnly,

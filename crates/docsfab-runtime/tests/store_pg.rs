@@ -15,7 +15,9 @@ use docsfab_pg::{Pg, PgUrl};
 use docsfab_runtime::record::*;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::postgres::PgRunStore;
-use docsfab_runtime::store::{CancelRequest, JobSpec, JobWorkspace, RunStore, StepEnd, StoreError};
+use docsfab_runtime::store::{
+    CancelRequest, JobSpec, JobWorkspace, RunStore, StepEnd, StoreError, end_reason,
+};
 use docsfab_runtime::written::{self, Kept};
 use docsfab_throttle::process::Holder;
 use records::*;
@@ -195,6 +197,8 @@ fn normalized(mut record: RunRecord) -> RunRecord {
     record.run_id = "RUN".into();
     record.started_at = "T".into();
     record.ended_at = record.ended_at.map(|_| "T".into());
+    // An interrupted run's reason names its owner: a process id on SQLite, a worker id here.
+    record.end_reason = record.end_reason.map(|_| "OWNER GONE".into());
     for step in &mut record.steps {
         for a in &mut step.attempts {
             a.started_at = "T".into();
@@ -253,6 +257,14 @@ fn issue15_postgres_records_equal_sqlites_for_the_same_calls() {
     }
     let killed = pg.load_run(&pg_killed).unwrap().unwrap();
     assert_eq!(killed.status, RunStatus::Interrupted);
+    assert_eq!(
+        killed.end_reason,
+        Some(end_reason::owner_worker_gone("elsewhere/1/dead"))
+    );
+    assert_eq!(
+        lite.load_run(&lite_killed).unwrap().unwrap().end_reason,
+        Some(end_reason::owner_process_gone(child.id()))
+    );
     let unfinished = killed.steps[0].interrupted_attempt.as_ref().unwrap();
     assert_eq!(unfinished.attempt, 2);
     let paths: Vec<&str> = unfinished
@@ -464,6 +476,10 @@ fn reaps_dead_workers_only(store: &mut PgRunStore) {
     let record = store.load_run(&dead).unwrap().unwrap();
     assert_eq!(record.status, RunStatus::Interrupted);
     assert!(record.ended_at.is_some());
+    assert_eq!(
+        record.end_reason.as_deref(),
+        Some("its worker elsewhere/7/dead stopped sending heartbeats while the run was running")
+    );
     assert_eq!(record.steps[0].status, RunStatus::Interrupted);
     let unfinished = record.steps[0].interrupted_attempt.as_ref().unwrap();
     assert_eq!(unfinished.attempt, 1);

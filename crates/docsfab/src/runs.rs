@@ -348,6 +348,9 @@ pub fn render_run(r: &RunRecord) -> String {
         r.started_at,
         r.ended_at.as_deref().unwrap_or("- (still running)")
     );
+    if let Some(reason) = &r.end_reason {
+        let _ = writeln!(out, "  why it ended: {}", shown(reason));
+    }
     if r.steps.is_empty() {
         let _ = writeln!(out, "  no step started");
     }

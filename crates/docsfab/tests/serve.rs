@@ -463,15 +463,24 @@ fn issue15_git_workspace_is_cloned_at_its_ref_and_its_diff_is_served() {
 
     let missing = format!("file://{}", tmp.path().join("nothing-here").display());
     let id = server.submit(WRITER, json!({"git": missing, "ref": "main"}));
-    server.wait_status(&id, "failed");
+    let record = server.wait_status(&id, "failed");
+    let reason = record["endReason"].as_str().unwrap().to_owned();
+    assert!(reason.contains("git clone"), "{record}");
     server
         .stderr
         .wait_for(&format!("run {id} failed: git clone of"), WAIT);
+    // The reason is in the store, not in the worker's memory: a restarted server (or any other
+    // worker) streams it, and `runs show` prints it.
+    drop(server);
+    let server = Server::start(&s, &[]);
     let events = read_events(&server, &id);
     let end = events.iter().find(|(name, _)| name == "end").unwrap();
+    assert_eq!(end.1["reason"], reason.as_str(), "{events:?}");
+    let shown = s.docsfab().args(["runs", "show", &id]).output().unwrap();
+    let shown = String::from_utf8(shown.stdout).unwrap();
     assert!(
-        end.1["reason"].as_str().unwrap().contains("git clone"),
-        "{events:?}"
+        shown.contains(&format!("why it ended: {reason}")),
+        "{shown}"
     );
 }
 
@@ -555,12 +564,18 @@ fn issue15_jobs_1_is_fifo_and_cancel_works_queued_and_running_and_rerun_requeues
     let record = server.json(&format!("/api/runs/{second}"));
     assert_eq!(record["status"], "cancelled");
     assert!(record["steps"].as_array().unwrap().is_empty());
+    assert_eq!(
+        record["endReason"],
+        "cancelled while queued, before a worker claimed it"
+    );
 
     let r = server.post(&format!("/api/runs/{first}/cancel"), &json!({}));
     let body: Value = r.json().unwrap();
     assert_eq!(body["outcome"], "requested");
     let record = server.wait_status(&first, "cancelled");
     assert_eq!(record["steps"][0]["status"], "cancelled");
+    // Its step says why (cancelled by the caller), so the run has no reason of its own.
+    assert_eq!(record["endReason"], Value::Null);
     // The attempt that was in flight is recorded, cancelled (REP-9's rule for a cancelled turn).
     let attempts = record["steps"][0]["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 1, "{record}");
@@ -986,6 +1001,11 @@ fn issue15_kill_9_leaves_the_run_interrupted_after_restart() {
     let server = Server::start(&s, &[]);
     let record = server.wait_status(&id, "interrupted");
     assert!(record["endedAt"].is_string());
+    let reason = record["endReason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the process that ran it (pid ") && reason.contains("ended while"),
+        "{record}"
+    );
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(server.status_of(&id), "interrupted");
 }
@@ -1057,6 +1077,7 @@ fn issue15_no_such_provider_host_fails_the_claimed_run_with_the_preflight_reason
         end["reason"].as_str().unwrap().contains("does not exist"),
         "{end}"
     );
+    assert_eq!(record["endReason"], end["reason"], "{record:#}");
 }
 
 /// Requests a browser makes for another site are refused: a foreign Origin, a cross-site

@@ -340,6 +340,13 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
     let killed_at = Instant::now();
     let ended = b.wait_ended(std::slice::from_ref(&slow), Duration::from_secs(60));
     assert_eq!(ended[0]["status"], "interrupted", "{:#}", ended[0]);
+    // The record names the dead worker, so an operator knows which host to look at.
+    let reason = ended[0]["endReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.starts_with("its worker ") && reason.contains("stopped sending heartbeats"),
+        "{:#}",
+        ended[0]
+    );
     // The documented bound is five beats plus one (1.2 s here); no assertion on the clock
     // (the machine is shared), the figure is printed for the record.
     eprintln!("interrupted {:?} after the kill", killed_at.elapsed());

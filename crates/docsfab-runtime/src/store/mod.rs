@@ -440,6 +440,17 @@ impl RunStore {
         on_backend!(&mut self.backend, s => s.finish_run(run_id, status))
     }
 
+    /// [`RunStore::finish_run`] for a run its steps cannot explain (a served run that could not
+    /// start): `reason`, one sentence, becomes the record's `endReason`.
+    pub fn finish_run_because(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        on_backend!(&mut self.backend, s => s.finish_run_because(run_id, status, reason))
+    }
+
     /// Every run, newest first.
     pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
         on_backend!(&self.backend, s => s.list_runs())
@@ -508,6 +519,23 @@ fn new_run_id(started_at: &str, composition: &str, pid: u32, now: SystemTime) ->
         .collect();
     let (date, time) = compact.split_once('T').unwrap_or((&compact, ""));
     format!("run-{date}-{time}-{}", &digest[..6])
+}
+
+/// The sentences a store writes as a run's `endReason` when it ends the run itself, not through
+/// its steps. One home, so both backends say the same thing.
+pub mod end_reason {
+    /// A queued run cancelled before any worker claimed it.
+    pub const CANCELLED_WHILE_QUEUED: &str = "cancelled while queued, before a worker claimed it";
+
+    /// A run whose owning process (SQLite store) is gone.
+    pub fn owner_process_gone(pid: u32) -> String {
+        format!("the process that ran it (pid {pid}) ended while the run was running")
+    }
+
+    /// A run whose owning worker (PostgreSQL store) stopped heartbeating.
+    pub fn owner_worker_gone(worker: &str) -> String {
+        format!("its worker {worker} stopped sending heartbeats while the run was running")
+    }
 }
 
 #[cfg(test)]

@@ -21,8 +21,8 @@ use docsfab_pg::worker::{self, WorkerId};
 use docsfab_pg::{Pg, PgError, PgUrl};
 
 use super::{
-    CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError, from_json,
-    new_run_id, parse_status, to_json,
+    CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError, end_reason,
+    from_json, new_run_id, parse_status, to_json,
 };
 use crate::record::{
     AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
@@ -35,7 +35,8 @@ use crate::written::{self, Kept, Side, StoredWrite};
 
 /// The schema, one step per version (`docsfab_pg::migrate`, component `runs`). Never edit a
 /// step once released: add one.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE runs (
     run_id           TEXT PRIMARY KEY,
     composition      TEXT NOT NULL,
@@ -98,7 +99,11 @@ CREATE TABLE written_files (
     PRIMARY KEY (run_id, step_index, attempt, seq),
     FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
 );
-"];
+",
+    "
+ALTER TABLE runs ADD COLUMN end_reason TEXT;
+",
+];
 
 /// An open PostgreSQL run store: one connection (on its own thread) and this process's worker
 /// id, which owns the runs it creates and claims.
@@ -208,24 +213,25 @@ impl PgRunStore {
         let alive = worker::alive_condition("w");
         self.write(move |tx| {
             let query = format!(
-                "SELECT r.run_id FROM runs r
+                "SELECT r.run_id, r.owner_worker FROM runs r
                  WHERE r.status = 'running'
                    AND NOT EXISTS (SELECT 1 FROM docsfab_workers w
                                    WHERE w.worker_id = r.owner_worker AND {alive})
                  ORDER BY r.queued_seq
                  FOR UPDATE OF r SKIP LOCKED"
             );
-            let orphans: Vec<String> = tx
+            let orphans: Vec<(String, Option<String>)> = tx
                 .query(&query, &[])?
                 .iter()
-                .map(|row| row.get(0))
+                .map(|row| (row.get(0), row.get(1)))
                 .collect();
-            let (ended_at, ended_ms) = now();
-            for run_id in &orphans {
+            let ended = now();
+            for (run_id, worker) in &orphans {
                 account_interrupted_writes(tx, run_id)?;
-                end_run(tx, run_id, RunStatus::Interrupted, &ended_at, ended_ms)?;
+                let reason = end_reason::owner_worker_gone(worker.as_deref().unwrap_or("?"));
+                end_run(tx, run_id, RunStatus::Interrupted, &ended, Some(&reason))?;
             }
-            Ok(orphans)
+            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
         })
     }
 
@@ -474,14 +480,33 @@ impl PgRunStore {
 
     /// Ends a running run. Steps still `running` take the run's final status.
     pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+        self.end_run(run_id, status, None)
+    }
+
+    /// [`Self::finish_run`] with `reason` as the record's `endReason`.
+    pub fn finish_run_because(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.end_run(run_id, status, Some(reason))
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
         if status == RunStatus::Running {
             return Err(StoreError::FinishAsRunning);
         }
         let run_id = run_id.to_owned();
+        let reason = reason.map(str::to_owned);
         self.write(move |tx| {
             require_running(tx, &run_id)?;
-            let (ended_at, ended_ms) = now();
-            end_run(tx, &run_id, status, &ended_at, ended_ms)
+            end_run(tx, &run_id, status, &now(), reason.as_deref())
         })
     }
 
@@ -623,8 +648,8 @@ impl PgRunStore {
             };
             match status {
                 RunStatus::Queued => {
-                    let (ended_at, ended_ms) = now();
-                    end_run(tx, &run_id, RunStatus::Cancelled, &ended_at, ended_ms)?;
+                    let reason = Some(end_reason::CANCELLED_WHILE_QUEUED);
+                    end_run(tx, &run_id, RunStatus::Cancelled, &now(), reason)?;
                     Ok(CancelRequest::CancelledQueued)
                 }
                 RunStatus::Running => {
@@ -710,12 +735,13 @@ fn end_run(
     tx: &mut impl GenericClient,
     run_id: &str,
     status: RunStatus,
-    ended_at: &str,
-    ended_ms: i64,
+    (ended_at, ended_ms): &(String, i64),
+    reason: Option<&str>,
 ) -> TxResult<()> {
     tx.execute(
-        "UPDATE runs SET status = $2, ended_at = $3, ended_ms = $4 WHERE run_id = $1",
-        &[&run_id, &status.as_str(), &ended_at, &ended_ms],
+        "UPDATE runs SET status = $2, ended_at = $3, ended_ms = $4, end_reason = $5
+         WHERE run_id = $1",
+        &[&run_id, &status.as_str(), ended_at, ended_ms, &reason],
     )?;
     tx.execute(
         "UPDATE steps SET status = $2 WHERE run_id = $1 AND status = $3",
@@ -853,7 +879,8 @@ fn list_run_rows(
 
 fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRecord>> {
     let Some(head) = tx.query_opt(
-        "SELECT composition, status, started_at, ended_at, context FROM runs WHERE run_id = $1",
+        "SELECT composition, status, started_at, ended_at, context, end_reason FROM runs
+         WHERE run_id = $1",
         &[&run_id],
     )?
     else {
@@ -891,6 +918,7 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
         docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
+        end_reason: head.get(5),
         steps,
     };
     record.sum_held();

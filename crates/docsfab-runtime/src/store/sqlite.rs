@@ -42,7 +42,7 @@ use crate::written::{self, Kept, StoredWrite};
 
 use super::{
     BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
-    StoreOptions, from_json, new_run_id, parse_status, to_json,
+    StoreOptions, end_reason, from_json, new_run_id, parse_status, to_json,
 };
 
 /// An open SQLite run store (the embedded backend of [`super::RunStore`]).
@@ -204,11 +204,16 @@ impl SqliteStore {
             // Again under the lock: another process may have marked them meanwhile.
             let orphans = find_orphans(&tx)?;
             let ended_at = rfc3339_utc(SystemTime::now());
-            for run_id in &orphans {
+            for (run_id, pid) in &orphans {
                 account_interrupted_writes(&tx, run_id)?;
                 tx.execute(
-                    "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
-                    params![run_id, RunStatus::Interrupted.as_str(), ended_at],
+                    "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4 WHERE run_id = ?1",
+                    params![
+                        run_id,
+                        RunStatus::Interrupted.as_str(),
+                        ended_at,
+                        end_reason::owner_process_gone(*pid)
+                    ],
                 )?;
                 tx.execute(
                     "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
@@ -220,7 +225,7 @@ impl SqliteStore {
                 )?;
             }
             tx.commit()?;
-            Ok(orphans)
+            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
         })
     }
 
@@ -390,11 +395,13 @@ impl SqliteStore {
             let done = match status {
                 RunStatus::Queued => {
                     tx.execute(
-                        "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
+                        "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4
+                         WHERE run_id = ?1",
                         params![
                             run_id,
                             RunStatus::Cancelled.as_str(),
-                            rfc3339_utc(SystemTime::now())
+                            rfc3339_utc(SystemTime::now()),
+                            end_reason::CANCELLED_WHILE_QUEUED
                         ],
                     )?;
                     CancelRequest::CancelledQueued
@@ -614,6 +621,25 @@ impl SqliteStore {
 
     /// Ends a running run. Steps still `running` take the run's final status.
     pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+        self.end_run(run_id, status, None)
+    }
+
+    /// [`Self::finish_run`] with `reason` as the record's `endReason`.
+    pub fn finish_run_because(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.end_run(run_id, status, Some(reason))
+    }
+
+    fn end_run(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
         if status == RunStatus::Running {
             return Err(StoreError::FinishAsRunning);
         }
@@ -621,8 +647,13 @@ impl SqliteStore {
             let tx = immediate(conn)?;
             require_running(&tx, run_id)?;
             tx.execute(
-                "UPDATE runs SET status = ?2, ended_at = ?3 WHERE run_id = ?1",
-                params![run_id, status.as_str(), rfc3339_utc(SystemTime::now())],
+                "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4 WHERE run_id = ?1",
+                params![
+                    run_id,
+                    status.as_str(),
+                    rfc3339_utc(SystemTime::now()),
+                    reason
+                ],
             )?;
             tx.execute(
                 "UPDATE steps SET status = ?2 WHERE run_id = ?1 AND status = ?3",
@@ -732,7 +763,7 @@ fn list_run_rows(
 fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
     let head = conn
         .query_row(
-            "SELECT composition, status, started_at, ended_at, context FROM runs
+            "SELECT composition, status, started_at, ended_at, context, end_reason FROM runs
              WHERE run_id = ?1",
             [run_id],
             |r| {
@@ -742,11 +773,12 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
                     r.get::<_, String>(2)?,
                     r.get::<_, Option<String>>(3)?,
                     r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
                 ))
             },
         )
         .optional()?;
-    let Some((composition, status, started_at, ended_at, context)) = head else {
+    let Some((composition, status, started_at, ended_at, context, end_reason)) = head else {
         return Ok(None);
     };
     // A run created before the store kept contexts has none: its fields read as null.
@@ -783,6 +815,7 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
+        end_reason,
         steps,
     };
     record.sum_held();
@@ -807,12 +840,14 @@ fn load_attempts(
 
 /// Columns added to `runs` after its first version, each with its SQL type: `context` (the
 /// run's workspace, provider, model), then the queue's `job_spec` (a submitted [`JobSpec`]),
-/// `cancel_requested` (0/1) and `queued_seq` (FIFO order of queued runs).
-const ADDED_RUN_COLUMNS: [(&str, &str); 4] = [
+/// `cancel_requested` (0/1), `queued_seq` (FIFO order of queued runs), and `end_reason` (the
+/// record's `endReason`).
+const ADDED_RUN_COLUMNS: [(&str, &str); 5] = [
     ("context", "TEXT"),
     ("job_spec", "TEXT"),
     ("cancel_requested", "INTEGER DEFAULT 0"),
     ("queued_seq", "INTEGER"),
+    ("end_reason", "TEXT"),
 ];
 
 /// Adds to a store created before them the `runs` columns it lacks; its runs keep nulls there
@@ -852,8 +887,8 @@ fn immediate(conn: &Connection) -> Result<rusqlite::Transaction<'_>, StoreError>
     )?)
 }
 
-/// The `running` runs whose owning process is gone.
-fn find_orphans(conn: &Connection) -> Result<Vec<String>, StoreError> {
+/// The `running` runs whose owning process is gone, with that process's id.
+fn find_orphans(conn: &Connection) -> Result<Vec<(String, u32)>, StoreError> {
     let mut stmt =
         conn.prepare("SELECT run_id, owner_pid, owner_start FROM runs WHERE status = ?1")?;
     let rows = stmt.query_map([RunStatus::Running.as_str()], |row| {
@@ -871,7 +906,7 @@ fn find_orphans(conn: &Connection) -> Result<Vec<String>, StoreError> {
             start_ticks: start.and_then(|s| u64::try_from(s).ok()),
         };
         if owner.pid == 0 || !owner.is_alive() {
-            orphans.push(run_id);
+            orphans.push((run_id, owner.pid));
         }
     }
     Ok(orphans)

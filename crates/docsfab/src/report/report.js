@@ -62,6 +62,9 @@
       ['steps', record.steps.length],
       ['attempts', attempts.length]
     ];
+    // Only when the steps cannot say why the run ended (it never started, it was cancelled
+    // while queued, its process died): one sentence, shown as text.
+    if (record.endReason) facts.splice(2, 0, ['why it ended', record.endReason]);
     facts.forEach(function (f) {
       dl.appendChild(el('dt', null, f[0]));
       dl.appendChild(el('dd', f[2] || null, f[1]));

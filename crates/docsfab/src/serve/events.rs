@@ -31,7 +31,7 @@ struct Seen {
 }
 
 /// The events that take a client from `seen` to `record`, and whether the run has ended.
-fn diff(seen: &mut Seen, record: &RunRecord, reason: Option<String>) -> (Vec<Event>, bool) {
+fn diff(seen: &mut Seen, record: &RunRecord) -> (Vec<Event>, bool) {
     let mut out = Vec::new();
     let id = &record.run_id;
     for (index, step) in record.steps.iter().enumerate() {
@@ -67,7 +67,7 @@ fn diff(seen: &mut Seen, record: &RunRecord, reason: Option<String>) -> (Vec<Eve
     if ended {
         out.push(event(
             "end",
-            json!({"runId": id, "status": record.status.as_str(), "endedAt": record.ended_at, "reason": reason}),
+            json!({"runId": id, "status": record.status.as_str(), "endedAt": record.ended_at, "reason": record.end_reason}),
         ));
     }
     (out, ended)
@@ -109,7 +109,7 @@ impl Poller {
                 // A store that fails now may answer on the next poll; a run that vanished ends it.
                 continue;
             };
-            let (events, ended) = diff(&mut self.seen, &record, self.shared.reason(&self.id));
+            let (events, ended) = diff(&mut self.seen, &record);
             self.pending.extend(events);
             self.ended = ended;
         }

@@ -151,12 +151,13 @@ fn execute(shared: &Shared, claimed: Claimed, cancel: CancellationToken) -> Stri
         Err(e) => {
             // Without a store of its own the run cannot be recorded; end it through the API's
             // store so it does not stay `running` under this live process.
-            log(&format!("run {id} failed: cannot open the run store ({e})"));
+            let reason = format!("its worker could not open the run store ({e})");
+            log(&format!("run {id} failed: {reason}"));
             let mut api = shared
                 .api_store
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            let _ = api.finish_run(&id, RunStatus::Failed);
+            let _ = api.finish_run_because(&id, RunStatus::Failed, &reason);
             return id;
         }
     };
@@ -164,15 +165,10 @@ fn execute(shared: &Shared, claimed: Claimed, cancel: CancellationToken) -> Stri
         Ok(()) => {}
         Err((status, reason)) => {
             log(&format!("run {id} {}: {reason}", status.as_str()));
-            shared
-                .reasons
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id.clone(), reason);
             if let Ok(Some(r)) = store.load_run(&id)
                 && r.status == RunStatus::Running
             {
-                let _ = store.finish_run(&id, status);
+                let _ = store.finish_run_because(&id, status, &reason);
             }
         }
     }

@@ -19,7 +19,6 @@ pub mod page;
 mod reply;
 mod submit;
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -114,9 +113,6 @@ pub struct Shared {
     pub wake: tokio::sync::Notify,
     pub running_here: AtomicU64,
     pub metrics: metrics::Counters,
-    /// Why a claimed run failed before it could start (a clone that failed, a host that does
-    /// not resolve): the record has no place for it, so the event stream's `end` carries it.
-    pub reasons: Mutex<HashMap<String, String>>,
     /// Cancelled when the HTTP server stops: ends the event streams.
     pub stopping: CancellationToken,
     pub body_timeout: Duration,
@@ -135,14 +131,6 @@ impl Shared {
         })
         .await
         .map_err(|e| format!("the store call did not finish ({e})"))
-    }
-
-    pub fn reason(&self, run_id: &str) -> Option<String> {
-        self.reasons
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(run_id)
-            .cloned()
     }
 }
 
@@ -192,7 +180,6 @@ pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
         wake: tokio::sync::Notify::new(),
         running_here: AtomicU64::new(0),
         metrics: metrics::Counters::default(),
-        reasons: Mutex::new(HashMap::new()),
         stopping: CancellationToken::new(),
         body_timeout: limits.body_timeout,
     });
