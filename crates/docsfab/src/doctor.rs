@@ -6,6 +6,11 @@
 //! a host that does not exist is bad configuration. `--probe` then sends one real request to one
 //! provider (see [`crate::probe`]).
 //!
+//! The run store (`--store`, `DOCSFAB_STORE`, else the home's `runs.db`) is opened as `run`
+//! opens it: credentials or a database the server refuses are bad configuration; a server that
+//! does not answer is a warning (it may be down for now); a SQLite store that does not exist yet
+//! is left uncreated.
+//!
 //! Exit 0 when the configuration is valid, even with warnings; exit 2 with one sentence on
 //! stderr at the first problem. Secrets are never printed: for each provider doctor says only
 //! whether the variable it names is set.
@@ -18,6 +23,8 @@ use docsfab_policy::envelope::RetryEnvelope;
 use docsfab_policy::host::ProviderThrottle;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use docsfab_runtime::progress::human_duration;
+use docsfab_runtime::record::RunStatus;
+use docsfab_runtime::store::StoreUrl;
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
@@ -55,6 +62,7 @@ struct Report {
     probe: Option<ProbeReport>,
     /// The expected step success under the store's fitted fault model (issue 14).
     goodput: Option<String>,
+    store: StoreCheck,
     warnings: Vec<String>,
 }
 
@@ -157,6 +165,11 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
     let selected = composition.as_ref().map(|(_, c, _)| c.provider.as_str());
     let dns = resolve_hosts(&ctx, selected)?;
     warnings.extend(dns.iter().filter_map(|(name, r)| dns_warning(name, r)));
+    let store = crate::runs::store_url(&ctx.home.dir, store)?;
+    let store = check_store(&store)?;
+    if let StoreState::Unreachable(why) = &store.state {
+        warnings.push(why.clone());
+    }
     let probe = if args.probe {
         let (name, model) = probe_choice(args, &ctx, composition.as_ref().map(|(_, c, _)| c))?;
         Some(probe_provider(&ctx, &name, &model, &dns)?)
@@ -164,10 +177,13 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
         None
     };
 
-    let store = crate::runs::store_url(&ctx.home.dir, store)?;
-    let goodput = crate::goodput::doctor_line(&ctx, &store, timer_ms);
+    let goodput = match store.state {
+        StoreState::Open { .. } => crate::goodput::doctor_line(&ctx, &store.url, timer_ms),
+        _ => None,
+    };
     Ok(Report {
         goodput,
+        store,
         ctx,
         composition,
         timer_ms,
@@ -176,6 +192,106 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
         probe,
         warnings,
     })
+}
+
+/// The run store as doctor found it.
+struct StoreCheck {
+    url: StoreUrl,
+    state: StoreState,
+}
+
+enum StoreState {
+    /// A SQLite file that does not exist yet: the first run creates it.
+    NotCreated,
+    /// Opened; how many runs it holds in each status (statuses with none left out).
+    Open { counts: Vec<(RunStatus, u64)> },
+    /// It could not be opened for a reason that may pass (a server down, a busy file): the
+    /// warning sentence, which names the store and what to check.
+    Unreachable(String),
+}
+
+/// Opens the store as `run` would. A refusal that is configuration (a password or database
+/// the server rejects, a file that is not a store) is returned as the error `run` would give.
+fn check_store(url: &StoreUrl) -> Result<StoreCheck, CliError> {
+    let url = url.clone();
+    if let StoreUrl::Sqlite(path) = &url
+        && !path.exists()
+    {
+        return Ok(StoreCheck {
+            url,
+            state: StoreState::NotCreated,
+        });
+    }
+    let state = match crate::runs::open_store_url(&url) {
+        Err(e) if e.kind == crate::error::ErrorKind::BadInput => return Err(e),
+        Err(e) => StoreState::Unreachable(e.message),
+        Ok(store) => match store.count_by_status() {
+            Ok(counts) => StoreState::Open {
+                counts: counts.into_iter().filter(|(_, n)| *n > 0).collect(),
+            },
+            Err(e) => StoreState::Unreachable(crate::runs::read_failed(&url, e).message),
+        },
+    };
+    Ok(StoreCheck { url, state })
+}
+
+impl StoreCheck {
+    fn backend(&self) -> &'static str {
+        match self.url {
+            StoreUrl::Sqlite(_) => "sqlite",
+            StoreUrl::Postgres(_) => "postgres",
+        }
+    }
+
+    /// `Run store: PLACE (WHAT)`.
+    fn line(&self) -> String {
+        let place = crate::runs::store_place(&self.url);
+        let what = match &self.state {
+            StoreState::NotCreated => "SQLite, not created yet: the first run creates it".into(),
+            StoreState::Open { counts } => {
+                let total: u64 = counts.iter().map(|(_, n)| n).sum();
+                let each: Vec<String> = counts
+                    .iter()
+                    .map(|(s, n)| format!("{n} {}", s.as_str()))
+                    .collect();
+                let kind = match self.url {
+                    StoreUrl::Sqlite(_) => "SQLite",
+                    StoreUrl::Postgres(_) => "PostgreSQL, reachable",
+                };
+                match total {
+                    0 => format!("{kind}; no runs yet"),
+                    _ => format!(
+                        "{kind}; {total} run{}: {}",
+                        if total == 1 { "" } else { "s" },
+                        each.join(", ")
+                    ),
+                }
+            }
+            StoreState::Unreachable(_) => "cannot be opened now; see the warning below".into(),
+        };
+        format!("Run store: {place} ({what})")
+    }
+
+    fn to_json(&self) -> Value {
+        let (state, runs) = match &self.state {
+            StoreState::NotCreated => ("not-created", Value::Null),
+            StoreState::Open { counts } => (
+                "open",
+                counts
+                    .iter()
+                    .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
+            ),
+            StoreState::Unreachable(_) => ("unreachable", Value::Null),
+        };
+        json!({
+            "place": crate::runs::store_place(&self.url),
+            "backend": self.backend(),
+            "state": state,
+            "runs": runs,
+        })
+    }
 }
 
 /// Resolves every provider's host. A host that does not exist refuses the configuration when
@@ -478,6 +594,7 @@ fn to_text(r: &Report) -> String {
         human_duration(e.total_ms),
         human_duration(e.deadline_ms)
     ));
+    line(r.store.line());
     if let Some(g) = &r.goodput {
         line(g.clone());
     }
@@ -586,6 +703,7 @@ fn to_json(r: &Report) -> Value {
             "deadlineMilliseconds": e.deadline_ms,
             "exceedsDeadline": e.exceeds_deadline,
         },
+        "store": r.store.to_json(),
         "probe": r.probe.as_ref().map(ProbeReport::to_json),
         "warnings": r.warnings,
     })
