@@ -169,6 +169,42 @@ impl Telemetry {
         }
     }
 
+    /// Exports the recorded run and waits for it, at most [`wait_bound`]: for `docsfab serve`,
+    /// whose job thread is its own and runs many runs (so the one-export-per-process
+    /// [`Telemetry::start_export`] does not fit). `Err` is the warning's reason, redacted.
+    pub fn export_and_wait(&self, record: &RunRecord) -> Result<(), String> {
+        let run_end = SystemTime::now();
+        let (span, points) = match self.timeline.lock() {
+            Ok(t) => plan::plan(record, &t, &self.facts, run_end),
+            Err(_) => return Err("the run's timeline was lost".to_owned()),
+        };
+        let signals = self.signals.clone();
+        let bound = wait_bound(&self.signals);
+        let (tx, rx) = mpsc::channel();
+        // The exporters' blocking client must not run on a thread inside an async runtime.
+        std::thread::Builder::new()
+            .name("docsfab-otel".into())
+            .spawn(move || {
+                let _ = tx.send(export_blocking(&signals, span, points));
+            })
+            .map_err(|e| format!("cannot start the export thread ({e})"))?;
+        let outcome = match rx.recv_timeout(bound) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                Err(format!("no answer within {} s", bound.as_secs()))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err("the export thread ended without a result".to_owned())
+            }
+        };
+        outcome.map_err(|why| {
+            self.facts.redactor.line(&format!(
+                "OpenTelemetry export to {} failed: {why}",
+                self.signals.endpoint
+            ))
+        })
+    }
+
     /// Starts exporting the recorded run on a thread of its own and returns at once, so the
     /// command's summary and timing do not wait for the collector; [`wait_for_export`], at
     /// the end of the command, waits for it (bounded).

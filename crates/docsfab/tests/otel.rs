@@ -561,3 +561,85 @@ fn issue13_an_unsupported_otlp_protocol_is_refused_before_the_run() {
         "{stderr}"
     );
 }
+
+/// Issue 15: runs of `docsfab serve` are exported like `docsfab run`'s, one trace per run, each
+/// root span naming its run, after the run's record is committed; the server keeps serving.
+#[test]
+fn issue15_each_served_run_is_exported_as_its_own_trace() {
+    use std::io::BufRead as _;
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        "responses:\n  - status: 503\n  - answer:\n      json: {modules: [lib]}\nfallback: repeat-last\n",
+    );
+    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    let mut serve = setup
+        .docsfab()
+        .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
+        .arg(setup.dir.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let base = first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::blocking::Client::new();
+    let ws = setup.workspace();
+    let ws = ws.strip_prefix(setup.dir.path()).unwrap();
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let body = serde_json::json!({"composition": ONE_STEP, "workspace": {"path": ws}});
+            let r: serde_json::Value = http
+                .post(format!("{base}/api/runs"))
+                .json(&body)
+                .send()
+                .unwrap()
+                .json()
+                .unwrap();
+            r["runId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let roots = loop {
+        let spans = receiver.spans();
+        let roots: Vec<String> = spans
+            .iter()
+            .filter(|s| s.parent_span_id.is_empty())
+            .filter_map(|s| attr(s, "docsfab.run.id"))
+            .collect();
+        if roots.len() >= 2 || std::time::Instant::now() > until {
+            break roots;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let mut roots = roots;
+    roots.sort();
+    let mut ids = ids;
+    ids.sort();
+    assert_eq!(roots, ids, "one root span per served run");
+    // The replayed 503 of each run is on its trace, as for `docsfab run`.
+    let spans = receiver.spans();
+    let replays = spans
+        .iter()
+        .flat_map(|s| &s.events)
+        .filter(|e| {
+            attrs(&e.attributes)
+                .get("http.response.status_code")
+                .map(String::as_str)
+                == Some("503")
+        })
+        .count();
+    assert!(replays >= 1, "no replay event exported");
+}

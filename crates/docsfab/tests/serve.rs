@@ -214,10 +214,17 @@ fn issue15_submitted_run_succeeds_with_the_record_docsfab_run_makes() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = Sim::start(tmp.path(), ANSWER);
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
-    let server = Server::start(&s, &[]);
+    let mut server = Server::start(&s, &[]);
     let id = server.submit(ONE_STEP, ws());
     let record = server.wait_status(&id, "succeeded");
     assert_eq!(record["steps"][0]["output"]["modules"][0], "lib");
+    // The server's log follows the run as `docsfab run`'s stderr does, each line under its id.
+    server
+        .stderr
+        .wait_for(&format!("serve: run {id}: attempt 1 (initial)"), WAIT);
+    server
+        .stderr
+        .wait_for(&format!("serve: run {id}: step outline succeeded"), WAIT);
     let canonical_ws = std::fs::canonicalize(s.workspace()).unwrap();
     assert_eq!(record["workspace"], canonical_ws.to_str().unwrap());
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use docsfab_runtime::composition::Access;
 use docsfab_runtime::executor::{RunConfig, run_claimed};
+use docsfab_runtime::progress::Progress;
 use docsfab_runtime::record::RunStatus;
 use docsfab_runtime::store::{Claimed, RunStore};
 use tokio::task::JoinSet;
@@ -209,6 +210,11 @@ fn prepare_and_run(
         ));
     }
     config.throttle = throttle.open();
+    // The settings were checked at startup; a run that cannot set them up runs untraced.
+    let telemetry = crate::telemetry::Telemetry::from_env(&config)
+        .ok()
+        .flatten();
+    config.progress = Some(progress_sink(id, telemetry.clone()));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -218,10 +224,40 @@ fn prepare_and_run(
                 format!("cannot start its async runtime ({e})"),
             )
         })?;
-    runtime
-        .block_on(run_claimed(config, id.clone(), store))
+    let result = runtime.block_on(run_claimed(config, id.clone(), store));
+    drop(runtime);
+    // After the record is committed: the export cannot change the run.
+    if let (Some(t), Ok(Some(record))) = (&telemetry, store.load_run(id))
+        && let Err(why) = t.export_and_wait(&record)
+    {
+        log(&format!(
+            "run {id}: warning: {why}; the run and its record are not affected"
+        ));
+    }
+    result
         .map(|_| ())
         .map_err(|e| (RunStatus::Failed, e.to_string()))
+}
+
+/// The run's progress, as `docsfab run` prints it, one line each on the server's stderr with
+/// the run's id in front (runs interleave), and into its OpenTelemetry timeline when exported.
+fn progress_sink(
+    id: &str,
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+) -> docsfab_runtime::progress::ProgressSink {
+    let id = id.to_owned();
+    Arc::new(move |p| {
+        // `claimed run ID` already said it started.
+        if let Some(line) = p
+            .describe_line()
+            .filter(|_| !matches!(p, Progress::RunStarted { .. }))
+        {
+            log(&format!("run {id}: {}", line.trim()));
+        }
+        if let Some(t) = &telemetry {
+            t.observe(p);
+        }
+    })
 }
 
 /// For a composition with a write step: the workspace lock, as `docsfab run` takes it; when
