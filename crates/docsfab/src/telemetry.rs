@@ -173,30 +173,9 @@ impl Telemetry {
     /// whose job thread is its own and runs many runs (so the one-export-per-process
     /// [`Telemetry::start_export`] does not fit). `Err` is the warning's reason, redacted.
     pub fn export_and_wait(&self, record: &RunRecord) -> Result<(), String> {
-        let run_end = SystemTime::now();
-        let (span, points) = match self.timeline.lock() {
-            Ok(t) => plan::plan(record, &t, &self.facts, run_end),
-            Err(_) => return Err("the run's timeline was lost".to_owned()),
-        };
-        let signals = self.signals.clone();
-        let bound = wait_bound(&self.signals);
-        let (tx, rx) = mpsc::channel();
-        // The exporters' blocking client must not run on a thread inside an async runtime.
-        std::thread::Builder::new()
-            .name("docsfab-otel".into())
-            .spawn(move || {
-                let _ = tx.send(export_blocking(&signals, span, points));
-            })
-            .map_err(|e| format!("cannot start the export thread ({e})"))?;
-        let outcome = match rx.recv_timeout(bound) {
-            Ok(result) => result,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                Err(format!("no answer within {} s", bound.as_secs()))
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err("the export thread ended without a result".to_owned())
-            }
-        };
+        let outcome = self
+            .spawn_export(record)
+            .and_then(|rx| receive(&rx, wait_bound(&self.signals)));
         outcome.map_err(|why| {
             self.facts.redactor.line(&format!(
                 "OpenTelemetry export to {} failed: {why}",
@@ -209,37 +188,57 @@ impl Telemetry {
     /// command's summary and timing do not wait for the collector; [`wait_for_export`], at
     /// the end of the command, waits for it (bounded).
     pub fn start_export(&self, record: &RunRecord) {
+        let result = self.spawn_export(record);
+        let pending = Pending {
+            bound: if result.is_ok() {
+                wait_bound(&self.signals)
+            } else {
+                Duration::ZERO
+            },
+            result,
+            endpoint: self.signals.endpoint.clone(),
+            redactor: Arc::clone(&self.facts.redactor),
+        };
+        if let Ok(mut slot) = PENDING.lock() {
+            *slot = Some(pending);
+        }
+    }
+
+    /// Plans the run's spans and points and sends them from a thread of its own; the receiver
+    /// gets the export's result.
+    fn spawn_export(
+        &self,
+        record: &RunRecord,
+    ) -> Result<mpsc::Receiver<Result<(), String>>, String> {
         let run_end = SystemTime::now();
         let (span, points) = match self.timeline.lock() {
             Ok(t) => plan::plan(record, &t, &self.facts, run_end),
-            Err(_) => return,
+            Err(_) => return Err("the run's timeline was lost".to_owned()),
         };
         let signals = self.signals.clone();
         let (tx, rx) = mpsc::channel();
         // Not a task of the async runtime: the OTLP exporters use reqwest's blocking client,
         // which must not run (or be dropped) on one of its threads, and the runtime ends with
         // the run.
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("docsfab-otel".into())
             .spawn(move || {
                 let _ = tx.send(export_blocking(&signals, span, points));
-            });
-        let pending = match spawned {
-            Ok(_) => Pending {
-                result: Ok(rx),
-                bound: wait_bound(&self.signals),
-                endpoint: self.signals.endpoint.clone(),
-                redactor: Arc::clone(&self.facts.redactor),
-            },
-            Err(e) => Pending {
-                result: Err(format!("cannot start the export thread ({e})")),
-                bound: Duration::ZERO,
-                endpoint: self.signals.endpoint.clone(),
-                redactor: Arc::clone(&self.facts.redactor),
-            },
-        };
-        if let Ok(mut slot) = PENDING.lock() {
-            *slot = Some(pending);
+            })
+            .map_err(|e| format!("cannot start the export thread ({e})"))?;
+        Ok(rx)
+    }
+}
+
+/// The export's result, waiting at most `bound` for it.
+fn receive(rx: &mpsc::Receiver<Result<(), String>>, bound: Duration) -> Result<(), String> {
+    match rx.recv_timeout(bound) {
+        Ok(result) => result,
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            Err(format!("no answer within {} s", bound.as_secs()))
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err("the export thread ended without a result".to_owned())
         }
     }
 }
@@ -262,15 +261,7 @@ pub fn wait_for_export() {
     let Some(p) = PENDING.lock().ok().and_then(|mut slot| slot.take()) else {
         return;
     };
-    let outcome = p.result.and_then(|rx| match rx.recv_timeout(p.bound) {
-        Ok(result) => result,
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            Err(format!("no answer within {} s", p.bound.as_secs()))
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            Err("the export thread ended without a result".to_owned())
-        }
-    });
+    let outcome = p.result.and_then(|rx| receive(&rx, p.bound));
     if let Err(why) = outcome {
         let line = format!(
             "warning: OpenTelemetry export to {} failed: {why}; the run and its record are not affected.",

@@ -448,7 +448,7 @@ impl RunStore {
         status: RunStatus,
         reason: &str,
     ) -> Result<(), StoreError> {
-        on_backend!(&mut self.backend, s => s.finish_run_because(run_id, status, reason))
+        on_backend!(&mut self.backend, s => s.finish_run_with(run_id, status, Some(reason)))
     }
 
     /// Every run, newest first.

@@ -480,20 +480,11 @@ impl PgRunStore {
 
     /// Ends a running run. Steps still `running` take the run's final status.
     pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
-        self.end_run(run_id, status, None)
+        self.finish_run_with(run_id, status, None)
     }
 
-    /// [`Self::finish_run`] with `reason` as the record's `endReason`.
-    pub fn finish_run_because(
-        &mut self,
-        run_id: &str,
-        status: RunStatus,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        self.end_run(run_id, status, Some(reason))
-    }
-
-    fn end_run(
+    /// [`Self::finish_run`] with `reason`, when given, as the record's `endReason`.
+    pub fn finish_run_with(
         &mut self,
         run_id: &str,
         status: RunStatus,
