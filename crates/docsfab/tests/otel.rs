@@ -566,7 +566,6 @@ fn issue13_an_unsupported_otlp_protocol_is_refused_before_the_run() {
 /// root span naming its run, after the run's record is committed; the server keeps serving.
 #[test]
 fn issue15_each_served_run_is_exported_as_its_own_trace() {
-    use std::io::BufRead as _;
     let receiver = Receiver::start();
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(
@@ -583,15 +582,7 @@ fn issue15_each_served_run_is_exported_as_its_own_trace() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    std::io::BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let base = support::run::listening_on(&mut serve);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::blocking::Client::new();
     let ws = setup.workspace();

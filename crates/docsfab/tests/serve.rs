@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::io::{BufRead as _, BufReader, Read as _};
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
-use support::run::{FAST_CATALOG, KEY_VAR, Lines, ONE_STEP, Setup, Sim, signal};
+use support::run::{FAST_CATALOG, KEY_VAR, Lines, ONE_STEP, Setup, Sim, listening_on, signal};
 
 /// The answer ONE_STEP's contract takes.
 const ANSWER: &str = "responses:\n  - answer: {json: {modules: [lib, count]}}\n";
@@ -61,16 +61,8 @@ impl Server {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let base = listening_on(&mut child);
         let stderr = Lines::new(child.stderr.take().unwrap());
-        let base = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {first:?}"))
-            .to_owned();
         Server {
             child,
             base,
@@ -330,16 +322,8 @@ fn start_with_command(mut cmd: Command, s: &Setup, extra: &[&str]) -> Server {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let base = listening_on(&mut child);
     let stderr = Lines::new(child.stderr.take().unwrap());
-    let base = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
     Server {
         child,
         base,
@@ -382,15 +366,7 @@ fn issue15_path_workspace_outside_the_root_is_400() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut child = cmd.spawn().unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let base = first
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_owned();
+    let base = listening_on(&mut child);
     let r = client()
         .post(format!("{base}/api/runs"))
         .json(&json!({"composition": ONE_STEP, "workspace": ws()}))

@@ -74,15 +74,7 @@ impl Sim {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let base_url = first
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line from sim serve: {first:?}"))
-            .to_owned();
+        let base_url = listening_on(&mut child);
         Sim { child, base_url }
     }
 }
@@ -275,6 +267,20 @@ pub fn first_line(stdout: &mut impl Read) -> String {
         line.push(byte[0]);
     }
     String::from_utf8(line).unwrap()
+}
+
+/// The URL a server child (`sim serve`, `serve`, `route serve` on port 0) announced on its first
+/// stdout line, `listening on URL`. Takes the child's stdout.
+pub fn listening_on(child: &mut Child) -> String {
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout piped"))
+        .read_line(&mut first)
+        .unwrap();
+    first
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line from the server: {first:?}"))
+        .to_owned()
 }
 
 /// Sends a signal by name (`INT`, `TERM`) with kill(1).
