@@ -10,11 +10,17 @@
 //!
 //! A worker that was judged dead and comes back (a long stall, a network partition) finds its
 //! runs no longer `running`: its next write is refused, and the run stays `interrupted`.
+//!
+//! An outage must not look like death. While the database is down or unreachable, no worker
+//! can beat, so when it comes back every worker is stale at once. Two rules keep the first one
+//! back from reaping the rest: nobody counts as dead while the server itself has been up for
+//! less than the stale limit ([`alive_condition`]), and a process whose own beat failed within
+//! the stale limit judges nobody ([`may_judge`]) until the others have had time to beat again.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::{Pg, PgError, PgUrl, migrate};
 
@@ -69,12 +75,38 @@ pub fn stale_after() -> Duration {
     heartbeat_interval() * MISSED_BEATS
 }
 
-/// SQL that is true when the `docsfab_workers` row `alias` is alive.
+/// SQL that is true when the `docsfab_workers` row `alias` is alive: it has not stopped, and it
+/// beat within the stale limit or the server has not been up that long (a restarted server
+/// had nobody beating while it was down).
 pub fn alive_condition(alias: &str) -> String {
+    let stale = format!("interval '{} milliseconds'", stale_after().as_millis());
     format!(
-        "({alias}.stopped_at IS NULL AND {alias}.heartbeat_at > now() - interval '{} milliseconds')",
-        stale_after().as_millis()
+        "({alias}.stopped_at IS NULL AND ({alias}.heartbeat_at > now() - {stale} \
+         OR pg_postmaster_start_time() > now() - {stale}))"
     )
+}
+
+/// Whether this process may judge other workers of `url` dead now (reap their runs, give back
+/// their permits): not while its own heartbeat failed within the last stale limit plus one
+/// beat, since the others' beats failed in the same outage and they have not all beaten since.
+/// A process with no heartbeat there yet has seen no failure.
+pub fn may_judge(url: &PgUrl) -> bool {
+    let health = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(url)
+        .map(|w| Arc::clone(&w.last_failure));
+    let last_failure = health.and_then(|h| *h.lock().unwrap_or_else(|p| p.into_inner()));
+    judging_allowed(
+        last_failure,
+        Instant::now(),
+        stale_after() + heartbeat_interval(),
+    )
+}
+
+/// [`may_judge`]'s rule, with the time passed in.
+fn judging_allowed(last_failure: Option<Instant>, now: Instant, quiet: Duration) -> bool {
+    last_failure.is_none_or(|t| now.saturating_duration_since(t) >= quiet)
 }
 
 /// The workers table, for components whose own migrations refer to it.
@@ -82,8 +114,14 @@ pub fn migrate_registry(pg: &Pg) -> Result<(), PgError> {
     migrate(pg, "workers", MIGRATIONS)
 }
 
-fn registry() -> &'static Mutex<HashMap<PgUrl, WorkerId>> {
-    static REGISTRY: OnceLock<Mutex<HashMap<PgUrl, WorkerId>>> = OnceLock::new();
+/// This process's registration in one database: its id, and when its heartbeat last failed.
+struct Registered {
+    id: WorkerId,
+    last_failure: Arc<Mutex<Option<Instant>>>,
+}
+
+fn registry() -> &'static Mutex<HashMap<PgUrl, Registered>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<PgUrl, Registered>>> = OnceLock::new();
     REGISTRY.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -91,8 +129,8 @@ fn registry() -> &'static Mutex<HashMap<PgUrl, WorkerId>> {
 /// heartbeat the first time. The heartbeat lives as long as the process.
 pub fn this_process(url: &PgUrl) -> Result<WorkerId, PgError> {
     let mut known = registry().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(id) = known.get(url) {
-        return Ok(id.clone());
+    if let Some(w) = known.get(url) {
+        return Ok(w.id.clone());
     }
     let pg = Pg::connect(url)?;
     migrate_registry(&pg)?;
@@ -106,8 +144,15 @@ pub fn this_process(url: &PgUrl) -> Result<WorkerId, PgError> {
             &[&worker, &host, &pid],
         )
     })?;
-    spawn_heartbeat(pg, id.clone());
-    known.insert(url.clone(), id.clone());
+    let last_failure = Arc::new(Mutex::new(None));
+    spawn_heartbeat(pg, id.clone(), Arc::clone(&last_failure));
+    known.insert(
+        url.clone(),
+        Registered {
+            id: id.clone(),
+            last_failure,
+        },
+    );
     Ok(id)
 }
 
@@ -118,7 +163,7 @@ pub fn stop(url: &PgUrl) -> Result<(), PgError> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(url)
-        .cloned();
+        .map(|w| w.id.clone());
     let Some(id) = id else { return Ok(()) };
     let pg = Pg::connect(url)?;
     pg.call(move |c| {
@@ -130,7 +175,7 @@ pub fn stop(url: &PgUrl) -> Result<(), PgError> {
     Ok(())
 }
 
-fn spawn_heartbeat(pg: Pg, id: WorkerId) {
+fn spawn_heartbeat(pg: Pg, id: WorkerId, last_failure: Arc<Mutex<Option<Instant>>>) {
     let interval = heartbeat_interval();
     let spawned = std::thread::Builder::new()
         .name("docsfab-heartbeat".to_owned())
@@ -145,11 +190,13 @@ fn spawn_heartbeat(pg: Pg, id: WorkerId) {
                     )
                 });
                 // A database that no longer exists (a test's, dropped) ends the beat; any
-                // other failure (a restart, a network blip) is tried again next beat.
-                if let Err(e) = beat
-                    && e.code() == Some(&postgres::error::SqlState::INVALID_CATALOG_NAME)
-                {
-                    return;
+                // other failure (a restart, a network blip) is tried again next beat, and
+                // holds this process back from judging others for a while (`may_judge`).
+                if let Err(e) = beat {
+                    if e.code() == Some(&postgres::error::SqlState::INVALID_CATALOG_NAME) {
+                        return;
+                    }
+                    *last_failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
                 }
             }
         });
@@ -181,4 +228,28 @@ fn hostname() -> String {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue15_a_process_whose_beat_failed_judges_nobody_for_a_while() {
+        let now = Instant::now();
+        let quiet = Duration::from_secs(12);
+        assert!(judging_allowed(None, now, quiet), "no failure seen");
+        let failed = now;
+        assert!(!judging_allowed(Some(failed), now, quiet));
+        assert!(!judging_allowed(
+            Some(failed),
+            now + Duration::from_secs(11),
+            quiet
+        ));
+        assert!(judging_allowed(
+            Some(failed),
+            now + Duration::from_secs(12),
+            quiet
+        ));
+    }
 }

@@ -208,8 +208,12 @@ impl PgRunStore {
     /// Marks `interrupted` every running run whose owner worker is not alive, accounting the
     /// write intents of its unfinished attempts, and returns their ids. Queued runs have no
     /// owner and are never touched. A run locked by a writer is skipped: its owner is writing,
-    /// so it is alive, or the next reap finds it.
+    /// so it is alive, or the next reap finds it. Nothing is reaped while this process may not
+    /// judge others (its own heartbeat failed lately: an outage, see `worker::may_judge`).
     pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        if !worker::may_judge(self.pg.url()) {
+            return Ok(Vec::new());
+        }
         let alive = worker::alive_condition("w");
         self.write(move |tx| {
             let query = format!(

@@ -82,10 +82,14 @@ impl PgStore {
     ) -> Result<StoreAdmit, StoreError> {
         let (provider, settings, me) = (provider.to_owned(), *settings, self.me.clone());
         let alive = worker::alive_condition("w");
+        // After an outage this process holds back from giving away others' permits.
+        let judge = worker::may_judge(self.pg.url());
         let admit = self.pg.call(move |c| {
             let mut tx = c.transaction()?;
             let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
-            reclaim_dead(&mut tx, &provider, &me, &alive)?;
+            if judge {
+                reclaim_dead(&mut tx, &provider, &me, &alive)?;
+            }
             let (permits, ahead) = in_flight(&mut tx, &provider, waiter)?;
             state.set_in_flight(permits.saturating_add(ahead));
             let decision = state.admit(&settings, now_ms);
