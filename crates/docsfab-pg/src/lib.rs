@@ -11,9 +11,9 @@
 //!   process on another machine tells that a run's owner is gone.
 
 use std::fmt;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use postgres;
 use postgres::{Client, NoTls};
@@ -190,7 +190,8 @@ impl PgError {
     }
 }
 
-type Job = Box<dyn FnOnce(&mut Option<Client>) + Send>;
+/// A call for the connection's thread: it gets the connection, or why none could be made.
+type Job = Box<dyn FnOnce(Result<&mut Client, PgError>) + Send>;
 
 /// One PostgreSQL connection, owned by a thread of its own. Dropping it ends the thread and
 /// the connection.
@@ -246,11 +247,25 @@ impl Pg {
                 let mut client = Some(client);
                 for job in inbox {
                     // A connection the server closed (restart, idle kill) is made again
-                    // before the next call; the call that met the close got its error.
+                    // before the next call; the call that met the close got its error. The
+                    // connecting happens here, never on the caller's thread, which may be
+                    // driving an async runtime (where the blocking client must not run).
                     if client.as_ref().is_none_or(Client::is_closed) {
-                        client = connect(&thread_url).ok();
+                        client = None;
+                        match connect(&thread_url) {
+                            Ok(c) => client = Some(c),
+                            Err(e) => {
+                                job(Err(e));
+                                continue;
+                            }
+                        }
                     }
-                    job(&mut client);
+                    match client.as_mut() {
+                        Some(c) => job(Ok(c)),
+                        None => job(Err(PgError::Gone {
+                            url: thread_url.to_string(),
+                        })),
+                    }
                 }
             })
             .map_err(|_| PgError::Gone {
@@ -274,13 +289,8 @@ impl Pg {
         f: impl FnOnce(&mut Client) -> T + Send + 'static,
     ) -> Result<T, PgError> {
         let (answer, answered) = mpsc::sync_channel(1);
-        let url = self.url.clone();
-        let job: Job = Box::new(move |client| {
-            let result = match client {
-                Some(c) => Ok(f(c)),
-                None => Err(()),
-            };
-            let _ = answer.send(result);
+        let job: Job = Box::new(move |conn| {
+            let _ = answer.send(conn.map(f));
         });
         let gone = || PgError::Gone {
             url: self.url.to_string(),
@@ -290,15 +300,36 @@ impl Pg {
             .ok_or_else(gone)?
             .send(job)
             .map_err(|_| gone())?;
-        match answered.recv() {
-            Ok(Ok(value)) => Ok(value),
-            // The reconnect before this call failed: say so by connecting once more here,
-            // which yields the server's own reason.
-            Ok(Err(())) => match connect(&url) {
-                Ok(_) => Err(gone()),
-                Err(e) => Err(e),
-            },
-            Err(_) => Err(gone()),
+        // `Err` inside: the reconnect before this call failed, with the server's reason.
+        answered.recv().unwrap_or_else(|_| Err(gone()))
+    }
+
+    /// [`Pg::with`], run again while the server cannot be reached (a restart, a failover, a
+    /// network cut) for up to `patience`, backing off from 100 ms to 2 s: when no connection
+    /// can be made, or when `again` says the closure's result is an outage it may repeat. The
+    /// closure decides that, because only it knows whether its transaction could have
+    /// committed (see [`is_outage`]). The caller's thread sleeps between tries.
+    pub fn with_outage_retry<T: Send + 'static>(
+        &self,
+        patience: Duration,
+        f: impl Fn(&mut Client) -> T + Send + Sync + 'static,
+        again: impl Fn(&T) -> bool,
+    ) -> Result<T, PgError> {
+        let f = Arc::new(f);
+        let until = Instant::now() + patience;
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let g = Arc::clone(&f);
+            let result = self.with(move |c| g(c));
+            let retry = match &result {
+                Err(e) => matches!(e, PgError::Connect { .. }),
+                Ok(value) => again(value),
+            };
+            if !retry || Instant::now() + pause > until {
+                return result;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(2));
         }
     }
 
@@ -321,6 +352,18 @@ impl Drop for Pg {
             let _ = t.join();
         }
     }
+}
+
+/// A failure of the connection or of the server's availability, not of the statement: the
+/// socket closed, a connection exception (SQLSTATE class 08), or the server shutting down or
+/// starting up (class 57P). A transaction that met one before its `COMMIT` was sent did not
+/// commit and may be run again; one that met it during `COMMIT` may have committed.
+pub fn is_outage(e: &postgres::Error) -> bool {
+    e.is_closed()
+        || e.code().is_some_and(|c| {
+            let code = c.code();
+            code.starts_with("08") || code.starts_with("57P")
+        })
 }
 
 /// Any number of processes may open the same database at once; this key serializes their

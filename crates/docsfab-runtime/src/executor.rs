@@ -266,8 +266,10 @@ async fn run_into(
     let status = match result {
         Ok(s) => s,
         Err(e) => {
-            // Keep the record honest: a run the store could not follow to its end failed.
-            let _ = store.finish_run(&run_id, RunStatus::Failed);
+            // Keep the record honest: a run the store could not follow to its end failed, and
+            // its steps cannot say why.
+            let why = format!("the run store failed while recording it ({e})");
+            let _ = store.finish_run_because(&run_id, RunStatus::Failed, &why);
             return Err(e);
         }
     };

@@ -4,18 +4,27 @@
 
 use docsfab_policy::catalog::Limit;
 
-/// The variables docsfab reads outside the limit catalog: the host directory, the route's four
-/// knobs, and two the project's own tooling reads (`DOCSFAB_COMPAT_DIR`: compat/install.sh and
-/// the SDK tests; `DOCSFAB_BLESS`: golden-file tests). The tooling ones are listed so that a
-/// developer running the test suite is not warned about them on every command.
-const OTHER_KNOWN: [&str; 7] = [
+/// The variables docsfab reads outside the limit catalog: the host directory, the run store,
+/// the PostgreSQL heartbeat, the route's four knobs, and the ones the project's own tooling
+/// reads (`DOCSFAB_COMPAT_DIR`: compat/install.sh and the SDK tests; `DOCSFAB_BLESS`:
+/// golden-file tests; the PostgreSQL and browser test settings .ci/run exports). The tooling
+/// ones are listed so that a developer running the test suite is not warned about them on
+/// every command.
+const OTHER_KNOWN: [&str; 14] = [
     "DOCSFAB_HOME",
+    "DOCSFAB_STORE",
+    "DOCSFAB_HEARTBEAT_MS",
     "DOCSFAB_ROUTE_HEADER_TIMEOUT_MS",
     "DOCSFAB_ROUTE_BODY_TIMEOUT_MS",
     "DOCSFAB_ROUTE_MAX_CONNECTIONS",
     "DOCSFAB_ROUTE_SHUTDOWN_GRACE_MS",
     "DOCSFAB_COMPAT_DIR",
     "DOCSFAB_BLESS",
+    "DOCSFAB_TEST_POSTGRES",
+    "DOCSFAB_REQUIRE_POSTGRES",
+    "DOCSFAB_REQUIRE_BROWSER",
+    "DOCSFAB_PLAYWRIGHT_DIR",
+    "DOCSFAB_CHROMIUM",
 ];
 
 /// Every `DOCSFAB_` variable docsfab itself reads.

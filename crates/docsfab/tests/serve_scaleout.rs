@@ -28,6 +28,7 @@ const HEARTBEAT_MS: &str = "200";
 struct Worker {
     child: Child,
     addr: String,
+    log: std::path::PathBuf,
 }
 
 impl Worker {
@@ -69,7 +70,8 @@ impl Worker {
             .arg("--workspace-root")
             .arg(setup.dir.path())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Its log, for a failing test to show (`Worker::log`).
+            .stderr(std::fs::File::create(home.join("serve.log")).unwrap())
             .spawn()
             .unwrap();
         let mut first = String::new();
@@ -81,7 +83,16 @@ impl Worker {
             .strip_prefix("listening on http://")
             .unwrap_or_else(|| panic!("unexpected first line from serve: {first:?}"))
             .to_owned();
-        Worker { child, addr }
+        Worker {
+            child,
+            addr,
+            log: home.join("serve.log"),
+        }
+    }
+
+    /// What the worker wrote on stderr so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     fn submit(&self, composition: &str, workspace: &Path) -> String {
@@ -396,5 +407,84 @@ fn issue15_the_shared_throttle_holds_across_two_postgres_workers() {
     assert!(
         early.is_empty(),
         "requests reached the provider during the 3 s hold, {early:?} ms after the 429"
+    );
+}
+
+/// The provider answers the first request after 2.5 s: long enough for the database to go away
+/// and come back while the answer is on its way.
+const ANSWER_LATE: &str = r#"responses:
+  - answer: {json: {modules: [core]}}
+    delay_ms: 2500
+fallback: repeat-last
+"#;
+
+/// A database outage mid-run loses nothing: PostgreSQL refuses connections and cuts the
+/// worker's for 3 s while the run waits for its answer; the attempt that finishes meanwhile is
+/// recorded once the database is back, the run succeeds, and the worker (whose own heartbeat
+/// failed) does not take its own stale run for a dead worker's.
+#[test]
+fn issue15_a_database_outage_mid_run_loses_no_attempt() {
+    let Some(db) = fresh_database("scaleout_outage") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(tmp.path(), ANSWER_LATE);
+    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    let store = db.url.as_str().to_owned();
+    let worker = Worker::start_apart(&setup, "host-a", &store, 1);
+    let id = worker.submit(ONE_STEP, &setup.workspace());
+    let until = Instant::now() + Duration::from_secs(30);
+    while worker.record(&id)["steps"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(Instant::now() < until, "the run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let name = store.rsplit('/').next().unwrap().to_owned();
+    let admin = docsfab_pg::Pg::connect(
+        &docsfab_pg::PgUrl::parse(&std::env::var("DOCSFAB_TEST_POSTGRES").unwrap()).unwrap(),
+    )
+    .unwrap();
+    let allow = |admin: &docsfab_pg::Pg, on: bool| {
+        let sql = format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {on}");
+        admin.call(move |c| c.batch_execute(&sql)).unwrap();
+    };
+    allow(&admin, false);
+    let target = name.clone();
+    admin
+        .call(move |c| {
+            c.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = $1 AND pid <> pg_backend_pid()",
+                &[&target],
+            )
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    allow(&admin, true);
+
+    let until = Instant::now() + Duration::from_secs(60);
+    while worker.record(&id)["status"] == "running" {
+        assert!(
+            Instant::now() < until,
+            "still running; log:\n{}",
+            worker.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ended = worker.wait_ended(std::slice::from_ref(&id), Duration::from_secs(60));
+    let record = &ended[0];
+    assert_eq!(record["status"], "succeeded", "{record:#}");
+    let attempts = record["steps"][0]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{record:#}");
+    assert_eq!(attempts[0]["status"], "succeeded");
+    assert_eq!(record["steps"][0]["output"]["modules"][0], "core");
+    assert_eq!(record["endReason"], Value::Null);
+    // DOCSFAB_HEARTBEAT_MS and DOCSFAB_STORE are variables docsfab reads: no warning for them.
+    assert!(
+        !worker.log().contains("not a variable docsfab reads"),
+        "{}",
+        worker.log()
     );
 }

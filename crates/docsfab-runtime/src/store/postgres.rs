@@ -172,37 +172,53 @@ impl PgRunStore {
     /// Runs `f` in one transaction (committed when it returns `Ok`).
     fn write<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + 'static,
+        f: impl Fn(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + Sync + 'static,
     ) -> Result<T, StoreError> {
-        let url = self.pg.url().to_string();
-        self.pg
-            .with(move |client| -> TxResult<T> {
-                let mut tx = client.transaction()?;
-                let value = f(&mut tx)?;
-                tx.commit()?;
-                Ok(value)
-            })?
-            .map_err(|e| into_store_error(e, url))
+        self.through_outages(false, f)
     }
 
     /// Runs `f` in one read-only snapshot, so what it reads is consistent while runs write.
     fn read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + 'static,
+        f: impl Fn(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + Sync + 'static,
+    ) -> Result<T, StoreError> {
+        self.through_outages(true, f)
+    }
+
+    /// Runs `f` in one transaction, again while the server cannot be reached (a restart, a
+    /// failover, a network cut), for up to [`OUTAGE_PATIENCE`]: a run in flight then loses no
+    /// finished attempt. Only a transaction that cannot have committed is run again: one that
+    /// lost its connection before `COMMIT` was sent. A lost `COMMIT` may have taken effect, so it
+    /// is reported, never repeated.
+    fn through_outages<T: Send + 'static>(
+        &self,
+        read_only: bool,
+        f: impl Fn(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + Sync + 'static,
     ) -> Result<T, StoreError> {
         let url = self.pg.url().to_string();
-        self.pg
-            .with(move |client| -> TxResult<T> {
-                let mut tx = client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()?;
+        // Each try answers its result and whether COMMIT had been sent when it ended.
+        let attempt = move |client: &mut postgres::Client| -> (TxResult<T>, bool) {
+            let mut sent = false;
+            let result = (|| {
+                let mut tx = if read_only {
+                    client
+                        .build_transaction()
+                        .isolation_level(IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()?
+                } else {
+                    client.transaction()?
+                };
                 let value = f(&mut tx)?;
+                sent = true;
                 tx.commit()?;
                 Ok(value)
-            })?
-            .map_err(|e| into_store_error(e, url))
+            })();
+            (result, sent)
+        };
+        let again = move |(result, sent): &(TxResult<T>, bool)| matches!(result, Err(TxError::Db(e)) if docsfab_pg::is_outage(e) && (read_only || !sent));
+        let (result, _) = self.pg.with_outage_retry(OUTAGE_PATIENCE, attempt, again)?;
+        result.map_err(|e| into_store_error(e, url))
     }
 
     /// Marks `interrupted` every running run whose owner worker is not alive, accounting the
@@ -467,8 +483,8 @@ impl PgRunStore {
             require_running(tx, &run_id)?;
             let mut step = require_running_step(tx, &run_id, step_index)?;
             step.status = end.status;
-            step.failure = end.failure;
-            step.output = end.output;
+            step.failure = end.failure.clone();
+            step.output = end.output.clone();
             tx.execute(
                 "UPDATE steps SET status = $3, record = $4 WHERE run_id = $1 AND step_index = $2",
                 &[
@@ -638,7 +654,7 @@ impl PgRunStore {
         let run_id = run_id.to_owned();
         self.write(move |tx| {
             let status = match lock_run(tx, &run_id)? {
-                None => return Err(StoreError::UnknownRun(run_id).into()),
+                None => return Err(StoreError::UnknownRun(run_id.clone()).into()),
                 Some(s) => s,
             };
             match status {
@@ -668,11 +684,15 @@ impl PgRunStore {
                 &[&run_id],
             )? {
                 Some(row) => Ok(row.get(0)),
-                None => Err(StoreError::UnknownRun(run_id).into()),
+                None => Err(StoreError::UnknownRun(run_id.clone()).into()),
             }
         })
     }
 }
+
+/// How long a store call keeps trying while the server cannot be reached: a failover's length,
+/// comfortably. The run waits meanwhile (its thread sleeps), as it waits for a busy SQLite file.
+const OUTAGE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn into_store_error(e: TxError, url: String) -> StoreError {
     match e {

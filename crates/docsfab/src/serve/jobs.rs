@@ -162,15 +162,11 @@ fn execute(shared: &Shared, claimed: Claimed, cancel: CancellationToken) -> Stri
             return id;
         }
     };
-    match prepare_and_run(shared, &claimed, cancel, &mut store) {
+    match prepare_and_run(shared, &claimed, cancel.clone(), &mut store) {
         Ok(()) => {}
         Err((status, reason)) => {
             log(&format!("run {id} {}: {reason}", status.as_str()));
-            if let Ok(Some(r)) = store.load_run(&id)
-                && r.status == RunStatus::Running
-            {
-                let _ = store.finish_run_because(&id, status, &reason);
-            }
+            record_end(&mut store, &id, status, &reason, &cancel);
         }
     }
     if let Ok(Some(record)) = store.load_run(&id) {
@@ -178,6 +174,46 @@ fn execute(shared: &Shared, claimed: Claimed, cancel: CancellationToken) -> Stri
         shared.metrics.add_record(&record);
     }
     id
+}
+
+/// How long a worker keeps trying to record the end of a run while its store does not answer.
+const END_RETRY_FOR: Duration = Duration::from_secs(300);
+
+/// Ends a run that is still `running` with `status` and `reason`. A run that failed because its
+/// store stopped answering (a database outage) cannot be ended at once either, and a run left
+/// `running` under a live worker is never reaped: so this tries again every heartbeat, for up
+/// to [`END_RETRY_FOR`], or until the server is told to stop (then its runs are reaped as the
+/// runs of a stopped worker).
+fn record_end(
+    store: &mut RunStore,
+    id: &str,
+    status: RunStatus,
+    reason: &str,
+    cancel: &CancellationToken,
+) {
+    let until = Instant::now() + END_RETRY_FOR;
+    let mut said = false;
+    loop {
+        match store.load_run(id) {
+            Ok(Some(r)) if r.status != RunStatus::Running => return,
+            Ok(None) => return,
+            Ok(Some(_)) if store.finish_run_because(id, status, reason).is_ok() => return,
+            _ => {}
+        }
+        if !said {
+            log(&format!(
+                "run {id}: the run store does not answer; trying to record its end every heartbeat"
+            ));
+            said = true;
+        }
+        if Instant::now() >= until || cancel.is_cancelled() {
+            log(&format!(
+                "run {id}: its end could not be recorded; it stays running until this server stops and another worker reaps it"
+            ));
+            return;
+        }
+        std::thread::sleep(docsfab_pg::worker::heartbeat_interval());
+    }
 }
 
 /// Builds the run as `docsfab run` would, waits for its workspace lock, and runs it into the
