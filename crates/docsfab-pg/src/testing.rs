@@ -65,6 +65,33 @@ pub fn fresh_database(label: &str) -> Option<TestDb> {
     })
 }
 
+impl TestDb {
+    /// An outage, as far as this database's clients can tell: new connections are refused and
+    /// every open one is cut. [`TestDb::end_outage`] lets them connect again.
+    pub fn start_outage(&self) {
+        let name = self.name.clone();
+        Pg::connect(&self.admin)
+            .expect("connect to DOCSFAB_TEST_POSTGRES")
+            .call(move |c| {
+                c.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))?;
+                c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&name],
+                )
+            })
+            .expect("refuse and cut the test database's connections");
+    }
+
+    pub fn end_outage(&self) {
+        let sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.name);
+        Pg::connect(&self.admin)
+            .expect("connect to DOCSFAB_TEST_POSTGRES")
+            .call(move |c| c.batch_execute(&sql))
+            .expect("allow the test database's connections again");
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         // Best effort: a leftover database is harmless, and the next run with the same pid

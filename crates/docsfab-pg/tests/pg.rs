@@ -2,7 +2,7 @@
 //! unless `DOCSFAB_REQUIRE_POSTGRES=1`).
 
 use docsfab_pg::testing::fresh_database;
-use docsfab_pg::{Pg, PgUrl, migrate, worker};
+use docsfab_pg::{Pg, migrate, worker};
 
 const STEPS: &[&str] = &[
     "CREATE TABLE t (id INTEGER PRIMARY KEY)",
@@ -111,21 +111,7 @@ fn issue15_a_worker_whose_beat_failed_holds_back_from_judging_others() {
     };
     worker::this_process(&db.url).unwrap();
     assert!(worker::may_judge(&db.url), "nothing failed yet");
-    let admin = PgUrl::parse(&std::env::var("DOCSFAB_TEST_POSTGRES").unwrap()).unwrap();
-    let admin = Pg::connect(&admin).unwrap();
-    let name = db.url.as_str().rsplit('/').next().unwrap().to_owned();
-    let cut = {
-        let name = name.clone();
-        move |c: &mut docsfab_pg::postgres::Client| {
-            c.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"))?;
-            c.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                 WHERE datname = $1 AND pid <> pg_backend_pid()",
-                &[&name],
-            )
-        }
-    };
-    admin.call(cut).unwrap();
+    db.start_outage();
     let until = std::time::Instant::now() + worker::heartbeat_interval() * 3;
     while worker::may_judge(&db.url) {
         assert!(
@@ -134,9 +120,7 @@ fn issue15_a_worker_whose_beat_failed_holds_back_from_judging_others() {
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    admin
-        .call(move |c| c.batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")))
-        .unwrap();
+    db.end_outage();
     // Back up, it still waits a stale limit for the others to beat again.
     std::thread::sleep(worker::heartbeat_interval());
     assert!(!worker::may_judge(&db.url));

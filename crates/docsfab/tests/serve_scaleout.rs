@@ -441,28 +441,9 @@ fn issue15_a_database_outage_mid_run_loses_no_attempt() {
         assert!(Instant::now() < until, "the run never started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let name = store.rsplit('/').next().unwrap().to_owned();
-    let admin = docsfab_pg::Pg::connect(
-        &docsfab_pg::PgUrl::parse(&std::env::var("DOCSFAB_TEST_POSTGRES").unwrap()).unwrap(),
-    )
-    .unwrap();
-    let allow = |admin: &docsfab_pg::Pg, on: bool| {
-        let sql = format!("ALTER DATABASE {name} ALLOW_CONNECTIONS {on}");
-        admin.call(move |c| c.batch_execute(&sql)).unwrap();
-    };
-    allow(&admin, false);
-    let target = name.clone();
-    admin
-        .call(move |c| {
-            c.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                 WHERE datname = $1 AND pid <> pg_backend_pid()",
-                &[&target],
-            )
-        })
-        .unwrap();
+    db.start_outage();
     std::thread::sleep(Duration::from_secs(3));
-    allow(&admin, true);
+    db.end_outage();
 
     let until = Instant::now() + Duration::from_secs(60);
     while worker.record(&id)["status"] == "running" {
