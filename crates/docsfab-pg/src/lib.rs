@@ -322,7 +322,13 @@ impl Pg {
             let g = Arc::clone(&f);
             let result = self.with(move |c| g(c));
             let retry = match &result {
-                Err(e) => matches!(e, PgError::Connect { .. }),
+                // No connection: try again unless the server refused the credentials or the
+                // database name (configuration, not availability).
+                Err(PgError::Connect { source, .. }) => !source.code().is_some_and(|c| {
+                    c.code().starts_with("28")
+                        || *c == postgres::error::SqlState::INVALID_CATALOG_NAME
+                }),
+                Err(_) => false,
                 Ok(value) => again(value),
             };
             if !retry || Instant::now() + pause > until {

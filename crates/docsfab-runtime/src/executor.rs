@@ -268,8 +268,7 @@ async fn run_into(
         Err(e) => {
             // Keep the record honest: a run the store could not follow to its end failed, and
             // its steps cannot say why.
-            let why = format!("the run store failed while recording it ({e})");
-            let _ = store.finish_run_because(&run_id, RunStatus::Failed, &why);
+            let _ = store.finish_run_because(&run_id, RunStatus::Failed, &e.to_string());
             return Err(e);
         }
     };
