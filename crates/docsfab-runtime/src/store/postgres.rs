@@ -227,11 +227,13 @@ impl PgRunStore {
     /// so it is alive, or the next reap finds it. Nothing is reaped while this process may not
     /// judge others (its own heartbeat failed lately: an outage, see `worker::may_judge`).
     pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
-        if !worker::may_judge(self.pg.url()) {
-            return Ok(Vec::new());
-        }
-        let alive = worker::alive_condition("w");
+        let (alive, url) = (worker::alive_condition("w"), self.pg.url().clone());
         self.write(move |tx| {
+            // Asked on every try: a reap that began just before an outage and is run again
+            // after it must see that this process's beats failed meanwhile.
+            if !worker::may_judge(&url) {
+                return Ok(Vec::new());
+            }
             let query = format!(
                 "SELECT r.run_id, r.owner_worker FROM runs r
                  WHERE r.status = 'running'
