@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use postgres;
-use postgres::{Client, NoTls};
+use postgres::{Client, IsolationLevel, NoTls, Transaction};
 
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -304,12 +304,53 @@ impl Pg {
         answered.recv().unwrap_or_else(|_| Err(gone()))
     }
 
-    /// [`Pg::with`], run again while the server cannot be reached (a restart, a failover, a
-    /// network cut) for up to `patience`, backing off from 100 ms to 2 s: when no connection
-    /// can be made, or when `again` says the closure's result is an outage it may repeat. The
-    /// closure decides that, because only it knows whether its transaction could have
-    /// committed (see [`is_outage`]). The caller's thread sleeps between tries.
-    pub fn with_outage_retry<T: Send + 'static>(
+    /// Runs `f` in one transaction (a read-only snapshot when `snapshot`) and commits it; while
+    /// the server cannot be reached (a restart, a failover, a network cut) it is run again, for
+    /// up to `patience`, backing off from 100 ms to 2 s. Only a transaction that cannot have
+    /// committed is repeated: one that met the outage before its `COMMIT` was sent (a lost
+    /// `COMMIT` may have taken effect, so it is reported). The caller's thread sleeps between
+    /// tries. `Err` outside: no connection; inside: `f`'s failure or the server's.
+    pub fn transaction_through_outages<T, E>(
+        &self,
+        patience: Duration,
+        snapshot: bool,
+        f: impl Fn(&mut Transaction<'_>) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Result<T, E>, PgError>
+    where
+        T: Send + 'static,
+        E: TxFailure + Send + 'static,
+    {
+        // Each try answers its result and whether COMMIT had been sent when it ended.
+        let attempt = move |client: &mut Client| -> (Result<T, E>, bool) {
+            let mut sent = false;
+            let result = (|| {
+                let mut tx = if snapshot {
+                    client
+                        .build_transaction()
+                        .isolation_level(IsolationLevel::RepeatableRead)
+                        .read_only(true)
+                        .start()?
+                } else {
+                    client.transaction()?
+                };
+                let value = f(&mut tx)?;
+                sent = true;
+                tx.commit()?;
+                Ok(value)
+            })();
+            (result, sent)
+        };
+        let again = move |(result, sent): &(Result<T, E>, bool)| {
+            let server = result.as_ref().err().and_then(TxFailure::server_error);
+            server.is_some_and(is_outage) && (snapshot || !sent)
+        };
+        let (result, _) = self.with_outage_retry(patience, attempt, again)?;
+        Ok(result)
+    }
+
+    /// [`Pg::with`], run again while no connection can be made or `again` says the closure's
+    /// result is an outage it may repeat, for up to `patience`.
+    fn with_outage_retry<T: Send + 'static>(
         &self,
         patience: Duration,
         f: impl Fn(&mut Client) -> T + Send + Sync + 'static,
@@ -360,11 +401,22 @@ impl Drop for Pg {
     }
 }
 
+/// The error of a closure run by [`Pg::transaction_through_outages`]: the server's errors
+/// convert into it, and it says which of its values is one (only those can be outages).
+pub trait TxFailure: From<postgres::Error> {
+    fn server_error(&self) -> Option<&postgres::Error>;
+}
+
+impl TxFailure for postgres::Error {
+    fn server_error(&self) -> Option<&postgres::Error> {
+        Some(self)
+    }
+}
+
 /// A failure of the connection or of the server's availability, not of the statement: the
 /// socket closed, a connection exception (SQLSTATE class 08), or the server shutting down or
-/// starting up (class 57P). A transaction that met one before its `COMMIT` was sent did not
-/// commit and may be run again; one that met it during `COMMIT` may have committed.
-pub fn is_outage(e: &postgres::Error) -> bool {
+/// starting up (class 57P).
+fn is_outage(e: &postgres::Error) -> bool {
     e.is_closed()
         || e.code().is_some_and(|c| {
             let code = c.code();

@@ -24,7 +24,7 @@ use docsfab_policy::host::ProviderThrottle;
 use docsfab_runtime::composition::{Composition, DEFAULT_TIMEOUT_MS};
 use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::RunStatus;
-use docsfab_runtime::store::StoreUrl;
+use docsfab_runtime::store::{RunStore, StoreUrl};
 use serde_json::{Value, json};
 
 use crate::error::{CliError, emit};
@@ -166,7 +166,7 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
     let dns = resolve_hosts(&ctx, selected)?;
     warnings.extend(dns.iter().filter_map(|(name, r)| dns_warning(name, r)));
     let store = crate::runs::store_url(&ctx.home.dir, store)?;
-    let store = check_store(&store)?;
+    let (store, opened) = check_store(&store)?;
     if let StoreState::Unreachable(why) = &store.state {
         warnings.push(why.clone());
     }
@@ -177,10 +177,8 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
         None
     };
 
-    let goodput = match store.state {
-        StoreState::Open { .. } => crate::goodput::doctor_line(&ctx, &store.url, timer_ms),
-        _ => None,
-    };
+    let goodput =
+        opened.and_then(|open| crate::goodput::doctor_line(&ctx, &open, &store.url, timer_ms));
     Ok(Report {
         goodput,
         store,
@@ -210,29 +208,34 @@ enum StoreState {
     Unreachable(String),
 }
 
-/// Opens the store as `run` would. A refusal that is configuration (a password or database
-/// the server rejects, a file that is not a store) is returned as the error `run` would give.
-fn check_store(url: &StoreUrl) -> Result<StoreCheck, CliError> {
+/// Opens the store as `run` would, and returns it open when it could be read (for the goodput
+/// line). A refusal that is configuration (a password or database the server rejects, a file
+/// that is not a store) is returned as the error `run` would give.
+fn check_store(url: &StoreUrl) -> Result<(StoreCheck, Option<RunStore>), CliError> {
     let url = url.clone();
     if let StoreUrl::Sqlite(path) = &url
         && !path.exists()
     {
-        return Ok(StoreCheck {
-            url,
-            state: StoreState::NotCreated,
-        });
+        let state = StoreState::NotCreated;
+        return Ok((StoreCheck { url, state }, None));
     }
-    let state = match crate::runs::open_store_url(&url) {
+    let (state, opened) = match crate::runs::open_store_url(&url) {
         Err(e) if e.kind == crate::error::ErrorKind::BadInput => return Err(e),
-        Err(e) => StoreState::Unreachable(e.message),
+        Err(e) => (StoreState::Unreachable(e.message), None),
         Ok(store) => match store.count_by_status() {
-            Ok(counts) => StoreState::Open {
-                counts: counts.into_iter().filter(|(_, n)| *n > 0).collect(),
-            },
-            Err(e) => StoreState::Unreachable(crate::runs::read_failed(&url, e).message),
+            Ok(counts) => (
+                StoreState::Open {
+                    counts: counts.into_iter().filter(|(_, n)| *n > 0).collect(),
+                },
+                Some(store),
+            ),
+            Err(e) => (
+                StoreState::Unreachable(crate::runs::read_failed(&url, e).message),
+                None,
+            ),
         },
     };
-    Ok(StoreCheck { url, state })
+    Ok((StoreCheck { url, state }, opened))
 }
 
 impl StoreCheck {

@@ -9,8 +9,9 @@ use docsfab_goodput::model::{FaultModel, Observed};
 use docsfab_goodput::policy::{DocsfabPolicy, PEERS, Policy, peer};
 use docsfab_goodput::report::{Summary, simulate};
 use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
+use docsfab_runtime::record::RunRecord;
 use docsfab_runtime::stats::{Filter, Stats};
-use docsfab_runtime::store::StoreUrl;
+use docsfab_runtime::store::{RunStore, StoreUrl};
 
 use docsfab_policy::catalog::{Limit, resolve};
 use docsfab_policy::host::{RawKind, RawValue};
@@ -125,21 +126,31 @@ fn store_model(store: Option<&str>) -> Result<FaultModel, CliError> {
 /// The fitted model (when the store holds enough runs) and the number of runs read.
 fn fit_store(path: &StoreUrl) -> Result<(Option<FaultModel>, u64), CliError> {
     let filter = Filter::default();
-    let records = crate::runs::load_records(path, &filter)?;
-    let stats = Stats::from_records(&records, &filter);
+    Ok(fit(&crate::runs::load_records(path, &filter)?, &filter))
+}
+
+/// The fitted model of `records` (when there are enough runs) and the number of runs.
+fn fit(records: &[RunRecord], filter: &Filter) -> (Option<FaultModel>, u64) {
+    let stats = Stats::from_records(records, filter);
     let fitted = (stats.runs >= MIN_RUNS)
         .then(|| FaultModel::fit(&observed(&stats)))
         .flatten();
-    Ok((fitted, stats.runs))
+    (fitted, stats.runs)
 }
 
 /// `doctor`'s line: the expected step success of this host's policy under the model fitted
-/// from the store; `None` until the store holds enough runs (or cannot be read: doctor reports
-/// the store elsewhere, and this line is advice).
-pub fn doctor_line(ctx: &HostContext, store: &StoreUrl, attempt_timer_ms: u64) -> Option<String> {
-    let (model, runs) = match fit_store(store) {
-        Ok((Some(m), runs)) => (m, runs),
-        _ => return None,
+/// from the store doctor opened at `path`; `None` until the store holds enough runs (or cannot
+/// be read: doctor reports the store elsewhere, and this line is advice).
+pub fn doctor_line(
+    ctx: &HostContext,
+    store: &RunStore,
+    path: &StoreUrl,
+    attempt_timer_ms: u64,
+) -> Option<String> {
+    let filter = Filter::default();
+    let records = crate::runs::records_of(store, path, &filter).ok()?;
+    let (Some(model), runs) = fit(&records, &filter) else {
+        return None;
     };
     let p = DocsfabPolicy::from_limits(&ctx.limits, ctx.rules.clone(), attempt_timer_ms);
     let s = simulate(

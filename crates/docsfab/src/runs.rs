@@ -626,7 +626,15 @@ pub(crate) fn load_records(
     if !store_exists(path) {
         return Ok(Vec::new());
     }
-    let store = open_store_url(path)?;
+    records_of(&open_store_url(path)?, path, filter)
+}
+
+/// [`load_records`] from a store already open at `path`.
+pub(crate) fn records_of(
+    store: &RunStore,
+    path: &StoreUrl,
+    filter: &Filter,
+) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
     let failed = |e: docsfab_runtime::store::StoreError| read_failed(path, e);
     let mut records = Vec::new();
     for summary in store.list_runs().map_err(failed)? {

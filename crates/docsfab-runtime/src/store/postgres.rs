@@ -16,7 +16,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use docsfab_pg::postgres::{self, GenericClient, IsolationLevel};
+use docsfab_pg::postgres::{self, GenericClient};
 use docsfab_pg::worker::{self, WorkerId};
 use docsfab_pg::{Pg, PgError, PgUrl};
 
@@ -132,6 +132,15 @@ impl From<StoreError> for TxError {
     }
 }
 
+impl docsfab_pg::TxFailure for TxError {
+    fn server_error(&self) -> Option<&postgres::Error> {
+        match self {
+            TxError::Db(e) => Some(e),
+            TxError::Store(_) => None,
+        }
+    }
+}
+
 type TxResult<T> = Result<T, TxError>;
 
 impl PgRunStore {
@@ -196,29 +205,9 @@ impl PgRunStore {
         f: impl Fn(&mut postgres::Transaction<'_>) -> TxResult<T> + Send + Sync + 'static,
     ) -> Result<T, StoreError> {
         let url = self.pg.url().to_string();
-        // Each try answers its result and whether COMMIT had been sent when it ended.
-        let attempt = move |client: &mut postgres::Client| -> (TxResult<T>, bool) {
-            let mut sent = false;
-            let result = (|| {
-                let mut tx = if read_only {
-                    client
-                        .build_transaction()
-                        .isolation_level(IsolationLevel::RepeatableRead)
-                        .read_only(true)
-                        .start()?
-                } else {
-                    client.transaction()?
-                };
-                let value = f(&mut tx)?;
-                sent = true;
-                tx.commit()?;
-                Ok(value)
-            })();
-            (result, sent)
-        };
-        let again = move |(result, sent): &(TxResult<T>, bool)| matches!(result, Err(TxError::Db(e)) if docsfab_pg::is_outage(e) && (read_only || !sent));
-        let (result, _) = self.pg.with_outage_retry(OUTAGE_PATIENCE, attempt, again)?;
-        result.map_err(|e| into_store_error(e, url))
+        self.pg
+            .transaction_through_outages(OUTAGE_PATIENCE, read_only, f)?
+            .map_err(|e| into_store_error(e, url))
     }
 
     /// Marks `interrupted` every running run whose owner worker is not alive, accounting the

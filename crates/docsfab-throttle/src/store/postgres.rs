@@ -154,30 +154,22 @@ impl PgStore {
         // Run again through an outage (until COMMIT was sent): a permit that is never given
         // back would lower the provider's cap for as long as this process lives. For at most
         // the stale limit: the caller may be an async server's thread (`route serve`).
-        let attempt = move |c: &mut docsfab_pg::postgres::Client| -> (Result<(), Error>, bool) {
-            let mut sent = false;
-            let result = (|| {
-                let mut tx = c.transaction()?;
-                let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
-                let skew = i128::from(now_ms) - i128::from(host_now_ms);
-                let headers = headers.shifted(i64::try_from(skew).unwrap_or(0));
-                state.set_in_flight(in_flight(&mut tx, &provider, Some(i64::MIN))?.0);
-                state.on_response(&settings, ticket.seq, outcome, &headers, now_ms);
-                tx.execute_typed(
-                    "DELETE FROM throttle_permits WHERE id = $1",
-                    &[(&ticket.id, Type::INT8)],
-                )?;
-                save(&mut tx, &provider, &state)?;
-                sent = true;
-                tx.commit()
-            })();
-            (result, sent)
+        let release = move |tx: &mut Transaction<'_>| -> Result<(), Error> {
+            let (mut state, now_ms) = lock_provider(tx, &provider)?;
+            let skew = i128::from(now_ms) - i128::from(host_now_ms);
+            let headers = headers.shifted(i64::try_from(skew).unwrap_or(0));
+            state.set_in_flight(in_flight(tx, &provider, Some(i64::MIN))?.0);
+            state.on_response(&settings, ticket.seq, outcome, &headers, now_ms);
+            tx.execute_typed(
+                "DELETE FROM throttle_permits WHERE id = $1",
+                &[(&ticket.id, Type::INT8)],
+            )?;
+            save(tx, &provider, &state)
         };
-        let again = |(result, sent): &(Result<(), Error>, bool)| matches!(result, Err(e) if docsfab_pg::is_outage(e) && !sent);
         let url = self.pg.url().to_string();
-        let (result, _) = self
+        let result = self
             .pg
-            .with_outage_retry(worker::stale_after(), attempt, again)?;
+            .transaction_through_outages(worker::stale_after(), false, release)?;
         result.map_err(|source| docsfab_pg::PgError::Query { url, source })?;
         Ok(())
     }
