@@ -181,9 +181,9 @@ const END_RETRY_FOR: Duration = Duration::from_secs(300);
 
 /// Ends a run that is still `running` with `status` and `reason`. A run that failed because its
 /// store stopped answering (a database outage) cannot be ended at once either, and a run left
-/// `running` under a live worker is never reaped: so this tries again every heartbeat, for up
-/// to [`END_RETRY_FOR`], or until the server is told to stop (then its runs are reaped as the
-/// runs of a stopped worker).
+/// `running` under a live worker is never reaped: so this tries again (each store call already
+/// waits out a short outage, then a heartbeat's pause), for about [`END_RETRY_FOR`], or until
+/// the server is told to stop (then its runs are reaped as the runs of a stopped worker).
 fn record_end(
     store: &mut RunStore,
     id: &str,
@@ -202,7 +202,7 @@ fn record_end(
         }
         if !said {
             log(&format!(
-                "run {id}: the run store does not answer; trying to record its end every heartbeat"
+                "run {id}: the run store does not answer; trying again to record its end"
             ));
             said = true;
         }
