@@ -30,6 +30,7 @@ mod rng;
 mod scenario;
 mod server;
 
+pub use capacity::OutsideCounts;
 pub use error::SimError;
 pub use scenario::Scenario;
 pub use server::{CAPACITY_ENTRY, RequestLogEntry, SimServer, serve_command};

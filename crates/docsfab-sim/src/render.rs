@@ -4,7 +4,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::capacity::{Dimension, Gauge, Refusal, Verdict};
+use crate::capacity::{
+    Capacity, Dimension, Gauge, HeaderFamily, Refusal, RetryAfter, TokenCharge, Verdict,
+};
 use crate::http::{Framing, Outgoing};
 use crate::scenario::{
     Action, Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
@@ -56,7 +58,7 @@ const DEFAULT_MODEL: &str = "sim-model";
 pub(crate) fn outgoing(
     response: &Response,
     req: &RequestInfo,
-    limits: Option<&Verdict>,
+    limits: Option<(&Capacity, &Verdict)>,
 ) -> Outgoing {
     let mut out = match &response.reply {
         Reply::Status(status) => status_reply(status, req),
@@ -67,9 +69,13 @@ pub(crate) fn outgoing(
         Reply::Answer(answer) => json_reply(answer, req),
         Reply::StreamError(reply) => stream_error(reply, req),
     };
-    if let Some(verdict) = limits {
-        out.headers
-            .extend(rate_limit_headers(req.api, verdict, SystemTime::now()));
+    if let Some((capacity, verdict)) = limits {
+        out.headers.extend(rate_limit_headers(
+            req.api,
+            capacity,
+            verdict,
+            SystemTime::now(),
+        ));
     }
     // Scenario headers replace a default of the same name.
     out.headers.retain(|(name, _)| {
@@ -343,13 +349,19 @@ fn usage_for(answer: &Answer, body: &BodyFacts) -> (u64, u64) {
     (input, (produced as u64 / 4).max(1))
 }
 
-fn input_estimate(body: &BodyFacts) -> u64 {
+/// The prompt's size in tokens as the simulator estimates it (body bytes / 4): what the log's
+/// `prompt_tokens` says and what `tokens: prompt` charges.
+pub(crate) fn input_estimate(body: &BodyFacts) -> u64 {
     (body.len as u64 / 4).max(1)
 }
 
-/// What a request costs the token budget: the usage its answer reports (input plus output, the
-/// same numbers as the body's `usage`), or the input estimate for anything that is not an answer.
-pub(crate) fn token_cost(step: &Step, body: &BodyFacts) -> u64 {
+/// What a request costs the token budget. `total`: the usage its answer reports (input plus
+/// output, the same numbers as the body's `usage`), or the input estimate for anything that is
+/// not an answer. `prompt`: the input estimate, whatever answers it.
+pub(crate) fn token_cost(step: &Step, body: &BodyFacts, charge: TokenCharge) -> u64 {
+    if charge == TokenCharge::Prompt {
+        return input_estimate(body);
+    }
     match &step.action {
         Action::Respond(Response {
             reply: Reply::Answer(answer),
@@ -362,25 +374,40 @@ pub(crate) fn token_cost(step: &Step, body: &BodyFacts) -> u64 {
     }
 }
 
-/// The rate-limit headers in the style of the API. Times are real time (already scaled).
+/// The rate-limit headers in the family the capacity asks for (by default the API's own). Times
+/// are real time (already scaled).
 ///
 /// OpenAI sends the reset as a Go-style duration until the budget is back to its initial state;
 /// Anthropic sends the RFC 3339 instant at which it is fully replenished.
 pub(crate) fn rate_limit_headers(
     api: Api,
+    capacity: &Capacity,
     verdict: &Verdict,
     now: SystemTime,
 ) -> Vec<(String, String)> {
-    let budgets = std::iter::once(("requests", verdict.requests))
-        .chain(verdict.tokens.map(|t| ("tokens", t)));
+    let family = match capacity.headers {
+        HeaderFamily::Api => api,
+        HeaderFamily::Openai => Api::OpenaiChat,
+        HeaderFamily::Anthropic => Api::AnthropicMessages,
+        HeaderFamily::None => return Vec::new(),
+    };
+    // Anthropic reports a prompt-only budget as its input-tokens family (ITPM); OpenAI has one
+    // token family whatever it counts.
+    let tokens = match (family, capacity.tokens) {
+        (Api::AnthropicMessages, TokenCharge::Prompt) => "input-tokens",
+        _ => "tokens",
+    };
+    let budgets =
+        std::iter::once(("requests", verdict.requests)).chain(verdict.tokens.map(|t| (tokens, t)));
     let mut headers = Vec::new();
     for (what, gauge) in budgets {
         let Gauge {
             limit,
             remaining,
             reset,
+            ..
         } = gauge;
-        let (names, reset) = match api {
+        let (names, reset) = match family {
             Api::OpenaiChat => (
                 [
                     format!("x-ratelimit-limit-{what}"),
@@ -407,27 +434,50 @@ pub(crate) fn rate_limit_headers(
 }
 
 /// The 429 a request over capacity gets: the API's own rate-limit error body, the rate-limit
-/// headers, and a Retry-After that tells when this request would fit (whole seconds, rounded up;
-/// OpenAI style also gets the exact `retry-after-ms`).
+/// headers, and the Retry-After the capacity's `retryAfter` asks for, telling when this request
+/// would fit: `retry-after` in whole seconds rounded up, `retry-after-ms` exact (by default
+/// both, the milliseconds on the OpenAI API only, as the providers send them).
 pub(crate) fn capacity_refusal(
     api: Api,
+    capacity: &Capacity,
     verdict: &Verdict,
     refusal: Refusal,
     body: &BodyFacts,
 ) -> Outgoing {
     let wait_ms = ceil_millis(refusal.wait);
     let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
-    headers.extend(rate_limit_headers(api, verdict, SystemTime::now()));
-    headers.push(("retry-after".to_owned(), wait_ms.div_ceil(1000).to_string()));
+    headers.extend(rate_limit_headers(
+        api,
+        capacity,
+        verdict,
+        SystemTime::now(),
+    ));
+    let (seconds, millis) = match capacity.retry_after {
+        RetryAfter::Both => (true, api == Api::OpenaiChat),
+        RetryAfter::Seconds => (true, false),
+        RetryAfter::Milliseconds => (false, true),
+        RetryAfter::None => (false, false),
+    };
+    if seconds {
+        headers.push(("retry-after".to_owned(), wait_ms.div_ceil(1000).to_string()));
+    }
+    if millis {
+        headers.push(("retry-after-ms".to_owned(), wait_ms.to_string()));
+    }
     let gauge = match refusal.by {
         Dimension::Requests => verdict.requests,
         Dimension::Tokens => verdict.tokens.unwrap_or(verdict.requests),
     };
-    let used = gauge.limit.saturating_sub(gauge.remaining);
+    // What the bucket has given out; the limit is the header's (per minute by default), so with
+    // a small burst this reads "Limit 120, Used 1", which is what a quantized limit looks like.
+    let used = gauge.size.saturating_sub(gauge.remaining);
     let again = go_duration(refusal.wait);
+    let tokens = match capacity.tokens {
+        TokenCharge::Total => "tokens",
+        TokenCharge::Prompt => "input tokens",
+    };
     let text = match api {
         Api::OpenaiChat => {
-            headers.push(("retry-after-ms".to_owned(), wait_ms.to_string()));
             let model = body.model.as_deref().unwrap_or(DEFAULT_MODEL);
             let (kind, per_min) = match refusal.by {
                 Dimension::Requests => ("requests", "requests per min (RPM)"),
@@ -442,11 +492,12 @@ pub(crate) fn capacity_refusal(
         Api::AnthropicMessages => {
             let what = match refusal.by {
                 Dimension::Requests => "requests",
-                Dimension::Tokens => "tokens",
+                Dimension::Tokens => tokens,
             };
+            // "At once" is the bucket, whatever the limit header reports.
             let message = format!(
                 "This request would exceed the simulated rate limit of {} {what} at once; try again in {again}.",
-                gauge.limit
+                gauge.size
             );
             json!({"type": "error", "error": {"type": "rate_limit_error", "message": message}})
         }
@@ -946,5 +997,112 @@ mod tests {
         // 2024-02-29T23:59:59.5Z: a leap day, with a fraction.
         assert_eq!(rfc3339(at(1_709_251_199_500)), "2024-02-29T23:59:59.500Z");
         assert_eq!(rfc3339(at(1_795_972_800_000)), "2026-11-29T17:20:00Z");
+    }
+
+    fn capacity(yaml: &str) -> (Capacity, crate::scenario::Scenario) {
+        let scenario = crate::scenario::Scenario::from_yaml_str(yaml, "t").unwrap();
+        (scenario.capacity().unwrap().clone(), scenario)
+    }
+
+    fn names(headers: &[(String, String)]) -> Vec<&str> {
+        headers.iter().map(|(n, _)| n.as_str()).collect()
+    }
+
+    #[test]
+    fn the_header_family_is_the_capacitys_choice() {
+        let start = tokio::time::Instant::now();
+        let now = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let yaml = |extra: &str| {
+            format!(
+                "capacity: {{requestsPerMinute: 60, tokensPerMinute: 6000, burst: 1{extra}}}\nresponses: [{{status: 200}}]\n"
+            )
+        };
+        let headers = |extra: &str, api: Api| {
+            let (c, _) = capacity(&yaml(extra));
+            let verdict = crate::capacity::Limiter::new(&c, start).admit(start, 10);
+            rate_limit_headers(api, &c, &verdict, now)
+        };
+        assert_eq!(
+            names(&headers(", headers: openai", Api::AnthropicMessages)),
+            [
+                "x-ratelimit-limit-requests",
+                "x-ratelimit-remaining-requests",
+                "x-ratelimit-reset-requests",
+                "x-ratelimit-limit-tokens",
+                "x-ratelimit-remaining-tokens",
+                "x-ratelimit-reset-tokens"
+            ]
+        );
+        assert!(headers(", headers: none", Api::OpenaiChat).is_empty());
+        // A prompt-only budget is Anthropic's input-tokens family; OpenAI keeps `-tokens`.
+        let anthropic = headers(", headers: anthropic, tokens: prompt", Api::OpenaiChat);
+        assert_eq!(
+            names(&anthropic)[3..],
+            [
+                "anthropic-ratelimit-input-tokens-limit",
+                "anthropic-ratelimit-input-tokens-remaining",
+                "anthropic-ratelimit-input-tokens-reset"
+            ]
+        );
+        assert_eq!(anthropic[3].1, "6000");
+        assert_eq!(anthropic[0].1, "60");
+        assert_eq!(
+            names(&headers(", tokens: prompt", Api::OpenaiChat))[3],
+            "x-ratelimit-limit-tokens"
+        );
+    }
+
+    #[test]
+    fn prompt_tokens_charge_the_body_estimate_whatever_answers() {
+        let (_, scenario) = capacity(
+            "capacity: {requestsPerMinute: 60, tokensPerMinute: 6000}\nresponses:\n  - answer: {text: hi, usage: {input_tokens: 10, output_tokens: 20}}\n",
+        );
+        let step = scenario.pick_in(None, 0).step;
+        let body = BodyFacts {
+            len: 400,
+            ..BodyFacts::default()
+        };
+        assert_eq!(token_cost(&step, &body, TokenCharge::Total), 30);
+        assert_eq!(token_cost(&step, &body, TokenCharge::Prompt), 100);
+        assert_eq!(input_estimate(&body), 100);
+    }
+
+    #[test]
+    fn retry_after_follows_the_capacity() {
+        let start = tokio::time::Instant::now();
+        let shapes = |retry: &str, api: Api| {
+            let (c, _) = capacity(&format!(
+                "capacity: {{requestsPerMinute: 60, burst: 1, retryAfter: {retry}}}\nresponses: [{{status: 200}}]\n"
+            ));
+            let mut limiter = crate::capacity::Limiter::new(&c, start);
+            limiter.admit(start, 1);
+            let verdict = limiter.admit(start, 1);
+            let out = capacity_refusal(
+                api,
+                &c,
+                &verdict,
+                verdict.refused.unwrap(),
+                &BodyFacts::default(),
+            );
+            let mut got: Vec<String> = out
+                .headers
+                .into_iter()
+                .filter(|(n, _)| n.starts_with("retry-after"))
+                .map(|(n, v)| format!("{n}: {v}"))
+                .collect();
+            got.sort();
+            got
+        };
+        assert_eq!(
+            shapes("both", Api::OpenaiChat),
+            ["retry-after-ms: 1000", "retry-after: 1"]
+        );
+        assert_eq!(shapes("both", Api::AnthropicMessages), ["retry-after: 1"]);
+        assert_eq!(shapes("seconds", Api::OpenaiChat), ["retry-after: 1"]);
+        assert_eq!(
+            shapes("milliseconds", Api::AnthropicMessages),
+            ["retry-after-ms: 1000"]
+        );
+        assert!(shapes("none", Api::OpenaiChat).is_empty());
     }
 }

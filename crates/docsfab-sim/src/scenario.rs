@@ -16,7 +16,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde_saphyr::Spanned;
 
 use crate::SimError;
-use crate::capacity::Capacity;
+use crate::capacity::{Capacity, CapacitySpec};
 use crate::rng::SplitMix64;
 
 /// Repeats are counted, not copied, but random models are expanded entry by entry: cap the
@@ -478,6 +478,18 @@ struct RawCapacity {
     burst: Option<u64>,
     #[serde(default)]
     time_scale: Option<f64>,
+    #[serde(default)]
+    limit_header: Option<String>,
+    #[serde(default)]
+    headers: Option<String>,
+    #[serde(default)]
+    retry_after: Option<String>,
+    #[serde(default)]
+    token_burst_seconds: Option<u64>,
+    #[serde(default)]
+    tokens: Option<String>,
+    #[serde(default)]
+    outside_share: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -766,12 +778,18 @@ impl Resolver {
             Some(spanned) => {
                 let c = spanned.value;
                 Some(
-                    Capacity::check(
-                        c.requests_per_minute,
-                        c.tokens_per_minute,
-                        c.burst,
-                        c.time_scale,
-                    )
+                    Capacity::check(CapacitySpec {
+                        requests_per_minute: c.requests_per_minute,
+                        tokens_per_minute: c.tokens_per_minute,
+                        burst: c.burst,
+                        time_scale: c.time_scale,
+                        limit_header: c.limit_header,
+                        headers: c.headers,
+                        retry_after: c.retry_after,
+                        token_burst_seconds: c.token_burst_seconds,
+                        tokens: c.tokens,
+                        outside_share: c.outside_share,
+                    })
                     .or_else(|m| invalid(spanned.referenced.line(), m))?,
                 )
             }

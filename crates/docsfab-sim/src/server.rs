@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::SimError;
-use crate::capacity::{Limiter, Refusal, Verdict};
+use crate::capacity::{Limiter, OutsideCounts, Refusal, Verdict};
 use crate::http::{self, Ending, Framing, Outgoing, ReadError};
 use crate::render::{self, Api, BodyFacts, RequestInfo};
 use crate::scenario::{Action, CloseHow, Pick, Scenario};
@@ -40,6 +40,11 @@ pub struct RequestLogEntry {
     /// refused with 429 because the scenario's capacity was used up (neither consumes the
     /// script).
     pub entry: String,
+    /// The simulator's estimate of the prompt's tokens (body bytes / 4, at least 1): what the
+    /// token budget is charged under `tokens: prompt`, so a benchmark can work out a token floor.
+    /// 0 when read from a log written before the field existed.
+    #[serde(default)]
+    pub prompt_tokens: u64,
 }
 
 /// The request log's `entry` for a request over the scenario's capacity.
@@ -171,6 +176,16 @@ impl SimServer {
         self.shared.feed.subscribe()
     }
 
+    /// What the scenario's outside client (`capacity.outsideShare`) got, with its arrivals played
+    /// up to now; `None` when the scenario has none. Its requests are not in the request log.
+    pub fn outside_client(&self) -> Option<OutsideCounts> {
+        self.shared
+            .lock()
+            .limiter
+            .as_mut()?
+            .outside(tokio::time::Instant::now())
+    }
+
     /// Stops accepting, ends every open connection and waits for the server task.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
@@ -247,6 +262,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 Route::Refused(..) => CAPACITY_ENTRY.to_owned(),
                 Route::Script(_, pick, _) => pick.label.clone(),
             },
+            prompt_tokens: render::input_estimate(&facts),
         };
         if let Some(file) = state.file.as_mut() {
             // The log is a test aid: a full disk must not take the simulator down with it.
@@ -275,7 +291,11 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             return;
         }
         Route::Refused(api, verdict, refusal) => {
-            let out = render::capacity_refusal(api, &verdict, refusal, &facts);
+            let capacity = shared
+                .scenario
+                .capacity()
+                .expect("a refusal comes from the scenario's capacity");
+            let out = render::capacity_refusal(api, capacity, &verdict, refusal, &facts);
             http::write_response(&mut stream, &out, None, None).await;
             close(stream).await;
             return;
@@ -294,7 +314,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 index,
                 body: facts,
             };
-            let out = render::outgoing(response, &info, limits.as_ref());
+            let limits = shared.scenario.capacity().zip(limits.as_ref());
+            let out = render::outgoing(response, &info, limits);
             http::write_response(&mut stream, &out, response.stall, response.cut).await
         }
     };
@@ -324,12 +345,16 @@ fn route(
         None => state.next_script_index,
     };
     let pick = scenario.pick_in(lane, next);
-    let verdict = state.limiter.as_mut().map(|limiter| {
-        limiter.admit(
-            tokio::time::Instant::now(),
-            render::token_cost(&pick.step, facts),
-        )
-    });
+    let verdict = state
+        .limiter
+        .as_mut()
+        .zip(scenario.capacity())
+        .map(|(limiter, capacity)| {
+            limiter.admit(
+                tokio::time::Instant::now(),
+                render::token_cost(&pick.step, facts, capacity.tokens),
+            )
+        });
     if let Some(v) = verdict
         && let Some(refusal) = v.refused
     {
@@ -420,8 +445,20 @@ pub async fn serve_command(
     });
     signals.wait().await;
     narrator.abort();
+    // The outside client's requests are not in the log, so say at the end what it took.
+    if let Some(counts) = server.outside_client() {
+        let _ = writeln!(std::io::stderr(), "{}", describe_outside(counts));
+    }
     server.shutdown().await;
     Ok(())
+}
+
+/// The stderr line `sim serve` prints at the end when the scenario has an outside client.
+fn describe_outside(c: OutsideCounts) -> String {
+    format!(
+        "outside client (capacity.outsideShare): {} requests admitted, {} refused",
+        c.admitted, c.refused
+    )
 }
 
 /// The stderr line `sim serve` prints for a request.
@@ -472,5 +509,22 @@ impl ShutdownSignals {
 
     async fn wait(self) {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sim_serve_ends_with_what_the_outside_client_took() {
+        let counts = OutsideCounts {
+            admitted: 3,
+            refused: 1,
+        };
+        assert_eq!(
+            describe_outside(counts),
+            "outside client (capacity.outsideShare): 3 requests admitted, 1 refused"
+        );
     }
 }
