@@ -41,7 +41,9 @@ use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
-use docsfab_throttle::{AcquireError, Outcome as ThrottleOutcome, Permit, Reason, Throttle};
+use docsfab_throttle::{
+    AcquireError, Outcome as ThrottleOutcome, Permit, Reason, Request, Throttle,
+};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -86,6 +88,10 @@ pub struct ReplayEntry {
     pub retry_after_ms: Option<u64>,
     /// The window that judged the failure.
     pub window: Window,
+    /// How long the shared throttle held the replay after its wait. `wait_ms + held_ms` is the
+    /// gap on the wire between the failed request and this one.
+    #[serde(default)]
+    pub held_ms: u64,
 }
 
 /// Why the turn ended, without the data [`TurnEnd`] carries.
@@ -164,6 +170,10 @@ pub struct TurnResult {
 pub struct Gate<'a> {
     pub throttle: &'a Throttle,
     pub provider: &'a str,
+    /// The most the throttle may hold the turn's first request: what is left of the ceiling of
+    /// the wait before it (a step retry's first turn: the budget's delay ceiling less the
+    /// step's own wait). `None`: the replay policy's per-wait ceiling, as for any send.
+    pub first_patience: Option<Duration>,
 }
 
 /// What the driver tells its caller while a turn runs.
@@ -248,6 +258,7 @@ pub async fn run_turn_gated(
 
     let mut attempt: u32 = 1;
     let mut last_failure: Option<TransportFailure> = None;
+    let mut last_window = Window::Throttle;
     loop {
         let bytes = payload.bytes_for_attempt(attempt);
         let actual = PayloadDigest::of(&bytes);
@@ -269,11 +280,24 @@ pub async fn run_turn_gated(
             );
         }
 
+        let patience = match turn.replays.last() {
+            None => gate.and_then(|g| g.first_patience),
+            Some(_) => None,
+        }
+        .unwrap_or_else(|| Duration::from_millis(turn.replay_patience_ms(limits, last_window)));
+        let request = Request {
+            prompt_tokens: estimated_prompt_tokens(&bytes),
+            patience,
+        };
         let permit = match gate {
             None => None,
-            Some(gate) => match gate.throttle.acquire(gate.provider, cancel, deadline).await {
+            Some(gate) => match gate
+                .throttle
+                .acquire_for(gate.provider, &request, cancel, deadline)
+                .await
+            {
                 Ok(permit) => {
-                    turn.held_ms = turn.held_ms.saturating_add(permit.held_ms());
+                    turn.held(permit.held_ms());
                     if let Some(reason) = permit.held_for() {
                         on_event(DriverEvent::Held {
                             held_ms: permit.held_ms(),
@@ -283,11 +307,11 @@ pub async fn run_turn_gated(
                     Some(permit)
                 }
                 Err(AcquireError::Cancelled { held_ms }) => {
-                    turn.held_ms = turn.held_ms.saturating_add(held_ms);
+                    turn.held(held_ms);
                     return turn.finish(TurnEnd::Cancelled, None);
                 }
                 Err(AcquireError::Deadline { held_ms, reason }) => {
-                    turn.held_ms = turn.held_ms.saturating_add(held_ms);
+                    turn.held(held_ms);
                     return turn.finish(
                         TurnEnd::DeadlineReached { last_failure },
                         Some(format!(
@@ -344,16 +368,20 @@ pub async fn run_turn_gated(
 
         let rate_limited = failed.failure.http_status == Some(429)
             || failed.failure.class == ProviderErrorClass::RateLimit;
-        let reported = |wait_ms: Option<u64>| {
-            if rate_limited {
-                ThrottleOutcome::RateLimited { wait_ms }
-            } else {
-                ThrottleOutcome::Failed
-            }
+        // Only the provider's own ask holds the other senders; this request's backoff is its
+        // own and is not reported.
+        let reported = if rate_limited {
+            ThrottleOutcome::RateLimited
+        } else {
+            ThrottleOutcome::Failed
         };
+        // The hold takes the Retry-After the policy judged by (the head's own, or one a
+        // recognised gateway relayed), so both layers hear the same ask.
+        let mut head = failed.body.rate_headers.clone();
+        head.retry_after_ms = head.retry_after_ms.or(failed.failure.retry_after_ms);
         let (wait_ms, window) = match decision {
             ReplayDecision::Stop { reason } => {
-                give_back(permit, reported(None), &failed.body.rate_headers, on_event);
+                give_back(permit, reported, &head, on_event);
                 let detail = Some(failed.detail.clone());
                 return turn.finish(
                     TurnEnd::Failed {
@@ -366,12 +394,7 @@ pub async fn run_turn_gated(
             ReplayDecision::Replay { wait_ms, window } => (wait_ms, window),
         };
         // Before this turn's own wait, so other senders hold from now on.
-        give_back(
-            permit,
-            reported(Some(wait_ms)),
-            &failed.body.rate_headers,
-            on_event,
-        );
+        give_back(permit, reported, &head, on_event);
 
         let f = failed.failure;
         let entry = ReplayEntry {
@@ -383,7 +406,9 @@ pub async fn run_turn_gated(
             wait_ms,
             retry_after_ms: f.retry_after_ms,
             window,
+            held_ms: 0,
         };
+        last_window = window;
         turn.replays.push(entry);
         turn.past.push(PastReplay {
             failure: f,
@@ -413,6 +438,30 @@ struct Turn {
 }
 
 impl Turn {
+    /// Counts a hold of the request about to go: the turn's total, and the replay's own.
+    fn held(&mut self, held_ms: u64) {
+        self.held_ms = self.held_ms.saturating_add(held_ms);
+        if let Some(last) = self.replays.last_mut() {
+            last.held_ms = last.held_ms.saturating_add(held_ms);
+        }
+    }
+
+    /// How long the throttle may hold the next send: what the policy's ceilings leave of the
+    /// wait before it. For a replay, the per-wait ceiling less the wait the policy chose, and
+    /// what is left of the judging window's summed wait (waits and holds of the turn so far);
+    /// for a first send, the per-wait ceiling.
+    fn replay_patience_ms(&self, limits: &ReplayLimits, window: Window) -> u64 {
+        let Some(last) = self.replays.last() else {
+            return limits.max_delay_ms;
+        };
+        let spent = self.replays.iter().fold(0u64, |sum, r| {
+            sum.saturating_add(r.wait_ms).saturating_add(r.held_ms)
+        });
+        let per_wait = limits.max_delay_ms.saturating_sub(last.wait_ms);
+        let total = limits.max_total_delay(window).saturating_sub(spent);
+        per_wait.min(total)
+    }
+
     fn finish(self, end: TurnEnd, detail: Option<String>) -> TurnResult {
         let (status, kind, failure, stop_reason) = match &end {
             TurnEnd::Completed(_) => (TurnStatus::Completed, EndKind::Completed, None, None),
@@ -470,6 +519,13 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
         Some(d) => tokio::time::sleep_until(d).await,
         None => std::future::pending().await,
     }
+}
+
+/// A request's prompt tokens, estimated from the bytes it sends (about four bytes a token, the
+/// usual rule for English text and JSON); the throttle learns the provider's own ratio from the
+/// answers' usage.
+fn estimated_prompt_tokens(bytes: &[u8]) -> u64 {
+    (bytes.len() as u64 / 4).max(1)
 }
 
 fn duration_ms(d: Duration) -> u64 {

@@ -529,11 +529,11 @@ async fn record_serializes_with_the_run_record_names_rep_13() {
     assert_eq!(v["providerRetries"], 2);
     assert_eq!(
         v["replays"][0],
-        serde_json::json!({"status": 429, "providerErrorClass": "rate-limit", "waitMs": 1000, "retryAfterMs": 1000, "window": "throttle"})
+        serde_json::json!({"status": 429, "providerErrorClass": "rate-limit", "waitMs": 1000, "retryAfterMs": 1000, "window": "throttle", "heldMs": 0})
     );
     assert_eq!(
         v["replays"][1],
-        serde_json::json!({"fault": "connection-dropped", "providerErrorClass": "network", "waitMs": 1000, "retryAfterMs": null, "window": "general"})
+        serde_json::json!({"fault": "connection-dropped", "providerErrorClass": "network", "waitMs": 1000, "retryAfterMs": null, "window": "general", "heldMs": 0})
     );
     let back: docsfab_provider::TurnAccount = serde_json::from_value(v).expect("round trip");
     assert_eq!(back, r.record);

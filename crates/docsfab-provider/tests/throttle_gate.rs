@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use docsfab_policy::class::ProviderErrorClass;
+use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_provider::driver::{DriverEvent, EndKind, Gate, TurnEnd, run_turn_gated};
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
@@ -42,12 +42,11 @@ async fn hold(t: &Throttle, ms: u64) {
         .acquire("p", &CancellationToken::new(), None)
         .await
         .expect("permit");
-    permit
-        .finish(
-            Outcome::RateLimited { wait_ms: Some(ms) },
-            &RateHeaders::none(),
-        )
-        .expect("finish");
+    let head = RateHeaders {
+        retry_after_ms: Some(ms),
+        ..RateHeaders::none()
+    };
+    permit.finish(Outcome::RateLimited, &head).expect("finish");
 }
 
 /// Runs one gated turn, collecting the hold reasons the driver reported.
@@ -66,6 +65,7 @@ async fn gated(
     let gate = Gate {
         throttle: t,
         provider: "p",
+        first_patience: None,
     };
     let r = run_turn_gated(
         transport,
@@ -148,10 +148,12 @@ async fn issue12_a_429_holds_other_senders_from_before_its_replay_wait() {
     let first = {
         let (t, scheduled) = (t.clone(), scheduled.clone());
         tokio::spawn(async move {
-            let transport = ScriptedTransport::new([
-                ScriptStep::fail(status(429, ProviderErrorClass::RateLimit)),
-                ScriptStep::answer("ok"),
-            ]);
+            let asked = ProviderFailure {
+                retry_after_ms: Some(300),
+                ..status(429, ProviderErrorClass::RateLimit)
+            };
+            let transport =
+                ScriptedTransport::new([ScriptStep::fail(asked), ScriptStep::answer("ok")]);
             let mut on_event = |e: DriverEvent<'_>| {
                 if let DriverEvent::Replay(_) = e {
                     scheduled.notify_one();
@@ -160,6 +162,7 @@ async fn issue12_a_429_holds_other_senders_from_before_its_replay_wait() {
             let gate = Gate {
                 throttle: &t,
                 provider: "p",
+                first_patience: None,
             };
             run_turn_gated(
                 &transport,
@@ -176,8 +179,8 @@ async fn issue12_a_429_holds_other_senders_from_before_its_replay_wait() {
     scheduled.notified().await;
     let transport = ScriptedTransport::new([ScriptStep::answer("ok")]);
     let (second, held) = gated(&t, &transport, &CancellationToken::new(), None).await;
-    // Held first by the hold; once it ends, the halved window may make it wait its turn too.
-    assert_eq!(held.len(), 1, "{held:?}");
+    // Held by the 429's Retry-After (300 ms), not by the first turn's own backoff.
+    assert_eq!(held, vec![Some(Reason::Hold)], "{held:?}");
     assert!(second.record.held_ms > 0);
     assert_eq!(second.record.provider_retries, 0);
     let first = first.await.unwrap();

@@ -16,7 +16,8 @@ pub enum ReplayCause {
 }
 
 /// One in-turn replay: what failed, its class, and the wait before the identical request went
-/// out again.
+/// out again: the policy's `waitMs`, then the shared throttle's `heldMs`. Their sum is the gap
+/// on the wire between the failed request and its replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayRecord {
@@ -25,6 +26,9 @@ pub struct ReplayRecord {
     pub provider_error_class: ProviderErrorClass,
     pub wait_ms: u64,
     pub retry_after_ms: Option<u64>,
+    /// Time the throttle held the replay after its wait (0 before issue 20's records).
+    #[serde(default)]
+    pub held_ms: u64,
 }
 
 /// How the operator reads a replay's cause: `HTTP 503`, or the fault's record name

@@ -421,6 +421,7 @@ impl Route {
         let gate = self.throttle.as_ref().map(|throttle| Gate {
             throttle,
             provider: &self.provider_name,
+            first_patience: None,
         });
         let result = run_turn_gated(
             &self.transport,

@@ -910,13 +910,18 @@ async fn drive(
                         observer(event);
                     }
                 };
+                // The step retry's ceiling bounds only the attempt's first request.
+                let gate = input.gate.map(|g| Gate {
+                    first_patience: g.first_patience.filter(|_| turn == 1),
+                    ..g
+                });
                 let result = run_turn_gated(
                     input.transport,
                     &input.replay_limits,
                     &payload,
                     input.cancel,
                     Some(lp.deadline),
-                    input.gate,
+                    gate,
                     &mut on_event,
                 )
                 .await;
@@ -1030,6 +1035,7 @@ fn replay_record(e: &ReplayEntry) -> ReplayRecord {
         provider_error_class: e.provider_error_class,
         wait_ms: e.wait_ms,
         retry_after_ms: e.retry_after_ms,
+        held_ms: e.held_ms,
     }
 }
 

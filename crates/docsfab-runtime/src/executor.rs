@@ -469,6 +469,10 @@ async fn run_begun_step(
         claims,
     };
     let mut past: Vec<PastAttempt> = Vec::new();
+    // What is left of the step retry's wait ceiling once its own wait is over: the most the
+    // throttle may hold the retry's first request (the policy decides how long, the throttle
+    // only when). `None` for the first attempt.
+    let mut first_patience: Option<Duration> = None;
 
     // Every way out of the loop ends the step: its end goes to the store once, below.
     let (end, output_text) = loop {
@@ -480,7 +484,12 @@ async fn run_begun_step(
             budget,
         });
         let report = run
-            .attempt(store, attempt_no, step::current_feedback(&past))
+            .attempt(
+                store,
+                attempt_no,
+                step::current_feedback(&past),
+                first_patience,
+            )
             .await;
 
         let failure = match &report.result {
@@ -513,6 +522,11 @@ async fn run_begun_step(
                 if !backoff(ctx, step, attempt_no + 1, retry.wait_ms).await {
                     break (ctx.cancelled_end(), None);
                 }
+                first_patience = Some(Duration::from_millis(
+                    run.budgets
+                        .transport_max_delay_ms
+                        .saturating_sub(retry.wait_ms),
+                ));
             }
             StepDecision::End { failure: f, .. } => {
                 let end = if matches!(failure, AttemptFailure::Cancelled) {
@@ -546,12 +560,14 @@ struct StepRun<'c, 'a> {
 }
 
 impl StepRun<'_, '_> {
-    /// Runs attempt `attempt_no`, carrying `feedback`, and reports its turns to progress.
+    /// Runs attempt `attempt_no`, carrying `feedback`, and reports its turns to progress. The
+    /// throttle may hold its first request at most `first_patience` (see the caller).
     async fn attempt(
         &self,
         store: &mut (dyn StepLog + Send),
         attempt_no: u32,
         feedback: Option<Feedback>,
+        first_patience: Option<Duration>,
     ) -> AttemptReport {
         let (ctx, step) = (self.ctx, self.step);
         let cfg = ctx.cfg;
@@ -588,6 +604,7 @@ impl StepRun<'_, '_> {
             gate: cfg.throttle.as_ref().map(|throttle| Gate {
                 throttle,
                 provider: &cfg.provider.name,
+                first_patience,
             }),
             api: cfg.provider.api,
             model: &self.model,

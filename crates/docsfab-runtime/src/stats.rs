@@ -324,6 +324,7 @@ mod tests {
             },
             wait_ms,
             retry_after_ms: None,
+            held_ms: 0,
         }
     }
 

@@ -1,26 +1,30 @@
 //! The admission decision for one provider, as a pure state machine.
 //!
-//! `admit(now)` says whether a request may be sent now or how long to wait and why;
-//! `on_response(..)` feeds back how the request went and what the provider's head said.
-//! Four gates, checked in this order:
+//! The throttle decides *when* a request leaves, never *how long* the retry policy waits: the
+//! caller says how long this request may be held at most (`Ask::patience_until_ms`, from the
+//! policy's ceilings for the wait before it) and the attempt deadline, and the core never holds
+//! a request past either. One request's own backoff is never stored here, so it never holds
+//! anyone else.
 //!
-//! 1. **hold** — after a 429 (or a rate-limit error event) nothing new is sent until the
-//!    provider's Retry-After, or the replay wait the caller chose, has passed. Requests already
-//!    in flight are not touched.
-//! 2. **concurrency** — at most `max_concurrent` requests in flight.
-//! 3. **adaptive** — an AIMD window under that cap: +1 after a window's worth of successes,
-//!    halved on a 429, never below 1. One congestion event halves it once: a 429 on a request
-//!    sent before the last cut is an echo of the same event. Until the provider has answered
-//!    once, one request goes alone, so the first head tells the budgets before a burst.
-//! 4. **pacing** — each budget the provider reported (requests, tokens, ...). With its size
-//!    known, the provider's bucket is mirrored (refill rate learnt from size, remaining and
-//!    reset) and a send waits until the mirror holds its cost plus a 5 % reserve; without, what
-//!    is left is spread over the time to the reset and the last unit kept in hand. Either way
-//!    sends granted after the reported request count against the report, so several requests
-//!    in flight do not each spend the same remainder.
+//! `admit(now, ask)` answers with a reservation: send at `at_ms` (now or later). The gates, in
+//! this order:
+//!
+//! 1. **concurrency** — at most `maxConcurrentRequests` in flight: a hard cap, the only gate that
+//!    is not bounded by the patience (it waits for a finish, bounded by the deadline).
+//! 2. **adaptive** — until the provider has answered once, one request goes alone, so its head
+//!    tells the budgets before a burst spends them blind (bounded by the patience).
+//! 3. **hold** — after a 429 nothing new leaves before the provider's own Retry-After has passed
+//!    (bounded by the patience, so a waiter never waits longer than its policy allows).
+//! 4. **pacing** — a mirror of each of the provider's buckets (requests, tokens, ...). The
+//!    rate comes from the header's per-minute `limit` (never read as a burst allowance), the
+//!    bucket's size from `remaining` and the time to full, the level from each report. A send
+//!    is charged at its reservation, so later decisions queue behind it (first come, first
+//!    served, across processes). Without any header, a request rate is learnt from refusals.
 //!
 //! Time is milliseconds since the Unix epoch, passed in: the state is shared by processes that
 //! share no monotonic clock. The state serialises so the store can keep it between processes.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -29,11 +33,45 @@ use crate::headers::{BudgetKind, MAX_RESET_HORIZON_MS, Observation, RateHeaders}
 /// The range of `maxConcurrentRequests` and its default.
 pub const MAX_CONCURRENT_RANGE: std::ops::RangeInclusive<u32> = 1..=64;
 pub const DEFAULT_MAX_CONCURRENT: u32 = 8;
-/// The hold after a 429 that came with neither a Retry-After nor a replay wait.
-pub const DEFAULT_HOLD_MS: u64 = 1_000;
-/// No hold is longer than this; a provider asking for more is out of quota, and every waiter's
-/// attempt deadline ends it sooner anyway.
+/// No stored hold is longer than this; a provider asking for more is out of quota, and every
+/// waiter's own ceilings end it much sooner anyway.
 pub const MAX_HOLD_MS: u64 = 10 * 60 * 1000;
+
+/// The share of the header's rate the mirror counts on: the reset is rounded, the clocks
+/// differ, and a send that arrives a hair early is a 429.
+const RATE_MARGIN: f64 = 0.99;
+/// After a refusal the rate counted on is cut to this share (once per congestion event).
+const CUT: f64 = 0.85;
+/// Each success grows a cut rate back by this factor, up to the header's rate.
+const RECOVER: f64 = 1.002;
+/// While a learnt rate has never been refused since it was set, each success grows it faster.
+const SLOW_START: f64 = 1.1;
+/// Slow start grows a learnt rate no further than this many times the rate admitted lately.
+const SLOW_START_AHEAD: f64 = 2.0;
+/// The cut at the refusal that ends slow start: undoes the step that overshot, and a margin.
+const SLOW_START_CUT: f64 = 0.85;
+const SLOW_START_CUT_MEASURED: f64 = 0.9;
+/// A learnt rate below this share of the rate last refused grows back by `PLATEAU_GROWTH` a
+/// success; above it by `CREEP`.
+const PLATEAU: f64 = 0.9;
+const PLATEAU_GROWTH: f64 = 1.01;
+const CREEP: f64 = 1.0005;
+/// The lowest share of the header's rate the learning may go down to.
+const MIN_FACTOR: f64 = 0.2;
+/// How many recent sends the state remembers (for replaying reports over later sends and for
+/// learning). More than the largest cap, so a report about a send in flight finds it.
+const LEDGER: usize = 96;
+/// How many recent size estimates a budget keeps.
+const SIZE_SAMPLES: usize = 8;
+/// The shortest span between two reports that says something about other clients.
+const MIN_SPAN_MS: u64 = 200;
+/// At most this share of a key is taken to be someone else's.
+const MAX_OUTSIDE: f64 = 0.8;
+/// The share of the first estimate (between what a refusal and its Retry-After bound) that
+/// slow start begins at.
+const FIRST_GUESS: f64 = 0.9;
+/// The first rate learnt without headers or Retry-After: one request a second.
+const DEFAULT_LEARNT_PER_MS: f64 = 1.0 / 1_000.0;
 
 /// `throttle:` in host.yaml.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,7 +121,7 @@ impl Settings {
     }
 }
 
-/// Why a send has to wait. The names are what records and progress lines show.
+/// Why a send had to wait. The names are what records and progress lines show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Reason {
     Concurrency,
@@ -103,53 +141,170 @@ impl Reason {
     }
 }
 
-/// The answer to "may I send now?".
+/// What one request asks of the throttle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    /// The request's prompt tokens, estimated from the bytes it sends: what it costs a token
+    /// budget (its own, not an average).
+    pub prompt_tokens: u64,
+    /// The latest instant the time gates (adaptive, hold, pacing) may hold it: the policy's
+    /// ceiling for the wait before this send. Past it the request goes as the policy says.
+    pub patience_until_ms: u64,
+    /// The attempt deadline: a reservation after it is refused and nothing is charged.
+    pub deadline_ms: Option<u64>,
+}
+
+impl Ask {
+    /// A request with no token estimate that the time gates may hold until the deadline.
+    pub fn plain(deadline_ms: Option<u64>) -> Ask {
+        Ask {
+            prompt_tokens: 0,
+            patience_until_ms: deadline_ms.unwrap_or(u64::MAX),
+            deadline_ms,
+        }
+    }
+}
+
+/// The answer to "when may I send?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    /// Send; `seq` names this send when its response is fed back.
-    Go { seq: u64 },
-    /// Not yet. `until_ms` is when the gate opens by itself; `None` when it opens only as a
-    /// request in flight finishes.
-    Wait {
-        until_ms: Option<u64>,
-        reason: Reason,
+    /// Reserved: send at `at_ms` (now or later); `seq` names the send when its response is fed
+    /// back. `reason` is the gate that put `at_ms` later than now.
+    Go {
+        seq: u64,
+        at_ms: u64,
+        reason: Option<Reason>,
     },
+    /// No slot: ask again when a request in flight finishes.
+    Full { reason: Reason },
+    /// The earliest instant the gates allow is past the deadline; nothing was reserved.
+    PastDeadline { until_ms: u64, reason: Reason },
 }
 
 /// How a sent request ended, for the throttle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// An answer; the token counts refine the per-request cost used to pace token budgets.
+    /// An answer; the token counts calibrate the prompt estimate and the output cost.
     Success {
         input_tokens: Option<u64>,
         output_tokens: Option<u64>,
     },
-    /// HTTP 429 or a rate-limit error event. `wait_ms` is the replay wait the caller will keep
-    /// (if it replays); the hold lasts at least that and at least the Retry-After.
-    RateLimited { wait_ms: Option<u64> },
+    /// HTTP 429 or a rate-limit error event. The hold lasts the Retry-After of its head; the
+    /// caller's own replay wait is not the throttle's business and is not reported.
+    RateLimited,
     /// Any other failure: it says nothing about the rate limit.
     Failed,
     /// The request was given up (cancelled, deadline) before an answer.
     Abandoned,
 }
 
-/// A budget the provider reported, and which send the report was about.
+/// A send the state remembers.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-struct Budget {
-    observation: Observation,
-    /// The seq of the request whose response carried it.
+struct Sent {
     seq: u64,
-    /// When `remaining` was true (the head's arrival).
-    observed_ms: u64,
-    /// Units the budget regains per millisecond, learnt from limit, remaining and reset (kept
-    /// from an earlier report when this one cannot tell, e.g. a full budget).
+    /// The reserved instant: when the provider charged it, as far as the mirror knows.
+    at_ms: u64,
+    prompt_tokens: u64,
+    /// Refused by the provider: it took nothing from the buckets.
     #[serde(default)]
-    refill_per_ms: Option<f64>,
-    /// The mirrored bucket (with a rate): its level at `level_ms`, after our sends since.
+    refused: bool,
+    /// Answered (not refused, not failed before an answer).
     #[serde(default)]
+    admitted: bool,
+    /// The state's epoch when it was reserved: a refusal or a hold since voids the reservation.
+    #[serde(default)]
+    epoch: u64,
+    /// Being planned again (after a refusal or a hold): takes nothing until it is.
+    #[serde(default)]
+    voided: bool,
+    /// The latest instant the time gates may hold it (its `Ask`).
+    #[serde(default)]
+    patience_until_ms: u64,
+}
+
+/// One of the provider's buckets, mirrored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Budget {
+    kind: BudgetKind,
+    /// Units per millisecond the provider says it grants (its per-minute `limit` / 60,000);
+    /// `None` when the head gave no limit.
+    per_ms: Option<f64>,
+    /// The bucket's size, learnt from `remaining` and the time to full: the smallest of the
+    /// recent estimates in `sizes`.
+    burst: f64,
+    #[serde(default)]
+    sizes: Vec<f64>,
+    /// The mirrored level at `level_ms` (which may be in the future: the last reservation).
     level: f64,
-    #[serde(default)]
     level_ms: u64,
+    /// Share of `per_ms` the refusals say we may count on (cut by each, grown back by
+    /// successes).
+    factor: f64,
+    /// Share of `per_ms` other clients of the key take, learnt from what the reports say is
+    /// left against what our own sends alone would have left.
+    #[serde(default)]
+    outside: f64,
+    /// Without a limit: the reported reset, when the bucket is full again.
+    reset_at_ms: u64,
+    /// The send whose report set the mirror last, when it was charged, and the level the
+    /// report gave for that instant (after the send).
+    report_seq: u64,
+    report_ms: u64,
+    #[serde(default)]
+    report_level: f64,
+}
+
+impl Budget {
+    /// Units per millisecond the mirror refills at.
+    fn rate(&self) -> Option<f64> {
+        self.per_ms
+            .map(|r| r * RATE_MARGIN * self.factor * (1.0 - self.outside))
+            .filter(|r| *r > 0.0)
+    }
+
+    fn level_at(&self, t: u64) -> f64 {
+        match self.rate() {
+            Some(rate) if t > self.level_ms => {
+                (self.level + rate * (t - self.level_ms) as f64).min(self.burst)
+            }
+            _ => self.level,
+        }
+    }
+
+    /// The earliest instant at or after `t` the bucket holds `cost`; never before the last
+    /// reservation, so sends leave in the order they asked.
+    fn earliest(&self, t: u64, cost: f64) -> u64 {
+        let start = t.max(self.level_ms);
+        let need = cost.min(self.burst);
+        let level = self.level_at(start);
+        if level >= need {
+            return start;
+        }
+        match self.rate() {
+            Some(rate) => start.saturating_add(((need - level) / rate).ceil() as u64),
+            // No rate: the bucket is whole again at its reset.
+            None => self.reset_at_ms.max(start),
+        }
+    }
+
+    fn charge(&mut self, t: u64, cost: f64) {
+        let at = t.max(self.level_ms);
+        self.level = self.level_at(at) - cost.min(self.burst);
+        self.level_ms = at;
+    }
+}
+
+/// A request rate learnt from refusals, for a provider that sends no rate-limit headers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+struct Learnt {
+    per_ms: f64,
+    /// The rate the last refusal came at: growth slows down as it gets near.
+    #[serde(default)]
+    refused_at_per_ms: Option<f64>,
+    /// Not refused since it was set: grow fast.
+    slow_start: bool,
+    /// The last reservation: sends are spaced `1 / per_ms` apart.
+    next_ms: u64,
 }
 
 /// One provider's throttle state.
@@ -160,21 +315,29 @@ pub struct ThrottleState {
     in_flight: u32,
     /// Sends granted so far; the next send's seq.
     sends: u64,
-    last_send_ms: u64,
     hold_until_ms: u64,
-    /// The AIMD window; `None` until the first cut (the window is then the cap).
-    window: Option<u32>,
-    /// Successes counted towards the next +1.
-    acks: u32,
-    /// Sends before this seq belong to the congestion event that last cut the window.
-    cut_seq: u64,
-    budgets: Vec<Budget>,
-    /// Whether the provider has answered anything yet. Until it has, one request goes alone:
-    /// its head tells the budgets before a burst spends them blind.
+    /// Whether the provider has answered anything yet, and how often (up to a point).
     #[serde(default)]
     answered: bool,
-    /// Running means of a request's token counts, for the token budgets.
-    avg_input: Option<u64>,
+    #[serde(default)]
+    answers: u32,
+    budgets: Vec<Budget>,
+    #[serde(default)]
+    learnt: Option<Learnt>,
+    /// Refusals of sends before this seq belong to the congestion event that last cut a rate.
+    #[serde(default)]
+    cut_seq: u64,
+    /// Moves on at every cut and every new hold: reservations made before are void, and are
+    /// made again when they come due ([`ThrottleState::confirm`]).
+    #[serde(default)]
+    epoch: u64,
+    #[serde(default)]
+    ledger: VecDeque<Sent>,
+    /// Provider tokens per estimated prompt token, learnt from the answers' usage.
+    #[serde(default)]
+    token_ratio: Option<f64>,
+    /// Running mean of an answer's output tokens (what a send costs an output budget).
+    #[serde(default)]
     avg_output: Option<u64>,
 }
 
@@ -197,113 +360,124 @@ impl ThrottleState {
         self.hold_until_ms
     }
 
-    /// The adaptive window under `settings`' cap.
-    pub fn window(&self, settings: &Settings) -> u32 {
-        self.window
-            .unwrap_or(settings.max_concurrent)
-            .clamp(1, settings.max_concurrent)
+    /// Whether sending now would be paced at all: no hold, no budget or learnt rate near
+    /// empty. A process may then admit locally from a lease without asking the store
+    /// (`headroom` sends' worth must be left in every bucket).
+    pub fn is_unpaced(&self, now_ms: u64, headroom: u64) -> bool {
+        if now_ms < self.hold_until_ms || !self.answered || self.learnt.is_some() {
+            return false;
+        }
+        self.budgets.iter().all(|b| {
+            let cost = self.unit_cost(b.kind, 0).max(1.0) * headroom as f64;
+            match b.per_ms {
+                Some(_) => b.level_at(now_ms) >= cost.max(b.burst * 0.5),
+                None => b.level >= cost || now_ms >= b.reset_at_ms,
+            }
+        })
     }
 
-    /// Decides whether a send may go now. Changes the state only on `Go`.
-    pub fn admit(&mut self, settings: &Settings, now_ms: u64) -> Admit {
-        if settings.mode == Mode::Off {
-            return self.grant(now_ms);
+    /// While nothing is known of the provider's limits (no answer yet, or answers without any
+    /// rate-limit header and no refusal yet), the requests in flight double with each answer
+    /// after the first: 1, 1, 2, 4, ... So a provider that says nothing is probed, not flooded.
+    fn probe_window(&self) -> u32 {
+        if !self.budgets.is_empty() || self.learnt.is_some() {
+            return u32::MAX;
         }
-        if now_ms < self.hold_until_ms {
-            return Admit::Wait {
-                until_ms: Some(self.hold_until_ms),
-                reason: Reason::Hold,
-            };
+        // The largest power of two not above the answers so far: each round of answers doubles.
+        1u32 << (31 - self.answers.max(1).leading_zeros())
+    }
+
+    /// Decides when a send may go. Changes the state only on `Go`.
+    pub fn admit(&mut self, settings: &Settings, now_ms: u64, ask: &Ask) -> Admit {
+        if settings.mode == Mode::Off {
+            return self.grant(now_ms, now_ms, None, ask);
         }
         if self.in_flight >= settings.max_concurrent {
-            return Admit::Wait {
-                until_ms: None,
+            return Admit::Full {
                 reason: Reason::Concurrency,
             };
         }
-        if self.in_flight >= self.window(settings) || (!self.answered && self.in_flight > 0) {
-            return Admit::Wait {
-                until_ms: None,
+        let patient = now_ms < ask.patience_until_ms;
+        if patient && self.in_flight >= self.probe_window() {
+            return Admit::Full {
                 reason: Reason::Adaptive,
             };
         }
-        if let Some(until_ms) = self.pacing_until(now_ms) {
-            return Admit::Wait {
-                until_ms: Some(until_ms),
-                reason: Reason::Pacing,
+        let (mut at_ms, mut reason) = (now_ms, None);
+        if self.hold_until_ms > at_ms {
+            (at_ms, reason) = (self.hold_until_ms, Some(Reason::Hold));
+        }
+        let paced = self.pacing_at(at_ms, ask.prompt_tokens);
+        if paced > at_ms {
+            (at_ms, reason) = (paced, Some(Reason::Pacing));
+        }
+        // The policy's ceiling wins: past it the request goes as the policy would send it.
+        at_ms = at_ms.min(ask.patience_until_ms.max(now_ms));
+        if let (Some(deadline), Some(r)) = (ask.deadline_ms, reason)
+            && at_ms > deadline
+        {
+            return Admit::PastDeadline {
+                until_ms: at_ms,
+                reason: r,
             };
         }
-        self.grant(now_ms)
+        let reason = reason.filter(|_| at_ms > now_ms);
+        self.grant(now_ms, at_ms, reason, ask)
     }
 
-    fn grant(&mut self, now_ms: u64) -> Admit {
-        let costs: Vec<u64> = self
+    /// The earliest instant at or after `t` every bucket holds this send's cost.
+    fn pacing_at(&self, t: u64, prompt_tokens: u64) -> u64 {
+        let budgets = self
             .budgets
             .iter()
-            .map(|b| self.cost(b.observation.kind))
-            .collect();
-        for (b, cost) in self.budgets.iter_mut().zip(costs) {
-            if let (Some(limit), Some(rate)) = (b.observation.limit, b.refill_per_ms) {
-                b.level = level_at(b, limit, rate, now_ms) - cost as f64;
-                b.level_ms = b.level_ms.max(now_ms);
-            }
+            .map(|b| b.earliest(t, self.unit_cost(b.kind, prompt_tokens)));
+        let learnt = self.learnt.map(|l| l.next_ms.max(t));
+        budgets.chain(learnt).max().unwrap_or(t).max(t)
+    }
+
+    /// What one send is expected to spend of a budget.
+    fn unit_cost(&self, kind: BudgetKind, prompt_tokens: u64) -> f64 {
+        let prompt = prompt_tokens as f64 * self.token_ratio.unwrap_or(1.0);
+        let output = self.avg_output.unwrap_or(0) as f64;
+        match kind {
+            BudgetKind::Requests => 1.0,
+            BudgetKind::Tokens => (prompt + output).max(1.0),
+            BudgetKind::InputTokens => prompt.max(1.0),
+            BudgetKind::OutputTokens => output.max(1.0),
         }
+    }
+
+    fn grant(&mut self, now_ms: u64, at_ms: u64, reason: Option<Reason>, ask: &Ask) -> Admit {
+        self.charge_all(at_ms, ask.prompt_tokens);
         let seq = self.sends;
         self.sends = self.sends.saturating_add(1);
-        self.last_send_ms = self.last_send_ms.max(now_ms);
         self.in_flight = self.in_flight.saturating_add(1);
-        Admit::Go { seq }
-    }
-
-    /// The latest instant any reported budget asks the next send to wait for, if later than now.
-    fn pacing_until(&self, now_ms: u64) -> Option<u64> {
-        self.budgets
-            .iter()
-            .filter_map(|b| self.budget_until(b, now_ms))
-            .max()
-    }
-
-    /// The instant one budget lets the next send go, if later than now.
-    fn budget_until(&self, b: &Budget, now_ms: u64) -> Option<u64> {
-        let cost = self.cost(b.observation.kind);
-        let later_sends = self.sends.saturating_sub(b.seq.saturating_add(1));
-        match (b.observation.limit, b.refill_per_ms) {
-            (Some(limit), Some(rate)) if rate > 0.0 => mirror_until(b, limit, rate, cost, now_ms),
-            _ => self.spread_until(b, cost, later_sends, now_ms),
+        self.ledger.push_back(Sent {
+            seq,
+            at_ms: at_ms.max(now_ms),
+            prompt_tokens: ask.prompt_tokens,
+            refused: false,
+            admitted: false,
+            epoch: self.epoch,
+            voided: false,
+            patience_until_ms: ask.patience_until_ms.max(now_ms),
+        });
+        while self.ledger.len() > LEDGER {
+            self.ledger.pop_front();
         }
+        Admit::Go { seq, at_ms, reason }
     }
 
-    /// Without a known refill rate: spreads what is left evenly over the time to the reset,
-    /// keeping the last unit. With `n` sends left the next may go `1/n` of the way from the last
-    /// send to the reset; with one left it waits for the reset.
-    fn spread_until(&self, b: &Budget, cost: u64, later_sends: u64, now_ms: u64) -> Option<u64> {
-        let reset = b.observation.reset_at_ms;
-        if now_ms >= reset {
-            return None;
-        }
-        let units_left = b
-            .observation
-            .remaining
-            .saturating_sub(later_sends.saturating_mul(cost));
-        let sends_left = units_left / cost;
-        if sends_left <= 1 {
-            return Some(reset);
-        }
-        let anchor = self.last_send_ms.max(b.observed_ms).min(reset);
-        let next = anchor + (reset - anchor) / sends_left;
-        (now_ms < next).then_some(next)
+    /// Asked by a request that slept until its reservation came due: the instant it may go
+    /// at, later than planned when a refusal or a hold since moved the reservations not sent
+    /// yet (in the order they were made, so the requests a hold stopped leave spaced out, not
+    /// all together when it ends, and never past their patience).
+    pub fn confirm(&self, seq: u64, now_ms: u64) -> u64 {
+        self.sent(seq).map_or(now_ms, |s| s.at_ms.max(now_ms))
     }
 
-    /// What one send is expected to spend of a budget (at least 1).
-    fn cost(&self, kind: BudgetKind) -> u64 {
-        let (i, o) = (self.avg_input.unwrap_or(0), self.avg_output.unwrap_or(0));
-        let cost = match kind {
-            BudgetKind::Requests => 1,
-            BudgetKind::Tokens => i.saturating_add(o),
-            BudgetKind::InputTokens => i,
-            BudgetKind::OutputTokens => o,
-        };
-        cost.max(1)
+    fn sent(&self, seq: u64) -> Option<Sent> {
+        self.ledger.iter().find(|s| s.seq == seq).copied()
     }
 
     /// Feeds back how the send `seq` went and what its response head said.
@@ -319,134 +493,399 @@ impl ThrottleState {
         if settings.mode == Mode::Off {
             return;
         }
+        let refused = outcome == Outcome::RateLimited;
+        if let Some(s) = self.ledger.iter_mut().find(|s| s.seq == seq) {
+            s.refused = refused;
+            s.admitted = matches!(outcome, Outcome::Success { .. });
+        }
         self.observe(seq, headers, now_ms);
-        self.answered |= matches!(
-            outcome,
-            Outcome::Success { .. } | Outcome::RateLimited { .. }
-        );
         match outcome {
             Outcome::Success {
                 input_tokens,
                 output_tokens,
             } => {
-                self.avg_input = mean(self.avg_input, input_tokens);
-                self.avg_output = mean(self.avg_output, output_tokens);
-                self.widen(settings, seq);
+                self.answered = true;
+                self.answers = self.answers.saturating_add(1).min(64);
+                self.calibrate(seq, input_tokens, output_tokens);
+                if !self.is_echo(seq) {
+                    self.recover();
+                }
             }
-            Outcome::RateLimited { wait_ms } => {
-                let hold = headers
-                    .retry_after_ms
-                    .max(wait_ms)
-                    .unwrap_or(DEFAULT_HOLD_MS)
-                    .min(MAX_HOLD_MS);
-                self.hold_until_ms = self.hold_until_ms.max(now_ms.saturating_add(hold));
-                self.cut(settings, seq);
+            Outcome::RateLimited => {
+                self.answered = true;
+                // Judged before this refusal's own hold moves the model on.
+                let echo = self.is_echo(seq);
+                if let Some(ask) = headers.retry_after_ms {
+                    let until = now_ms.saturating_add(ask.min(MAX_HOLD_MS));
+                    if until > self.hold_until_ms {
+                        self.hold_until_ms = until;
+                        self.void_pending(now_ms);
+                    }
+                }
+                self.refused(seq, headers, now_ms, echo);
             }
             Outcome::Failed | Outcome::Abandoned => {}
         }
     }
 
-    /// Keeps the newest report of each budget: one about an earlier send than the one already
-    /// kept is stale (it was measured before sends the kept one already counts). A report
-    /// without a learnt rate lapses at its reset; one with a rate stays true by extrapolation
-    /// until a newer report replaces it (or for the horizon at most).
-    fn observe(&mut self, seq: u64, headers: &RateHeaders, now_ms: u64) {
-        self.budgets.retain(|b| {
-            b.observation.reset_at_ms > now_ms
-                || (b.refill_per_ms.is_some()
-                    && now_ms.saturating_sub(b.observed_ms) < MAX_RESET_HORIZON_MS)
-        });
-        let observed_ms = headers.at_ms.map_or(now_ms, |at| at.min(now_ms));
-        for &observation in &headers.observations {
-            let later_sends = self.sends.saturating_sub(seq.saturating_add(1));
-            let cost = self.cost(observation.kind);
-            let kept = self
-                .budgets
-                .iter_mut()
-                .find(|b| b.observation.kind == observation.kind);
-            let fresh = Budget {
-                observation,
-                seq,
-                observed_ms,
-                refill_per_ms: refill_rate(&observation, observed_ms)
-                    .or(kept.as_ref().and_then(|k| k.refill_per_ms)),
-                level: observation.remaining as f64 - (later_sends * cost) as f64,
-                level_ms: observed_ms,
+    /// The provider's tokens per estimated token, and the mean output of an answer.
+    fn calibrate(&mut self, seq: u64, input: Option<u64>, output: Option<u64>) {
+        if let (Some(sent), Some(input)) = (self.sent(seq), input)
+            && sent.prompt_tokens > 0
+            && input > 0
+        {
+            let sample = (input as f64 / sent.prompt_tokens as f64).clamp(0.25, 4.0);
+            self.token_ratio = Some(match self.token_ratio {
+                Some(r) => r * 0.75 + sample * 0.25,
+                None => sample,
+            });
+        }
+        if let Some(o) = output.filter(|&o| o > 0) {
+            self.avg_output = Some(match self.avg_output {
+                Some(a) => (a.saturating_mul(3).saturating_add(o)) / 4,
+                None => o,
+            });
+        }
+    }
+
+    /// Whether a response belongs to an earlier state of the model: its send was planned
+    /// before the last refusal or hold changed it (it says nothing about the rates counted on
+    /// now). A send not in the ledger any more is judged by its seq.
+    fn is_echo(&self, seq: u64) -> bool {
+        self.sent(seq)
+            .map_or(seq < self.cut_seq, |s| s.epoch < self.epoch)
+    }
+
+    /// A success after the last cut: the rates counted on grow back towards what the provider
+    /// says (or, learnt, probe upwards).
+    fn recover(&mut self) {
+        for b in &mut self.budgets {
+            b.factor = (b.factor * RECOVER).min(1.0);
+        }
+        let measured = admitted_rate(&self.ledger);
+        if let Some(l) = self.learnt.as_mut() {
+            if l.slow_start
+                && let Some(m) = measured
+                && l.per_ms > m * SLOW_START_AHEAD
+            {
+                // The sends planned at the slower rates are still going out; growth waits
+                // until what the provider admits catches up.
+                return;
+            }
+            l.per_ms *= match l.refused_at_per_ms {
+                _ if l.slow_start => SLOW_START,
+                // Back quickly to just below the rate that was refused, then only creep.
+                Some(refused) if l.per_ms < refused * PLATEAU => PLATEAU_GROWTH,
+                _ => CREEP,
             };
-            match kept {
-                Some(kept) if kept.seq > seq => {}
-                Some(kept) => *kept = fresh,
-                None => self.budgets.push(fresh),
+        }
+    }
+
+    /// A refusal: the bucket that refused is empty now, and unless it is an echo of the last
+    /// congestion event (a send granted before the last cut), the rate counted on is cut.
+    fn refused(&mut self, seq: u64, headers: &RateHeaders, now_ms: u64, echo: bool) {
+        let prompt = self.sent(seq).map_or(0, |s| s.prompt_tokens);
+        // The budgets that could not pay for it: those its head reports short, or else the
+        // tightest one the mirror knows.
+        let reported_short: Vec<BudgetKind> = headers
+            .observations
+            .iter()
+            .filter(|o| (o.remaining as f64) < self.unit_cost(o.kind, prompt))
+            .map(|o| o.kind)
+            .collect();
+        let tightest = self
+            .budgets
+            .iter()
+            .min_by(|a, b| {
+                let ra = a.level_at(now_ms) / self.unit_cost(a.kind, prompt);
+                let rb = b.level_at(now_ms) / self.unit_cost(b.kind, prompt);
+                ra.total_cmp(&rb)
+            })
+            .map(|b| b.kind);
+        let short = if reported_short.is_empty() {
+            tightest.into_iter().collect()
+        } else {
+            reported_short
+        };
+        for b in self.budgets.iter_mut().filter(|b| short.contains(&b.kind)) {
+            // A head that reports the budget already set the mirror (and what other clients
+            // took); one that does not leaves only the refusal to learn from: the bucket is
+            // empty, and the rate counted on was too high.
+            if headers.observations.iter().all(|o| o.kind != b.kind) {
+                b.level = b.level_at(now_ms).min(0.0);
+                b.level_ms = b.level_ms.max(now_ms);
+                if !echo {
+                    b.factor = (b.factor * CUT).max(MIN_FACTOR);
+                }
+            }
+        }
+        if self.budgets.iter().all(|b| b.per_ms.is_none()) {
+            self.learn_from_refusal(seq, headers.retry_after_ms, now_ms, echo);
+        }
+        if !echo {
+            self.cut_seq = self.sends;
+            self.void_pending(now_ms);
+        }
+    }
+
+    /// The model changed (a refusal, a hold): every reservation not sent yet is planned
+    /// again, in the order it was made, behind the hold and at the rates now counted on.
+    fn void_pending(&mut self, now_ms: u64) {
+        self.epoch += 1;
+        let mut pending = vec![];
+        for (i, s) in self.ledger.iter_mut().enumerate() {
+            if s.at_ms > now_ms && !s.refused && !s.admitted {
+                s.voided = true;
+                pending.push(i);
+            }
+        }
+        for i in 0..self.budgets.len() {
+            let b = &self.budgets[i];
+            if b.report_ms == 0 {
+                continue;
+            }
+            let later = self.later_costs(b.report_seq, b.kind);
+            let b = &mut self.budgets[i];
+            b.level = b.report_level;
+            b.level_ms = b.report_ms;
+            for (at, cost) in later {
+                b.charge(at, cost);
+            }
+        }
+        let restart = now_ms.max(self.hold_until_ms);
+        if let Some(l) = self.learnt.as_mut() {
+            l.next_ms = restart;
+        }
+        for i in pending {
+            let s = self.ledger[i];
+            let at_ms = self
+                .pacing_at(restart, s.prompt_tokens)
+                .min(s.patience_until_ms.max(now_ms));
+            self.charge_all(at_ms, s.prompt_tokens);
+            let s = &mut self.ledger[i];
+            s.at_ms = at_ms;
+            s.voided = false;
+            s.epoch = self.epoch;
+        }
+    }
+
+    /// Charges one send at `at_ms` to every mirror and to the learnt schedule.
+    fn charge_all(&mut self, at_ms: u64, prompt_tokens: u64) {
+        for i in 0..self.budgets.len() {
+            let cost = self.unit_cost(self.budgets[i].kind, prompt_tokens);
+            self.budgets[i].charge(at_ms, cost);
+        }
+        if let Some(l) = self.learnt.as_mut() {
+            l.next_ms = l.next_ms.max(at_ms) + (1.0 / l.per_ms).ceil() as u64;
+        }
+    }
+
+    /// Without a rate from the headers: the first refusal sets a rate (from Retry-After and the
+    /// last admitted send), every later one cuts it.
+    fn learn_from_refusal(&mut self, seq: u64, retry_after: Option<u64>, now_ms: u64, echo: bool) {
+        let after = now_ms.saturating_add(retry_after.unwrap_or(0));
+        match self.learnt.as_mut() {
+            Some(l) => {
+                if !echo {
+                    // Out of slow start the rate the provider was seen to admit is the better
+                    // guide to where it refuses; later, the rate refused.
+                    let measured = admitted_rate(&self.ledger).unwrap_or(f64::MAX);
+                    l.refused_at_per_ms = Some(if l.slow_start {
+                        l.per_ms.min(measured)
+                    } else {
+                        l.per_ms
+                    });
+                    l.per_ms = if l.slow_start {
+                        // Slow start overshot by the steps still in flight: the rate the
+                        // provider was seen to admit is the better guide.
+                        (l.per_ms * SLOW_START_CUT).min(measured * SLOW_START_CUT_MEASURED)
+                    } else {
+                        l.per_ms * CUT
+                    }
+                    .max(1e-6);
+                    l.slow_start = false;
+                }
+                l.next_ms = l.next_ms.max(after);
+            }
+            None => {
+                // The last admitted send before this one emptied the bucket (assume a bucket
+                // of one). The refusal says a unit takes longer than the time from that send
+                // to this one; the Retry-After says the next unit comes by then at the latest.
+                // Start between the two bounds (in proportion), or at one a second.
+                let last_admitted = self
+                    .ledger
+                    .iter()
+                    .filter(|s| s.seq < seq && s.admitted)
+                    .map(|s| s.at_ms)
+                    .max();
+                let refused_at = self.sent(seq).map_or(now_ms, |s| s.at_ms);
+                let slowest = match (retry_after, last_admitted) {
+                    (Some(_), Some(a)) => Some(after.saturating_sub(a)),
+                    (Some(ra), None) => Some(ra),
+                    (None, _) => None,
+                }
+                .filter(|&p| p > 0)
+                .map(|p| 1.0 / p as f64);
+                let fastest = last_admitted
+                    .map(|a| refused_at.saturating_sub(a))
+                    .filter(|&p| p > 0)
+                    .map(|p| 1.0 / p as f64);
+                let per_ms = match (slowest, fastest) {
+                    (Some(lo), Some(hi)) if hi > lo => (lo * hi).sqrt() * FIRST_GUESS,
+                    (Some(lo), _) => lo,
+                    (None, _) => DEFAULT_LEARNT_PER_MS,
+                };
+                self.learnt = Some(Learnt {
+                    per_ms,
+                    refused_at_per_ms: None,
+                    slow_start: true,
+                    next_ms: after,
+                });
             }
         }
     }
 
-    fn widen(&mut self, settings: &Settings, seq: u64) {
-        if seq < self.cut_seq {
-            return;
+    /// Sets each reported bucket's mirror from the report, unless a newer send's report is
+    /// already in it; then charges the sends reserved after the reported one again.
+    fn observe(&mut self, seq: u64, headers: &RateHeaders, now_ms: u64) {
+        let head_ms = headers.at_ms.map_or(now_ms, |at| at.min(now_ms));
+        // The provider charged the send when it arrived: its reserved instant, near enough.
+        let charged_ms = self.sent(seq).map_or(head_ms, |s| s.at_ms.min(head_ms));
+        for &o in &headers.observations {
+            let idx = match self.budgets.iter().position(|b| b.kind == o.kind) {
+                Some(i) if self.budgets[i].report_seq > seq => continue,
+                Some(i) => i,
+                None => {
+                    self.budgets.push(Budget {
+                        kind: o.kind,
+                        per_ms: None,
+                        burst: 1.0,
+                        sizes: vec![],
+                        level: 0.0,
+                        level_ms: 0,
+                        factor: 1.0,
+                        outside: 0.0,
+                        reset_at_ms: 0,
+                        report_seq: 0,
+                        report_ms: 0,
+                        report_level: 0.0,
+                    });
+                    self.budgets.len() - 1
+                }
+            };
+            let later = self.later_costs(seq, o.kind);
+            let predicted = self.predicted_level(&self.budgets[idx], seq, charged_ms);
+            let b = &mut self.budgets[idx];
+            set_from_report(b, &o, head_ms, charged_ms);
+            if let (Some((predicted, span)), Some(per_ms)) = (predicted, b.per_ms)
+                && b.kind == BudgetKind::Requests
+                && span >= MIN_SPAN_MS
+            {
+                let taken = (predicted - b.level).max(0.0) / (per_ms * span as f64);
+                b.outside = (b.outside * 0.8 + taken.min(MAX_OUTSIDE) * 0.2).min(MAX_OUTSIDE);
+            }
+            b.report_level = b.level;
+            b.report_seq = seq;
+            b.report_ms = charged_ms;
+            for (at, cost) in later {
+                b.charge(at, cost);
+            }
         }
-        let window = self.window(settings);
-        self.acks = self.acks.saturating_add(1);
-        if self.acks >= window {
-            self.acks = 0;
-            self.window = Some((window + 1).min(settings.max_concurrent));
+        // A budget whose report lapsed (a daily quota past its horizon) is forgotten.
+        self.budgets.retain(|b| {
+            b.per_ms.is_some()
+                || b.reset_at_ms > now_ms
+                || now_ms.saturating_sub(b.report_ms) < MAX_RESET_HORIZON_MS
+        });
+        if self.budgets.iter().any(|b| b.per_ms.is_some()) {
+            self.learnt = None;
         }
     }
 
-    fn cut(&mut self, settings: &Settings, seq: u64) {
-        if seq < self.cut_seq {
-            return;
+    /// What the bucket would hold just after the send `seq` if only our own sends since the
+    /// previous report had taken from it, and the span that covers (requests only: a request
+    /// costs exactly one, so the difference is what other clients took).
+    fn predicted_level(&self, b: &Budget, seq: u64, charged_ms: u64) -> Option<(f64, u64)> {
+        let per_ms = b.per_ms?;
+        if b.report_ms == 0 || seq <= b.report_seq || charged_ms <= b.report_ms {
+            return None;
         }
-        self.window = Some((self.window(settings) / 2).max(1));
-        self.acks = 0;
-        self.cut_seq = self.sends;
+        let (mut level, mut t) = (b.report_level, b.report_ms);
+        let ours = self
+            .ledger
+            .iter()
+            .filter(|s| s.seq > b.report_seq && s.seq <= seq && !s.refused && !s.voided);
+        for s in ours {
+            let at = s.at_ms.max(t).min(charged_ms);
+            level = (level + per_ms * (at - t) as f64).min(b.burst) - 1.0;
+            t = at;
+        }
+        level = (level + per_ms * (charged_ms - t) as f64).min(b.burst);
+        Some((level, charged_ms - b.report_ms))
+    }
+
+    /// The sends reserved after `seq` (not refused), with what each costs the budget `kind`.
+    fn later_costs(&self, seq: u64, kind: BudgetKind) -> Vec<(u64, f64)> {
+        self.ledger
+            .iter()
+            .filter(|s| s.seq > seq && !s.refused && !s.voided)
+            .map(|s| (s.at_ms, self.unit_cost(kind, s.prompt_tokens)))
+            .collect()
     }
 }
 
-/// With the budget's size known, the provider's bucket is mirrored: set from each report (less
-/// what the sends after the reported one took), refilled at the learnt rate up to the size, and
-/// charged by each send we grant. The next send may go once the mirror holds its cost plus a
-/// reserve of a twentieth of the budget, so our own traffic never empties it and another client
-/// on the same key has room.
-fn mirror_until(b: &Budget, limit: u64, rate: f64, cost: u64, now_ms: u64) -> Option<u64> {
-    let need = (cost + limit / 20) as f64;
-    if level_at(b, limit, rate, now_ms) >= need {
-        return None;
-    }
-    if need > limit as f64 {
-        // One send costs more than the budget holds: wait for the provider's reset.
-        return Some(b.observation.reset_at_ms.max(now_ms + 1));
-    }
-    let at = b.level_ms as f64 + ((need - b.level) / rate).ceil();
-    Some((at as u64).max(now_ms + 1))
+/// The rate at which the provider admitted the last sends it admitted (per millisecond), when
+/// there are enough of them to tell.
+fn admitted_rate(ledger: &VecDeque<Sent>) -> Option<f64> {
+    let times: Vec<u64> = ledger
+        .iter()
+        .rev()
+        .filter(|s| s.admitted)
+        .take(5)
+        .map(|s| s.at_ms)
+        .collect();
+    let (newest, oldest) = (*times.first()?, *times.last()?);
+    (times.len() >= 4 && newest > oldest)
+        .then(|| (times.len() - 1) as f64 / (newest - oldest) as f64)
 }
 
-/// The mirrored level at `now_ms`.
-fn level_at(b: &Budget, limit: u64, rate: f64, now_ms: u64) -> f64 {
-    (b.level + rate * now_ms.saturating_sub(b.level_ms) as f64).min(limit as f64)
-}
-
-/// Units a budget regains per millisecond: what is missing over the time to fill it (less a
-/// margin).
-fn refill_rate(o: &Observation, observed_ms: u64) -> Option<f64> {
-    let limit = o.limit?;
-    let missing = limit.checked_sub(o.remaining).filter(|&m| m > 0)?;
-    let to_full = o.reset_at_ms.checked_sub(observed_ms).filter(|&d| d > 0)?;
-    // A little under the measured rate: the reset is rounded, the clocks differ, and a send
-    // that arrives a hair early is a 429.
-    Some(missing as f64 / to_full as f64 * RATE_MARGIN)
-}
-
-/// The share of the learnt refill rate the mirror counts on.
-const RATE_MARGIN: f64 = 0.97;
-
-/// A running mean weighted 3:1 towards the past, so one odd request moves it a little.
-fn mean(avg: Option<u64>, sample: Option<u64>) -> Option<u64> {
-    match (avg, sample) {
-        (Some(a), Some(s)) => Some((a.saturating_mul(3).saturating_add(s)) / 4),
-        (None, s) => s,
-        (a, None) => a,
+/// The bucket as one report describes it: rate from the per-minute limit, size from what is
+/// left plus what refills until full, level from the time still missing to full.
+fn set_from_report(b: &mut Budget, o: &Observation, head_ms: u64, charged_ms: u64) {
+    let to_full = o.reset_at_ms.saturating_sub(head_ms) as f64;
+    let remaining = o.remaining as f64;
+    b.reset_at_ms = o.reset_at_ms;
+    match o.limit.filter(|&l| l > 0) {
+        Some(limit) => {
+            let per_ms = limit as f64 / 60_000.0;
+            b.per_ms = Some(per_ms);
+            // Whole units are reported, so the size is the next whole unit above what is left
+            // plus what refills until full (a hair less, for a reset rounded up to the ms).
+            // The smallest recent estimate wins: a reset rounded to the second only overstates.
+            let size = (remaining + per_ms * to_full - 0.01)
+                .ceil()
+                .clamp(1.0, limit as f64);
+            b.sizes.push(size);
+            if b.sizes.len() > SIZE_SAMPLES {
+                b.sizes.remove(0);
+            }
+            b.burst = b
+                .sizes
+                .iter()
+                .copied()
+                .fold(f64::MAX, f64::min)
+                .max(remaining);
+            // Whole units are reported; the time to full tells the fraction.
+            let level = (b.burst - per_ms * to_full).clamp(remaining, remaining + 0.999);
+            b.level = level;
+        }
+        None => {
+            b.per_ms = None;
+            b.burst = b.burst.max(remaining).max(1.0);
+            b.level = remaining;
+        }
     }
+    b.level_ms = charged_ms;
 }
 
 #[cfg(test)]
@@ -465,30 +904,38 @@ mod tests {
         }
     }
 
-    fn go(state: &mut ThrottleState, s: &Settings, now: u64) -> u64 {
-        match state.admit(s, now) {
-            Admit::Go { seq } => seq,
+    fn ask() -> Ask {
+        Ask::plain(None)
+    }
+
+    fn go(state: &mut ThrottleState, s: &Settings, now: u64) -> (u64, u64) {
+        match state.admit(s, now, &ask()) {
+            Admit::Go { seq, at_ms, .. } => (seq, at_ms),
             other => panic!("expected Go, got {other:?}"),
         }
     }
 
-    /// A state whose provider has answered once (so the first request no longer goes alone).
+    /// A state whose provider has answered enough times, without rate-limit headers, for the
+    /// probe window to be open to the cap.
     fn warm(s: &Settings) -> ThrottleState {
         let mut st = ThrottleState::new();
-        let seq = go(&mut st, s, 0);
-        st.on_response(s, seq, ok(), &RateHeaders::none(), 0);
+        for _ in 0..8 {
+            let (seq, _) = go(&mut st, s, 0);
+            st.on_response(s, seq, ok(), &RateHeaders::none(), 0);
+        }
         st
     }
 
-    fn requests_left(remaining: u64, reset_at_ms: u64) -> RateHeaders {
+    /// An OpenAI head: `limit` a minute, `remaining` left, full again in `to_full` ms.
+    fn head(limit: u64, remaining: u64, to_full: u64, at: u64) -> RateHeaders {
         RateHeaders {
-            at_ms: None,
+            at_ms: Some(at),
             retry_after_ms: None,
             observations: vec![Observation {
                 kind: BudgetKind::Requests,
-                limit: None,
+                limit: Some(limit),
                 remaining,
-                reset_at_ms,
+                reset_at_ms: at + to_full,
             }],
         }
     }
@@ -504,15 +951,18 @@ mod tests {
     }
 
     #[test]
-    fn the_cap_makes_the_next_send_wait_for_a_finish() {
+    fn the_cap_makes_the_next_send_wait_for_a_finish_whatever_the_patience() {
         let s = settings(2);
         let mut st = warm(&s);
-        let a = go(&mut st, &s, 0);
+        let (a, _) = go(&mut st, &s, 0);
         go(&mut st, &s, 0);
+        let impatient = Ask {
+            patience_until_ms: 0,
+            ..ask()
+        };
         assert_eq!(
-            st.admit(&s, 0),
-            Admit::Wait {
-                until_ms: None,
+            st.admit(&s, 0, &impatient),
+            Admit::Full {
                 reason: Reason::Concurrency
             }
         );
@@ -520,156 +970,178 @@ mod tests {
         go(&mut st, &s, 1);
     }
 
+    /// REP-8, issue 20: a 429's hold lasts the provider's Retry-After, not the replay wait the
+    /// refused request chose (its own backoff never holds anyone else).
     #[test]
-    fn a_429_holds_new_sends_for_the_longer_of_retry_after_and_the_replay_wait() {
+    fn rep_8_a_429_holds_new_sends_for_its_retry_after_only() {
         let s = settings(8);
         let mut st = warm(&s);
-        let a = go(&mut st, &s, 1_000);
-        let b = go(&mut st, &s, 1_000);
+        let (a, _) = go(&mut st, &s, 1_000);
+        let (b, _) = go(&mut st, &s, 1_000);
         let head = RateHeaders {
             at_ms: None,
             retry_after_ms: Some(2_000),
             observations: vec![],
         };
-        st.on_response(
-            &s,
-            a,
-            Outcome::RateLimited { wait_ms: Some(500) },
-            &head,
-            1_100,
-        );
-        assert_eq!(
-            st.admit(&s, 3_099),
-            Admit::Wait {
-                until_ms: Some(3_100),
-                reason: Reason::Hold
+        st.on_response(&s, a, Outcome::RateLimited, &head, 1_100);
+        match st.admit(&s, 1_200, &ask()) {
+            Admit::Go { at_ms, reason, .. } => {
+                assert!(at_ms >= 3_100, "{at_ms}");
+                assert_eq!(reason, Some(Reason::Hold));
             }
-        );
+            other => panic!("{other:?}"),
+        }
         // The request already in flight is not touched: it finishes normally.
         st.on_response(&s, b, ok(), &RateHeaders::none(), 1_200);
-        go(&mut st, &s, 3_100);
     }
 
+    /// Issue 20: the hold yields to the policy's ceiling (the patience) and refuses what would
+    /// end past the deadline without charging anything.
     #[test]
-    fn one_congestion_event_halves_the_window_once_and_successes_grow_it_back() {
+    fn a_hold_never_outlasts_the_patience_and_is_refused_past_the_deadline() {
         let s = settings(8);
         let mut st = warm(&s);
-        let seqs: Vec<u64> = (0..8).map(|_| go(&mut st, &s, 0)).collect();
-        for &q in &seqs {
-            st.on_response(
-                &s,
-                q,
-                Outcome::RateLimited { wait_ms: Some(0) },
-                &RateHeaders::none(),
-                0,
-            );
-        }
-        assert_eq!(st.window(&s), 4, "eight echoes of one event cut once");
-        let q: Vec<u64> = (0..4).map(|_| go(&mut st, &s, 10)).collect();
-        assert_eq!(
-            st.admit(&s, 10),
-            Admit::Wait {
-                until_ms: None,
-                reason: Reason::Adaptive
+        let (a, _) = go(&mut st, &s, 0);
+        let head = RateHeaders {
+            at_ms: None,
+            retry_after_ms: Some(30_000),
+            observations: vec![],
+        };
+        st.on_response(&s, a, Outcome::RateLimited, &head, 0);
+        let patient_500 = Ask {
+            prompt_tokens: 0,
+            patience_until_ms: 500,
+            deadline_ms: Some(2_000),
+        };
+        assert!(matches!(
+            st.admit(&s, 0, &patient_500),
+            Admit::Go {
+                at_ms: 500,
+                reason: Some(Reason::Hold),
+                ..
             }
-        );
-        for &x in &q {
-            st.on_response(&s, x, ok(), &RateHeaders::none(), 11);
+        ));
+        let no_ceiling = Ask {
+            patience_until_ms: u64::MAX,
+            ..patient_500
+        };
+        let sends = st.sends;
+        assert!(matches!(
+            st.admit(&s, 0, &no_ceiling),
+            Admit::PastDeadline { until_ms, reason: Reason::Hold | Reason::Pacing } if until_ms >= 30_000
+        ));
+        assert_eq!(st.sends, sends, "nothing reserved");
+    }
+
+    /// Issue 20, the quantized shape OpenAI documents: 120 a minute enforced as one request per
+    /// half second. The header's limit is a per-minute figure, not a burst: sends are spaced
+    /// about 500 ms apart, never let through together.
+    #[test]
+    fn a_per_minute_limit_with_a_bucket_of_one_spaces_sends_half_a_second_apart() {
+        let s = settings(8);
+        let mut st = ThrottleState::new();
+        let (a, _) = go(&mut st, &s, 0);
+        st.on_response(&s, a, ok(), &head(120, 0, 500, 200), 200);
+        let times: Vec<u64> = (0..6).map(|_| go(&mut st, &s, 200).1).collect();
+        for pair in times.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!((500..=530).contains(&gap), "{times:?}");
         }
-        assert_eq!(st.window(&s), 5, "a window of successes adds one");
+        assert!(times[0] >= 500 && times[0] <= 520, "{times:?}");
     }
 
     #[test]
-    fn pacing_spreads_the_remaining_requests_over_the_time_to_reset() {
-        let s = settings(8);
+    fn a_bucket_of_ten_lets_ten_go_at_once_then_paces() {
+        let s = settings(64);
         let mut st = ThrottleState::new();
-        let a = go(&mut st, &s, 0);
-        // 4 left, reset at 1000: the next sends are spaced so the last one waits for the reset.
-        st.on_response(&s, a, ok(), &requests_left(4, 1_000), 0);
-        let mut grants = vec![];
-        let mut now = 0;
-        while now < 1_000 {
-            match st.admit(&s, now) {
-                Admit::Go { seq } => {
-                    grants.push(now);
-                    st.on_response(&s, seq, ok(), &RateHeaders::none(), now);
-                }
-                Admit::Wait { until_ms, reason } => {
-                    assert_eq!(reason, Reason::Pacing);
-                    now = until_ms.unwrap();
-                }
-            }
-        }
-        assert_eq!(
-            grants,
-            vec![250, 500, 750],
-            "three sends, the fourth unit kept in hand"
-        );
-        assert!(matches!(st.admit(&s, 1_000), Admit::Go { .. }));
+        let (a, _) = go(&mut st, &s, 0);
+        st.on_response(&s, a, ok(), &head(120, 9, 500, 0), 0);
+        let times: Vec<u64> = (0..12).map(|_| go(&mut st, &s, 0).1).collect();
+        assert!(times[..9].iter().all(|&t| t == 0), "{times:?}");
+        assert!(times[9] >= 500, "{times:?}");
     }
 
     #[test]
     fn a_stale_budget_report_does_not_replace_a_newer_one() {
         let s = settings(8);
         let mut st = warm(&s);
-        let old = go(&mut st, &s, 0);
-        let new = go(&mut st, &s, 0);
-        st.on_response(&s, new, ok(), &requests_left(1, 5_000), 10);
-        st.on_response(&s, old, ok(), &requests_left(100, 5_000), 20);
-        assert_eq!(
-            st.admit(&s, 30),
-            Admit::Wait {
-                until_ms: Some(5_000),
-                reason: Reason::Pacing
-            }
-        );
+        let (old, _) = go(&mut st, &s, 0);
+        let (new, _) = go(&mut st, &s, 0);
+        st.on_response(&s, new, ok(), &head(60, 0, 1_000, 10), 10);
+        st.on_response(&s, old, ok(), &head(60, 50, 100, 20), 20);
+        let (_, at) = go(&mut st, &s, 30);
+        assert!(at >= 1_000, "{at}");
     }
 
+    /// Issue 20: a token budget is charged the request's own prompt tokens.
     #[test]
-    fn token_budgets_are_paced_by_the_mean_tokens_of_a_request() {
+    fn token_budgets_are_charged_each_requests_own_prompt_tokens() {
         let s = settings(8);
         let mut st = ThrottleState::new();
-        let a = go(&mut st, &s, 0);
+        let (a, _) = go(&mut st, &s, 0);
+        // 60,000 tokens a minute (one a millisecond), a bucket of 10,000 holding 2,000 now.
         let head = RateHeaders {
-            at_ms: None,
+            at_ms: Some(0),
             retry_after_ms: None,
             observations: vec![Observation {
-                kind: BudgetKind::Tokens,
-                limit: None,
-                remaining: 1_500,
-                reset_at_ms: 60_000,
+                kind: BudgetKind::InputTokens,
+                limit: Some(60_000),
+                remaining: 2_000,
+                reset_at_ms: 8_000,
             }],
         };
-        let used = Outcome::Success {
-            input_tokens: Some(900),
-            output_tokens: Some(100),
+        st.on_response(&s, a, ok(), &head, 0);
+        let small = Ask {
+            prompt_tokens: 1_000,
+            ..ask()
         };
-        st.on_response(&s, a, used, &head, 0);
-        // 1500 tokens at 1000 a request: one send left, which is kept until the reset.
-        assert_eq!(
-            st.admit(&s, 1),
-            Admit::Wait {
-                until_ms: Some(60_000),
-                reason: Reason::Pacing
+        let big = Ask {
+            prompt_tokens: 5_000,
+            ..ask()
+        };
+        assert!(matches!(
+            st.admit(&s, 0, &small),
+            Admit::Go { at_ms: 0, .. }
+        ));
+        // 1,000 left; 5,000 needs 4,000 more at 0.99 a millisecond.
+        match st.admit(&s, 0, &big) {
+            Admit::Go { at_ms, reason, .. } => {
+                assert!((4_000..=4_200).contains(&at_ms), "{at_ms}");
+                assert_eq!(reason, Some(Reason::Pacing));
             }
-        );
+            other => panic!("{other:?}"),
+        }
     }
 
+    /// Issue 20: a provider that says nothing of its limits is probed, not flooded: 1, 1, 2, 4
+    /// requests in flight as it answers; one rate-limit header opens the window to the cap.
     #[test]
-    fn until_the_provider_answers_once_one_request_goes_alone() {
+    fn a_provider_that_says_nothing_is_probed_one_two_four() {
         let s = settings(8);
         let mut st = ThrottleState::new();
-        let first = go(&mut st, &s, 0);
-        assert_eq!(
-            st.admit(&s, 0),
-            Admit::Wait {
-                until_ms: None,
-                reason: Reason::Adaptive
+        for window in [1, 1, 2, 4, 8] {
+            let seqs: Vec<u64> = (0..window).map(|_| go(&mut st, &s, 0).0).collect();
+            assert_eq!(
+                st.admit(&s, 0, &ask()),
+                Admit::Full {
+                    reason: if window == 8 {
+                        Reason::Concurrency
+                    } else {
+                        Reason::Adaptive
+                    }
+                },
+                "window {window}"
+            );
+            // One answer at a time widens it, as each answer comes.
+            for q in seqs {
+                st.on_response(&s, q, ok(), &RateHeaders::none(), 0);
             }
-        );
-        st.on_response(&s, first, ok(), &RateHeaders::none(), 5);
+        }
+        let mut fresh = ThrottleState::new();
+        let (a, _) = go(&mut fresh, &s, 0);
+        fresh.on_response(&s, a, ok(), &head(600, 10, 1_000, 0), 0);
         for _ in 0..8 {
-            go(&mut st, &s, 5);
+            go(&mut fresh, &s, 0);
         }
     }
 
@@ -682,9 +1154,33 @@ mod tests {
         }
     }
 
+    /// Issue 20: without headers, the first refusal sets a rate from its Retry-After and the
+    /// last admitted send; sends are then spaced by it.
+    #[test]
+    fn without_headers_a_refusal_teaches_a_request_rate() {
+        let s = settings(8);
+        let mut st = warm(&s);
+        let (a, _) = go(&mut st, &s, 0);
+        st.on_response(&s, a, ok(), &RateHeaders::none(), 200);
+        let (b, _) = go(&mut st, &s, 200);
+        let refusal = RateHeaders {
+            at_ms: Some(200),
+            retry_after_ms: Some(300),
+            observations: vec![],
+        };
+        st.on_response(&s, b, Outcome::RateLimited, &refusal, 200);
+        let times: Vec<u64> = (0..3).map(|_| go(&mut st, &s, 200).1).collect();
+        // Nothing before the Retry-After; then one unit takes between what the refusal (200 ms
+        // after an admitted send) and the Retry-After (500 ms after it) say.
+        assert_eq!(times[0], 500, "{times:?}");
+        let gap = times[1] - times[0];
+        assert!((200..=500).contains(&gap), "{times:?}");
+        assert_eq!(times[2] - times[1], gap, "{times:?}");
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
-        Admit,
+        Admit(u64),
         Finish {
             pick: usize,
             kind: u8,
@@ -697,7 +1193,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => Just(Op::Admit),
+            3 => (0u64..20_000).prop_map(Op::Admit),
             3 => (any::<usize>(), 0u8..4, 0u64..5_000, 0u64..20, 0u64..5_000).prop_map(
                 |(pick, kind, retry_after_ms, remaining, reset_in)| Op::Finish { pick, kind, retry_after_ms, remaining, reset_in }
             ),
@@ -706,28 +1202,35 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever happens, never more than the cap in flight and the window stays in 1..=cap.
+        /// Whatever happens: never more than the cap in flight, never a reservation past the
+        /// patience or before now, never one past the deadline.
         #[test]
-        fn never_more_than_the_cap_in_flight(max in 1u32..=64, ops in prop::collection::vec(op(), 1..300)) {
+        fn never_more_than_the_cap_nor_past_the_patience(max in 1u32..=64, ops in prop::collection::vec(op(), 1..300)) {
             let s = settings(max);
             let mut st = ThrottleState::new();
             let mut now = 0u64;
             let mut flying: Vec<u64> = vec![];
             for op in ops {
                 match op {
-                    Op::Admit => {
-                        if let Admit::Go { seq } = st.admit(&s, now) {
-                            flying.push(seq);
+                    Op::Admit(patience) => {
+                        let a = Ask { prompt_tokens: patience % 3_000, patience_until_ms: now + patience, deadline_ms: Some(now + 10_000) };
+                        match st.admit(&s, now, &a) {
+                            Admit::Go { seq, at_ms, .. } => {
+                                prop_assert!(at_ms >= now && at_ms <= now + patience, "{} not in {}..={}", at_ms, now, now + patience);
+                                flying.push(seq);
+                            }
+                            Admit::PastDeadline { until_ms, .. } => prop_assert!(until_ms > now + 10_000),
+                            Admit::Full { .. } => {}
                         }
                     }
                     Op::Finish { pick, kind, retry_after_ms, remaining, reset_in } if !flying.is_empty() => {
                         let seq = flying.remove(pick % flying.len());
                         let outcome = match kind {
-                            0 => Outcome::RateLimited { wait_ms: None },
+                            0 => Outcome::RateLimited,
                             1 => Outcome::Failed,
                             _ => ok(),
                         };
-                        let head = RateHeaders { at_ms: None,
+                        let head = RateHeaders { at_ms: Some(now),
                             retry_after_ms: Some(retry_after_ms),
                             observations: vec![Observation { kind: BudgetKind::Requests, limit: Some(remaining + 5), remaining, reset_at_ms: now + reset_in }],
                         };
@@ -738,92 +1241,58 @@ mod tests {
                 }
                 prop_assert!(st.in_flight() <= max);
                 prop_assert_eq!(st.in_flight() as usize, flying.len());
-                let w = st.window(&s);
-                prop_assert!((1..=max).contains(&w));
             }
         }
 
-        /// A hold is never shorter than the Retry-After (nor the replay wait) that caused it.
+        /// A hold is never shorter than the Retry-After that caused it (patience allowing).
         #[test]
         fn a_hold_is_never_shorter_than_the_retry_after(
-            retry_after in prop::option::of(0u64..MAX_HOLD_MS),
-            wait in prop::option::of(0u64..MAX_HOLD_MS),
+            retry_after in 0u64..MAX_HOLD_MS,
             at in 0u64..1_000_000,
             probe in 0u64..MAX_HOLD_MS,
         ) {
             let s = settings(8);
-            let mut st = ThrottleState::new();
-            let Admit::Go { seq } = st.admit(&s, at) else { unreachable!() };
-            let head = RateHeaders { at_ms: None, retry_after_ms: retry_after, observations: vec![] };
-            st.on_response(&s, seq, Outcome::RateLimited { wait_ms: wait }, &head, at);
-            let asked = retry_after.max(wait).unwrap_or(DEFAULT_HOLD_MS);
-            let t = at + probe;
-            if probe < asked {
-                prop_assert_eq!(st.admit(&s, t), Admit::Wait { until_ms: Some(at + asked), reason: Reason::Hold });
-            } else {
-                let admitted = matches!(st.admit(&s, t), Admit::Go { .. });
-                prop_assert!(admitted, "not admitted at the end of the hold");
-            }
-        }
-
-        /// With the budget's size known, the mirrored bucket never admits more sends by any
-        /// instant than the provider's bucket could have refilled by then.
-        #[test]
-        fn the_mirror_never_admits_more_than_the_bucket_refills(
-            limit in 1u64..60,
-            used in 1u64..60,
-            to_full in 100u64..60_000,
-            gaps in prop::collection::vec(0u64..3_000, 1..200),
-        ) {
-            let s = settings(64);
             let mut st = warm(&s);
-            let Admit::Go { seq } = st.admit(&s, 0) else { unreachable!() };
-            let remaining = limit.saturating_sub(used);
-            let head = RateHeaders {
-                at_ms: Some(0),
-                retry_after_ms: None,
-                observations: vec![Observation { kind: BudgetKind::Requests, limit: Some(limit), remaining, reset_at_ms: to_full }],
-            };
-            st.on_response(&s, seq, ok(), &head, 0);
-            let rate = (limit - remaining) as f64 / to_full as f64;
-            let (mut now, mut admitted) = (0u64, 0u64);
-            for gap in gaps {
-                now += gap;
-                if let Admit::Go { seq } = st.admit(&s, now) {
-                    admitted += 1;
-                    st.on_response(&s, seq, ok(), &RateHeaders::none(), now);
-                    let supply = remaining as f64 + rate * now as f64;
-                    prop_assert!(admitted as f64 <= supply, "{} admitted by {} ms, {} supplied", admitted, now, supply);
-                }
-            }
+            let Admit::Go { seq, .. } = st.admit(&s, at, &ask()) else { unreachable!() };
+            let head = RateHeaders { at_ms: None, retry_after_ms: Some(retry_after), observations: vec![] };
+            st.on_response(&s, seq, Outcome::RateLimited, &head, at);
+            let t = at + probe;
+            let Admit::Go { at_ms, .. } = st.admit(&s, t, &ask()) else { unreachable!() };
+            prop_assert!(at_ms >= at + retry_after, "{} before {}", at_ms, at + retry_after);
         }
 
-        /// Pacing never admits more sends before the reset than the provider said remained,
-        /// however the sends are timed and even while earlier ones are still in flight.
+        /// The mirror of a per-minute limit never reserves more sends by any instant than the
+        /// provider's bucket (size `burst`, refilled at limit a minute) could have let through.
         #[test]
-        fn pacing_never_admits_more_than_remaining_before_reset(
-            remaining in 0u64..40,
-            reset_in in 1u64..10_000,
-            gaps in prop::collection::vec(0u64..500, 1..200),
-            finish_each in any::<bool>(),
+        fn the_mirror_never_reserves_more_than_the_bucket_refills(
+            limit in 1u64..600,
+            burst_pick in 0u64..600,
+            asks in prop::collection::vec(0u64..3_000, 1..120),
         ) {
+            let burst = 1 + burst_pick % limit;
             let s = settings(64);
             let mut st = ThrottleState::new();
-            let Admit::Go { seq } = st.admit(&s, 0) else { unreachable!() };
-            st.on_response(&s, seq, ok(), &requests_left(remaining, reset_in), 0);
-            let mut now = 0;
-            let mut admitted = 0u64;
-            for gap in gaps {
+            let Admit::Go { seq, .. } = st.admit(&s, 0, &ask()) else { unreachable!() };
+            let per_ms = limit as f64 / 60_000.0;
+            // The provider's bucket was full and took the first send.
+            let to_full = (1.0 / per_ms).ceil() as u64;
+            st.on_response(&s, seq, ok(), &head(limit, burst - 1, to_full, 0), 0);
+            let mut now = 0u64;
+            let mut reserved = vec![];
+            for gap in asks {
                 now += gap;
-                if now >= reset_in { break; }
-                if let Admit::Go { seq } = st.admit(&s, now) {
-                    admitted += 1;
-                    if finish_each {
-                        st.on_response(&s, seq, ok(), &RateHeaders::none(), now);
-                    }
+                if let Admit::Go { seq, at_ms, .. } = st.admit(&s, now, &ask()) {
+                    reserved.push(at_ms);
+                    st.on_response(&s, seq, ok(), &RateHeaders::none(), at_ms);
                 }
             }
-            prop_assert!(admitted <= remaining.saturating_sub(1), "{} admitted, {} remained", admitted, remaining);
+            reserved.sort_unstable();
+            for (i, &first) in reserved.iter().enumerate() {
+                for (j, &last) in reserved.iter().enumerate().skip(i) {
+                    let allowed = burst as f64 + per_ms * (last - first) as f64 + 1e-6;
+                    prop_assert!((j - i + 1) as f64 <= allowed, "{} sends in {} ms", j - i + 1, last - first);
+                }
+            }
         }
     }
 }

@@ -15,9 +15,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{Admit, Mode, Outcome, Reason, Settings};
+use crate::core::{Mode, Outcome, Reason, Settings};
 use crate::headers::{RateHeaders, unix_ms};
-use crate::store::{Backend, Store, StoreAdmit, StoreError, Ticket};
+use crate::store::{Backend, Store, StoreAdmit, StoreError, Ticket, Want};
 
 /// How often a waiter for a slot looks again when no finish in this process woke it.
 pub const DEFAULT_POLL: Duration = Duration::from_millis(50);
@@ -143,14 +143,29 @@ impl Throttle {
             .unwrap_or_default()
     }
 
-    /// Waits until `provider` may be sent one request, and returns the permit for it.
-    ///
-    /// Never waits past `deadline`: a wait known to end after it returns
-    /// [`AcquireError::Deadline`] at once, and a wait for a slot returns it when the deadline
-    /// comes. The time spent waiting is the permit's `held_ms`; it is not a replay.
+    /// [`Throttle::acquire_for`] for a request with no token estimate that the time gates may
+    /// hold until its deadline.
     pub async fn acquire(
         &self,
         provider: &str,
+        cancel: &CancellationToken,
+        deadline: Option<Instant>,
+    ) -> Result<Permit, AcquireError> {
+        self.acquire_for(provider, &Request::unbounded(), cancel, deadline)
+            .await
+    }
+
+    /// Waits until `provider` may be sent `request`, and returns the permit for it.
+    ///
+    /// The time gates (the hold after a 429, pacing, the first request alone) hold it at most
+    /// `request.patience`; only the `maxConcurrentRequests` cap may hold it longer, and nothing
+    /// past `deadline`: a wait known to end after it returns [`AcquireError::Deadline`] at
+    /// once, and a wait for a slot returns it when the deadline comes. The time spent waiting
+    /// is the permit's `held_ms`; it is not a replay.
+    pub async fn acquire_for(
+        &self,
+        provider: &str,
+        request: &Request,
         cancel: &CancellationToken,
         deadline: Option<Instant>,
     ) -> Result<Permit, AcquireError> {
@@ -158,7 +173,7 @@ impl Throttle {
         let held_ms = || duration_ms(started.elapsed());
         let settings = self.settings(provider);
         let mut held_for = None;
-        // This request's place in the shared queue once it has had to wait.
+        // This request's place in the shared queue once it has had to wait for a slot.
         let mut queued = Queued {
             throttle: self,
             waiter: None,
@@ -171,57 +186,129 @@ impl Throttle {
             let released = self.inner.released.notified();
             tokio::pin!(released);
             released.as_mut().enable();
+            let now = Instant::now();
+            let want = Want {
+                prompt_tokens: request.prompt_tokens,
+                patience_ms: duration_ms(request.patience.saturating_sub(started.elapsed())),
+                deadline_in_ms: deadline.map(|d| duration_ms(d.saturating_duration_since(now))),
+            };
             let host_now_ms = unix_ms(self.inner.clock.now());
-            let decision = self.try_admit(provider, &settings, host_now_ms, queued.waiter)?;
-            let (wait_ms, reason) = match decision {
-                Decision::Go(ticket) => {
+            let (ticket, wait_ms, reason) = match self.try_admit(
+                provider,
+                &settings,
+                host_now_ms,
+                &want,
+                queued.waiter,
+            )? {
+                Decision::Go {
+                    ticket,
+                    wait_ms,
+                    reason,
+                } => {
                     // The store took the waiter out of the queue with the grant.
                     queued.waiter = None;
-                    return Ok(Permit {
-                        held_ms: if held_for.is_some() { held_ms() } else { 0 },
-                        held_for,
-                        ticket: ticket.map(|ticket| Held {
-                            throttle: self.clone(),
-                            provider: provider.to_owned(),
-                            settings,
-                            ticket,
-                        }),
+                    (ticket, wait_ms, reason)
+                }
+                Decision::PastDeadline { reason } => {
+                    return Err(AcquireError::Deadline {
+                        held_ms: held_ms(),
+                        reason,
                     });
                 }
-                Decision::Wait {
-                    until_ms,
-                    reason,
-                    waiter,
-                    now_ms,
-                } => {
+                Decision::Full { reason, waiter } => {
                     queued.waiter = waiter;
-                    // `until_ms` is on the clock the store decided by (the database's for
-                    // PostgreSQL), so the wait is measured from that clock's now.
-                    (until_ms.map(|u| u.saturating_sub(now_ms)), reason)
+                    held_for = Some(reason);
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: held_ms() }),
+                        _ = sleep_until_opt(deadline) => {
+                            return Err(AcquireError::Deadline { held_ms: held_ms(), reason });
+                        }
+                        _ = &mut released => {}
+                        _ = tokio::time::sleep(self.inner.poll) => {}
+                    }
+                    continue;
                 }
             };
-            held_for = Some(reason);
-            let wake = match wait_ms {
-                Some(ms) => Instant::now() + Duration::from_millis(ms),
-                None => Instant::now() + self.inner.poll,
+            let mut permit = Permit {
+                held_ms: 0,
+                held_for: reason.or(held_for),
+                ticket: ticket.map(|ticket| Held {
+                    throttle: self.clone(),
+                    provider: provider.to_owned(),
+                    settings,
+                    ticket,
+                }),
             };
-            // A wait that is known to end after the deadline would only burn the attempt.
-            if wait_ms.is_some() && deadline.is_some_and(|d| wake > d) {
-                return Err(AcquireError::Deadline {
-                    held_ms: held_ms(),
-                    reason,
-                });
+            if let (true, Some(held)) = (wait_ms > 0, permit.ticket.as_ref()) {
+                let patience_end = started.checked_add(request.patience);
+                self.wait_out(
+                    provider,
+                    held.ticket.seq,
+                    wait_ms,
+                    patience_end,
+                    cancel,
+                    deadline,
+                )
+                .await
+                .map_err(|e| e.with_held(held_ms()))?;
             }
+            if permit.held_for.is_some() {
+                permit.held_ms = held_ms();
+            }
+            return Ok(permit);
+        }
+    }
+
+    /// Sleeps until a reservation `wait_ms` away, then as much longer as a refusal or a hold
+    /// elsewhere moved it meanwhile, never past the request's patience; a move past the
+    /// deadline ends the wait as a deadline.
+    async fn wait_out(
+        &self,
+        provider: &str,
+        seq: u64,
+        wait_ms: u64,
+        patience_end: Option<Instant>,
+        cancel: &CancellationToken,
+        deadline: Option<Instant>,
+    ) -> Result<(), AcquireError> {
+        let mut until = Instant::now() + Duration::from_millis(wait_ms);
+        loop {
             tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: held_ms() }),
-                _ = sleep_until_opt(deadline) => {
-                    return Err(AcquireError::Deadline { held_ms: held_ms(), reason });
-                }
-                _ = &mut released, if wait_ms.is_none() => {}
-                _ = tokio::time::sleep_until(wake) => {}
+                _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: 0 }),
+                _ = tokio::time::sleep_until(until) => {}
+            }
+            if patience_end.is_some_and(|end| Instant::now() >= end) {
+                return Ok(());
+            }
+            // The reservation stands when the state cannot be read.
+            let more_ms = self.confirm_ms(provider, seq).unwrap_or_default();
+            if more_ms == 0 {
+                return Ok(());
+            }
+            until = Instant::now() + Duration::from_millis(more_ms);
+            if let Some(end) = patience_end {
+                until = until.min(end);
+            }
+            if deadline.is_some_and(|d| until > d) {
+                return Err(AcquireError::Deadline {
+                    held_ms: 0,
+                    reason: Reason::Hold,
+                });
             }
         }
+    }
+
+    fn confirm_ms(&self, provider: &str, seq: u64) -> Result<u64, StoreError> {
+        let Some(store) = self.inner.store.as_ref() else {
+            return Ok(0);
+        };
+        let now_ms = unix_ms(self.inner.clock.now());
+        store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .confirm_ms(provider, seq, now_ms)
     }
 
     fn try_admit(
@@ -229,6 +316,7 @@ impl Throttle {
         provider: &str,
         settings: &Settings,
         now_ms: u64,
+        want: &Want,
         waiter: Option<i64>,
     ) -> Result<Decision, StoreError> {
         let Some(store) = self
@@ -237,24 +325,31 @@ impl Throttle {
             .as_ref()
             .filter(|_| settings.mode == Mode::Shared)
         else {
-            return Ok(Decision::Go(None));
+            return Ok(Decision::Go {
+                ticket: None,
+                wait_ms: 0,
+                reason: None,
+            });
         };
         let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
-        Ok(match store.try_admit(provider, settings, now_ms, waiter)? {
-            StoreAdmit::Go(ticket) => Decision::Go(Some(ticket)),
-            StoreAdmit::Wait {
-                admit: Admit::Wait { until_ms, reason },
-                waiter,
-                now_ms,
-            } => Decision::Wait {
-                until_ms,
-                reason,
-                waiter: Some(waiter),
-                now_ms,
+        Ok(
+            match store.try_admit(provider, settings, now_ms, want, waiter)? {
+                StoreAdmit::Go {
+                    ticket,
+                    wait_ms,
+                    reason,
+                } => Decision::Go {
+                    ticket: Some(ticket),
+                    wait_ms,
+                    reason,
+                },
+                StoreAdmit::Full { reason, waiter } => Decision::Full {
+                    reason,
+                    waiter: Some(waiter),
+                },
+                StoreAdmit::PastDeadline { reason } => Decision::PastDeadline { reason },
             },
-            // The store turns every Go into a ticket.
-            StoreAdmit::Wait { .. } => Decision::Go(None),
-        })
+        )
     }
 
     fn finish(
@@ -281,14 +376,48 @@ impl Throttle {
 }
 
 enum Decision {
-    Go(Option<Ticket>),
-    Wait {
-        until_ms: Option<u64>,
+    Go {
+        ticket: Option<Ticket>,
+        wait_ms: u64,
+        reason: Option<Reason>,
+    },
+    Full {
         reason: Reason,
         waiter: Option<i64>,
-        /// The store's clock at the decision.
-        now_ms: u64,
     },
+    PastDeadline {
+        reason: Reason,
+    },
+}
+
+/// What one request asks of the throttle (see [`Throttle::acquire_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// The request's prompt tokens, estimated from the body it sends.
+    pub prompt_tokens: u64,
+    /// How long the time gates may hold it at most: the retry policy's ceiling for the wait
+    /// before this send, less the part of it the caller already waited.
+    pub patience: Duration,
+}
+
+impl Request {
+    /// No token estimate; held as long as the deadline allows.
+    pub fn unbounded() -> Request {
+        Request {
+            prompt_tokens: 0,
+            patience: Duration::MAX,
+        }
+    }
+}
+
+impl AcquireError {
+    fn with_held(self, held_ms: u64) -> AcquireError {
+        match self {
+            AcquireError::Cancelled { .. } => AcquireError::Cancelled { held_ms },
+            AcquireError::Deadline { reason, .. } => AcquireError::Deadline { held_ms, reason },
+            other => other,
+        }
+    }
 }
 
 /// A place in the shared queue, given up when `acquire` returns without a permit (cancelled,
@@ -430,6 +559,13 @@ mod tests {
         }
     }
 
+    fn retry_after(ms: u64) -> RateHeaders {
+        RateHeaders {
+            retry_after_ms: Some(ms),
+            ..RateHeaders::none()
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_admitted_request_reports_held_ms_zero() {
         let dir = tempfile::tempdir().unwrap();
@@ -445,8 +581,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = throttle(dir.path(), 4, Mode::Shared);
         let cancel = CancellationToken::new();
-        let probe = t.acquire("p", &cancel, None).await.unwrap();
-        probe.finish(ok(), &RateHeaders::none()).unwrap();
+        // Two answers without rate-limit headers: two requests may be in flight.
+        for _ in 0..2 {
+            let probe = t.acquire("p", &cancel, None).await.unwrap();
+            probe.finish(ok(), &RateHeaders::none()).unwrap();
+        }
         let first = t.acquire("p", &cancel, None).await.unwrap();
         let in_flight = t.acquire("p", &cancel, None).await.unwrap();
         let head = RateHeaders {
@@ -454,14 +593,43 @@ mod tests {
             retry_after_ms: Some(700),
             observations: vec![],
         };
-        first
-            .finish(Outcome::RateLimited { wait_ms: Some(300) }, &head)
-            .unwrap();
+        first.finish(Outcome::RateLimited, &head).unwrap();
         let next = t.acquire("p", &cancel, None).await.unwrap();
         assert_eq!(next.held_for(), Some(Reason::Hold));
         assert!(next.held_ms() >= 700, "held {} ms", next.held_ms());
         // The request that was in flight during the hold finishes as usual.
         in_flight.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// REP-8, issue 20: a 429 asking for 5 s holds a request whose policy allows it only 2 s
+    /// more for 2 s; it then goes, as the policy would send it.
+    #[tokio::test(start_paused = true)]
+    async fn rep_8_a_hold_never_holds_a_request_past_its_patience() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = throttle(dir.path(), 4, Mode::Shared);
+        let cancel = CancellationToken::new();
+        let first = t.acquire("p", &cancel, None).await.unwrap();
+        first
+            .finish(Outcome::RateLimited, &retry_after(5_000))
+            .unwrap();
+        let started = Instant::now();
+        let request = Request {
+            prompt_tokens: 10,
+            patience: Duration::from_millis(2_000),
+        };
+        let next = t.acquire_for("p", &request, &cancel, None).await.unwrap();
+        assert_eq!(next.held_for(), Some(Reason::Hold));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(2_000) && waited < Duration::from_millis(2_100),
+            "held {waited:?}"
+        );
+        assert!(
+            (2_000..2_100).contains(&next.held_ms()),
+            "{}",
+            next.held_ms()
+        );
+        next.finish(ok(), &RateHeaders::none()).unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -471,12 +639,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let first = t.acquire("p", &cancel, None).await.unwrap();
         first
-            .finish(
-                Outcome::RateLimited {
-                    wait_ms: Some(5_000),
-                },
-                &RateHeaders::none(),
-            )
+            .finish(Outcome::RateLimited, &retry_after(5_000))
             .unwrap();
         let started = Instant::now();
         let deadline = Some(started + Duration::from_secs(1));
@@ -575,13 +738,8 @@ mod tests {
             permits.push(p);
         }
         for p in permits {
-            p.finish(
-                Outcome::RateLimited {
-                    wait_ms: Some(60_000),
-                },
-                &RateHeaders::none(),
-            )
-            .unwrap();
+            p.finish(Outcome::RateLimited, &retry_after(60_000))
+                .unwrap();
         }
         let p = t.acquire("p", &cancel, None).await.unwrap();
         assert_eq!(p.held_ms(), 0, "off shares no hold either");
@@ -618,10 +776,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let first = t.acquire("p", &cancel, None).await.unwrap();
         first
-            .finish(
-                Outcome::RateLimited { wait_ms: Some(300) },
-                &RateHeaders::none(),
-            )
+            .finish(Outcome::RateLimited, &retry_after(300))
             .unwrap();
         let deadline = Some(Instant::now() + Duration::from_secs(30));
         let next = t.acquire("p", &cancel, deadline).await.unwrap();

@@ -18,9 +18,9 @@ pub mod process;
 pub mod store;
 
 pub use crate::core::{
-    Admit, DEFAULT_MAX_CONCURRENT, MAX_CONCURRENT_RANGE, MaxConcurrentOutOfRange, Mode, Outcome,
-    Reason, Settings, ThrottleState,
+    Admit, Ask, DEFAULT_MAX_CONCURRENT, MAX_CONCURRENT_RANGE, MaxConcurrentOutOfRange, Mode,
+    Outcome, Reason, Settings, ThrottleState,
 };
-pub use driver::{AcquireError, DEFAULT_POLL, Permit, Throttle};
+pub use driver::{AcquireError, DEFAULT_POLL, Permit, Request, Throttle};
 pub use headers::RateHeaders;
 pub use store::{Backend, StoreError};

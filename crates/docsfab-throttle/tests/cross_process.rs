@@ -131,18 +131,16 @@ fn child_role() {
     let rt = runtime();
     let cancel = CancellationToken::new();
     match role.as_str() {
-        // Sees a 429 whose replay wait is HOLD_MS, says when, and exits.
+        // Sees a 429 whose Retry-After is HOLD_MS, says when, and exits.
         "hold" => rt.block_on(async {
             let t = open(&state, 8);
             let p = t.acquire("sim", &cancel, None).await.unwrap();
             let before_finish = unix_ms();
-            p.finish(
-                Outcome::RateLimited {
-                    wait_ms: Some(HOLD_MS),
-                },
-                &RateHeaders::none(),
-            )
-            .unwrap();
+            let head = RateHeaders {
+                retry_after_ms: Some(HOLD_MS),
+                ..RateHeaders::none()
+            };
+            p.finish(Outcome::RateLimited, &head).unwrap();
             println!("limited-at {before_finish}");
         }),
         // Six requests through a cap of CAP, each counted in and out of the probe database.
@@ -177,9 +175,12 @@ fn child_role() {
         // Takes every slot and never gives them back (until it is killed).
         "hog" => rt.block_on(async {
             let t = open(&state, CAP);
-            // One answered request first: until then a provider gets one request at a time.
-            let probe = t.acquire("sim", &cancel, None).await.unwrap();
-            probe.finish(ok(), &RateHeaders::none()).unwrap();
+            // Answered requests first: a provider that has said nothing of its limits gets 1, 1,
+            // 2, ... requests at a time as it answers.
+            for _ in 0..CAP {
+                let probe = t.acquire("sim", &cancel, None).await.unwrap();
+                probe.finish(ok(), &RateHeaders::none()).unwrap();
+            }
             let mut held = vec![];
             for _ in 0..CAP {
                 held.push(t.acquire("sim", &cancel, None).await.unwrap());

@@ -1,215 +1,564 @@
-//! The pure core against a model of a rate-limited provider, in virtual time: a token bucket
-//! of `burst` requests refilled at 120 requests a minute, which answers 429 with Retry-After
-//! when empty and sends OpenAI-style rate-limit headers on every answer. 120 requests, 8 at a
-//! time, 1 s each: the capacity floor is 60 s. The throttle is never told the capacity.
+//! The pure core against model providers of the shapes real providers document, in virtual
+//! time, with the real replay policy (`docsfab_policy::replay::decide`) deciding each 429's
+//! replay wait. No HTTP, no processes: the decision logic alone, so every shape runs in
+//! milliseconds. The end-to-end runs on the simulator are the benchmark (docs/throttle.md).
 //!
-//! This is the issue's benchmark target checked on the decision logic alone (no HTTP, no
-//! processes); the end-to-end benchmark on the simulator belongs with the integration.
+//! The workload is issue 20's: one request (the read step that lists the modules), then N
+//! fan-out instances, one request each, 8 at a time; answers take 200 ms, a 429 comes back in
+//! 20 ms. The throttle is never told the capacity.
+//!
+//! The shapes (issue 20, "A provider zoo"):
+//! - a bucket of one refilled every 0.5 s behind a per-minute `limit` of 120 (OpenAI: "rate
+//!   limits can be quantized ... 60,000 requests/minute may be enforced as 1,000
+//!   requests/second"; Anthropic documents the same of its per-minute limits);
+//! - the same with a bucket of ten; with Retry-After in milliseconds or absent; with no
+//!   rate-limit headers at all; with a client outside docsfab taking 30 % of the key;
+//! - a prompt-token limit of 60,000 a minute in a bucket of ten seconds' worth.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use docsfab_policy::class::ProviderFailure;
+use docsfab_policy::replay::{PastReplay, ReplayDecision, ReplayLimits, decide};
 use docsfab_throttle::headers::{BudgetKind, Observation};
-use docsfab_throttle::{Admit, Mode, Outcome, RateHeaders, Settings, ThrottleState};
+use docsfab_throttle::{Admit, Ask, Mode, Outcome, RateHeaders, Settings, ThrottleState};
 
-const REQUESTS: u32 = 120;
-const RATE_PER_MS: f64 = 120.0 / 60_000.0;
-const LATENCY_MS: u64 = 1_000;
-const FLOOR_MS: u64 = 60_000;
+const ANSWER_MS: u64 = 200;
+const REFUSAL_MS: u64 = 20;
+const CONCURRENCY: usize = 8;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RetryAfter {
+    /// `retry-after` in whole seconds, rounded up.
+    Seconds,
+    /// `retry-after-ms`, exact.
+    Millis,
+    None,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    per_minute: f64,
+    burst: f64,
+    headers: bool,
+    retry_after: RetryAfter,
+    /// The share of the request capacity a client outside docsfab takes.
+    outside: f64,
+    /// Whether that client sends at irregular times and retries its refusals (an SDK), or at
+    /// a steady pace, skipping an arrival that finds no capacity (the simulator's model).
+    outside_retries: bool,
+    /// Prompt tokens a minute and the bucket's span in seconds.
+    tokens: Option<(f64, f64)>,
+}
+
+const fn shape(name: &'static str, burst: f64) -> Shape {
+    Shape {
+        name,
+        per_minute: 120.0,
+        burst,
+        headers: true,
+        retry_after: RetryAfter::Seconds,
+        outside: 0.0,
+        outside_retries: false,
+        tokens: None,
+    }
+}
+
+const BURST1: Shape = shape("burst 1, per-minute limit", 1.0);
+const BURST10: Shape = shape("burst 10", 10.0);
+const RA_MS: Shape = Shape {
+    retry_after: RetryAfter::Millis,
+    ..shape("burst 1, retry-after-ms", 1.0)
+};
+const RA_NONE: Shape = Shape {
+    retry_after: RetryAfter::None,
+    ..shape("burst 1, no Retry-After", 1.0)
+};
+const NO_HEADERS: Shape = Shape {
+    headers: false,
+    ..shape("burst 1, no rate-limit headers", 1.0)
+};
+const NO_HEADERS_10: Shape = Shape {
+    headers: false,
+    ..shape("burst 10, no rate-limit headers", 10.0)
+};
+const OUTSIDE: Shape = Shape {
+    outside: 0.3,
+    ..shape("burst 1, 30 % taken outside", 1.0)
+};
+const OUTSIDE_SDK: Shape = Shape {
+    outside: 0.3,
+    outside_retries: true,
+    ..shape("burst 1, 30 % taken by a retrying SDK", 1.0)
+};
+const TOKENS: Shape = Shape {
+    per_minute: 600.0,
+    burst: 600.0,
+    tokens: Some((60_000.0, 10.0)),
+    ..shape("prompt tokens 60k/min, 10 s bucket", 600.0)
+};
+
+/// A token bucket, continuously refilled.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    size: f64,
+    level: f64,
+    per_ms: f64,
+}
+
+impl Bucket {
+    fn new(per_minute: f64, size: f64) -> Bucket {
+        Bucket {
+            size,
+            level: size,
+            per_ms: per_minute / 60_000.0,
+        }
+    }
+
+    fn refill(&mut self, ms: f64) {
+        self.level = (self.level + self.per_ms * ms).min(self.size);
+    }
+
+    fn wait_for(&self, need: f64) -> u64 {
+        ((need - self.level).max(0.0) / self.per_ms).ceil() as u64
+    }
+
+    fn observation(&self, kind: BudgetKind, limit_per_minute: f64, now: u64) -> Observation {
+        Observation {
+            kind,
+            limit: Some(limit_per_minute as u64),
+            remaining: (self.level + 1e-9).floor().max(0.0) as u64,
+            reset_at_ms: now + ((self.size - self.level).max(0.0) / self.per_ms).ceil() as u64,
+        }
+    }
+}
 
 struct Provider {
-    /// Whether answers carry the rate-limit headers (Retry-After on a 429 is always sent).
-    headers: bool,
-    burst: f64,
-    tokens: f64,
+    shape: Shape,
+    requests: Bucket,
+    tokens: Option<Bucket>,
     at_ms: u64,
+    /// The outside client's next arrival, its refused requests' retry times, its randomness.
+    outside_next: f64,
+    outside_retries: Vec<f64>,
+    seed: u64,
 }
 
 impl Provider {
-    fn refill(&mut self, now: u64) {
-        self.tokens = (self.tokens + (now - self.at_ms) as f64 * RATE_PER_MS).min(self.burst);
-        self.at_ms = now;
+    fn new(shape: Shape) -> Provider {
+        Provider {
+            shape,
+            requests: Bucket::new(shape.per_minute, shape.burst),
+            tokens: shape
+                .tokens
+                .map(|(tpm, secs)| Bucket::new(tpm, tpm / 60.0 * secs)),
+            at_ms: 0,
+            outside_next: 0.0,
+            outside_retries: vec![],
+            seed: 7,
+        }
     }
 
-    /// Whether the request is served, and the head it answers with.
-    fn take(&mut self, now: u64) -> (bool, RateHeaders) {
-        self.refill(now);
-        let served = self.tokens >= 1.0;
-        if served {
-            self.tokens -= 1.0;
-        }
-        let to_full = ((self.burst - self.tokens) / RATE_PER_MS).ceil() as u64;
-        let retry_after_ms = (!served).then(|| ((1.0 - self.tokens) / RATE_PER_MS).ceil() as u64);
-        let head = RateHeaders {
-            at_ms: Some(now),
-            retry_after_ms,
-            observations: if !self.headers {
-                vec![]
-            } else {
-                vec![Observation {
-                    kind: BudgetKind::Requests,
-                    limit: Some(self.burst as u64),
-                    remaining: self.tokens.floor() as u64,
-                    reset_at_ms: now + to_full,
-                }]
-            },
-        };
-        (served, head)
-    }
-}
-
-struct Run {
-    makespan_ms: u64,
-    rejected: u32,
-    sent: u32,
-}
-
-/// Runs the workload; `throttled` false sends as soon as a worker is free (retrying a 429
-/// after its Retry-After), like a client with no throttle.
-fn run(burst: f64, throttled: bool, headers: bool) -> Run {
-    let settings = Settings::new(if throttled { Mode::Shared } else { Mode::Off }, 8).unwrap();
-    let mut state = ThrottleState::new();
-    let mut provider = Provider {
-        headers,
-        burst,
-        tokens: burst,
-        at_ms: 0,
-    };
-    let mut done = 0;
-    let mut started = 0;
-    let (mut rejected, mut sent) = (0, 0);
-    // (arrives_at, seq, served, head) for requests in flight; workers waiting to (re)send
-    // a request no sooner than the given instant.
-    let mut flying: Vec<(u64, u64, bool, RateHeaders)> = vec![];
-    let mut ready: Vec<u64> = vec![0; 8];
-    let mut now = 0u64;
-    while done < REQUESTS {
-        // Responses that have arrived.
-        flying.sort_by_key(|f| f.0);
-        while flying.first().is_some_and(|f| f.0 <= now) {
-            let (_, seq, served, head) = flying.remove(0);
-            if served {
-                done += 1;
-                state.on_response(
-                    &settings,
-                    seq,
-                    Outcome::Success {
-                        input_tokens: None,
-                        output_tokens: None,
-                    },
-                    &head,
-                    now,
-                );
-                ready.push(now);
-            } else {
-                rejected += 1;
-                let wait = head.retry_after_ms.unwrap_or(1_000);
-                state.on_response(
-                    &settings,
-                    seq,
-                    Outcome::RateLimited {
-                        wait_ms: Some(wait),
-                    },
-                    &head,
-                    now,
-                );
-                // The replay of the same request, after its wait.
-                ready.push(now + wait);
-                started -= 1;
-            }
-        }
-        // Workers that may send now, while the throttle admits them.
-        let mut next_wake = u64::MAX;
-        ready.sort_unstable();
-        while let Some(&at) = ready.first() {
-            if at > now || started >= REQUESTS {
-                next_wake = next_wake.min(at);
-                break;
-            }
-            match state.admit(&settings, now) {
-                Admit::Go { seq } => {
-                    ready.remove(0);
-                    started += 1;
-                    sent += 1;
-                    let (served, head) = provider.take(now);
-                    let latency = if served { LATENCY_MS } else { 50 };
-                    flying.push((now + latency, seq, served, head));
-                }
-                Admit::Wait { until_ms, .. } => {
-                    if let Some(u) = until_ms {
-                        next_wake = next_wake.min(u);
-                    }
+    fn advance(&mut self, now: u64) {
+        // The outside client. Steady: one arrival every period, skipped when it finds no
+        // capacity (the simulator's `outsideShare`). Retrying: arrivals at irregular times (a
+        // fixed pseudo-random sequence averaging its share), each refused one retried a second
+        // later, as an SDK that honours Retry-After would.
+        if self.shape.outside > 0.0 {
+            let mean = 60_000.0 / (self.shape.per_minute * self.shape.outside);
+            loop {
+                let next_arrival = self.outside_next;
+                let next_retry = self
+                    .outside_retries
+                    .iter()
+                    .copied()
+                    .fold(f64::MAX, f64::min);
+                let t = next_arrival.min(next_retry);
+                if t > now as f64 {
                     break;
                 }
+                self.requests.refill(t - self.at_ms as f64);
+                self.at_ms = t as u64;
+                if t == next_retry {
+                    let i = self.outside_retries.iter().position(|&r| r == t).unwrap();
+                    self.outside_retries.remove(i);
+                } else if self.shape.outside_retries {
+                    self.seed = self
+                        .seed
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let u = (self.seed >> 33) as f64 / (1u64 << 31) as f64;
+                    self.outside_next += mean * (0.25 + 1.5 * u);
+                } else {
+                    self.outside_next += mean;
+                }
+                if self.requests.level >= 1.0 {
+                    self.requests.level -= 1.0;
+                } else if self.shape.outside_retries {
+                    self.outside_retries.push(t + 1_000.0);
+                }
             }
         }
-        if started >= REQUESTS {
-            ready.clear();
+        let dt = now.saturating_sub(self.at_ms) as f64;
+        self.requests.refill(dt);
+        if let Some(t) = self.tokens.as_mut() {
+            t.refill(dt);
         }
-        let next_arrival = flying.iter().map(|f| f.0).min().unwrap_or(u64::MAX);
-        let next = next_wake.min(next_arrival);
-        assert!(next != u64::MAX || done == REQUESTS, "stalled at {now} ms");
-        now = next
-            .max(now + 1)
-            .min(if next == u64::MAX { now } else { u64::MAX });
+        self.at_ms = self.at_ms.max(now);
     }
-    Run {
-        makespan_ms: now,
-        rejected,
+
+    /// Whether a request of `prompt` tokens is served at `now`, and its head.
+    fn take(&mut self, now: u64, prompt: f64) -> (bool, RateHeaders) {
+        self.advance(now);
+        let need = self.tokens.map(|t| prompt.min(t.size));
+        let mut wait = self.requests.wait_for(1.0);
+        if let (Some(t), Some(n)) = (self.tokens, need) {
+            wait = wait.max(t.wait_for(n));
+        }
+        let served = wait == 0;
+        if served {
+            self.requests.level -= 1.0;
+            if let (Some(t), Some(n)) = (self.tokens.as_mut(), need) {
+                t.level -= n;
+            }
+        }
+        let mut observations = vec![];
+        if self.shape.headers {
+            observations.push(self.requests.observation(
+                BudgetKind::Requests,
+                self.shape.per_minute,
+                now,
+            ));
+            if let (Some(t), Some((tpm, _))) = (self.tokens, self.shape.tokens) {
+                observations.push(t.observation(BudgetKind::Tokens, tpm, now));
+            }
+        }
+        let retry_after_ms = (!served)
+            .then(|| match self.shape.retry_after {
+                RetryAfter::Seconds => Some(wait.div_ceil(1000) * 1000),
+                RetryAfter::Millis => Some(wait),
+                RetryAfter::None => None,
+            })
+            .flatten();
+        (
+            served,
+            RateHeaders {
+                at_ms: Some(now),
+                retry_after_ms,
+                observations,
+            },
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Result {
+    wall_ms: u64,
+    floor_ms: u64,
+    refused: u32,
+    sent: u32,
+    failed: u32,
+}
+
+impl Result {
+    fn ratio(&self) -> f64 {
+        self.wall_ms as f64 / self.floor_ms as f64
+    }
+
+    fn share(&self) -> f64 {
+        f64::from(self.refused) / f64::from(self.sent)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// A worker wants to send its job's next request (first or a replay).
+    Ready {
+        worker: usize,
+    },
+    /// The reserved instant of a granted send.
+    Send {
+        worker: usize,
+        seq: u64,
+    },
+    Answer {
+        worker: usize,
+        seq: u64,
+    },
+}
+
+struct Worker {
+    job: Option<usize>,
+    past: Vec<PastReplay>,
+    /// The policy's ceiling for the wait before this send, less the replay wait already spent.
+    patience_ms: u64,
+    /// The instant the time gates must let the current send go.
+    patience_end: u64,
+    outcome: Option<(bool, RateHeaders)>,
+}
+
+fn prompt_tokens(job: usize) -> u64 {
+    // About 1,000 tokens, not all alike.
+    800 + (job as u64 * 37) % 400
+}
+
+/// Runs `instances` fan-out instances after the one first request.
+fn run(shape: Shape, instances: usize, mode: Mode) -> Result {
+    let settings = Settings::new(mode, 8).unwrap();
+    let limits = ReplayLimits::default();
+    let mut state = ThrottleState::new();
+    let mut provider = Provider::new(shape);
+    let jobs = instances + 1;
+    let mut next_job = 0usize;
+    let (mut done, mut failed, mut refused, mut sent) = (0usize, 0u32, 0u32, 0u32);
+    let mut heap: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
+    let mut order = 0u64;
+    let mut push = |heap: &mut BinaryHeap<_>, at: u64, e: Event| {
+        order += 1;
+        heap.push(Reverse((at, order, e)));
+    };
+    let mut workers: Vec<Worker> = (0..CONCURRENCY)
+        .map(|_| Worker {
+            job: None,
+            past: vec![],
+            patience_ms: 0,
+            patience_end: 0,
+            outcome: None,
+        })
+        .collect();
+    // The first step alone, then the fan-out.
+    workers[0].job = Some(0);
+    workers[0].patience_ms = limits.max_delay_ms;
+    next_job = next_job.max(1);
+    push(&mut heap, 0, Event::Ready { worker: 0 });
+    let mut waiting_for_slot: Vec<usize> = vec![];
+    let mut now = 0;
+    while let Some(Reverse((at, _, event))) = heap.pop() {
+        now = at;
+        match event {
+            Event::Ready { worker } => {
+                if workers[worker].patience_end == 0 {
+                    workers[worker].patience_end = now + workers[worker].patience_ms;
+                }
+                let ask = Ask {
+                    prompt_tokens: prompt_tokens(workers[worker].job.unwrap()),
+                    patience_until_ms: workers[worker].patience_end,
+                    deadline_ms: None,
+                };
+                match state.admit(&settings, now, &ask) {
+                    Admit::Go { seq, at_ms, .. } => {
+                        push(&mut heap, at_ms, Event::Send { worker, seq });
+                    }
+                    Admit::Full { .. } => waiting_for_slot.push(worker),
+
+                    Admit::PastDeadline { .. } => unreachable!("no deadline"),
+                }
+            }
+            Event::Send { worker, seq } => {
+                let job = workers[worker].job.unwrap();
+                // As the driver does after sleeping until its reservation.
+                let go_at = state.confirm(seq, now);
+                if go_at > now {
+                    push(&mut heap, go_at, Event::Send { worker, seq });
+                    continue;
+                }
+                sent += 1;
+                let (served, head) = provider.take(now, prompt_tokens(job) as f64);
+                let latency = if served { ANSWER_MS } else { REFUSAL_MS };
+                workers[worker].outcome = Some((served, head));
+                push(&mut heap, now + latency, Event::Answer { worker, seq });
+            }
+            Event::Answer { worker, seq } => {
+                let (served, head) = workers[worker].outcome.take().unwrap();
+                let job = workers[worker].job.unwrap();
+                let outcome = if served {
+                    Outcome::Success {
+                        input_tokens: Some(prompt_tokens(job)),
+                        output_tokens: Some(20),
+                    }
+                } else {
+                    refused += 1;
+                    Outcome::RateLimited
+                };
+                state.on_response(&settings, seq, outcome, &head, now);
+                // A finish frees a slot: the waiters ask again.
+                for w in waiting_for_slot.drain(..) {
+                    push(&mut heap, now, Event::Ready { worker: w });
+                }
+                let w = &mut workers[worker];
+                let next_job_for_worker = if served {
+                    done += 1;
+                    true
+                } else {
+                    let failure = ProviderFailure::from_http_status(429, head.retry_after_ms);
+                    match decide(&limits, &w.past, &failure, 0, None) {
+                        ReplayDecision::Replay { wait_ms, .. } => {
+                            w.past.push(PastReplay { failure, wait_ms });
+                            w.patience_ms = limits.max_delay_ms.saturating_sub(wait_ms);
+                            w.patience_end = 0;
+                            push(&mut heap, now + wait_ms, Event::Ready { worker });
+                            false
+                        }
+                        ReplayDecision::Stop { .. } => {
+                            failed += 1;
+                            done += 1;
+                            true
+                        }
+                    }
+                };
+                if next_job_for_worker {
+                    w.job = None;
+                    w.past.clear();
+                    // The fan-out starts once the first step has answered.
+                    let starting = if job == 0 { CONCURRENCY } else { 1 };
+                    for _ in 0..starting {
+                        if next_job >= jobs {
+                            break;
+                        }
+                        let free = workers.iter().position(|w| w.job.is_none()).unwrap();
+                        workers[free].job = Some(next_job);
+                        workers[free].patience_ms = limits.max_delay_ms;
+                        workers[free].patience_end = 0;
+                        next_job += 1;
+                        push(&mut heap, now, Event::Ready { worker: free });
+                    }
+                }
+            }
+        }
+        if done == jobs {
+            break;
+        }
+    }
+    // What cannot be served faster however it is sent: everything beyond a full bucket, at
+    // the refill rate (the issue's 41 requests at 120 a minute, bucket of one: 20 s).
+    let request_floor = ((jobs as f64 - shape.burst).max(0.0) / shape.per_minute * 60_000.0) as u64;
+    let token_floor = shape.tokens.map_or(0, |(tpm, secs)| {
+        let total: u64 = (0..jobs).map(prompt_tokens).sum();
+        ((total as f64 - tpm / 60.0 * secs).max(0.0) / tpm * 60_000.0) as u64
+    });
+    Result {
+        wall_ms: now,
+        floor_ms: request_floor.max(token_floor),
+        refused,
         sent,
+        failed,
     }
 }
 
+fn report(shape: Shape, instances: usize) -> (Result, Result) {
+    let shared = run(shape, instances, Mode::Shared);
+    let off = run(shape, instances, Mode::Off);
+    println!(
+        "{:<38} {instances:>3} instances | shared: wall/floor {:.3}, 429s {:>3} of {:>3} ({:>4.1} %), failed {} | off: wall/floor {:.3}, 429s {:>3} of {:>3}",
+        shape.name,
+        shared.ratio(),
+        shared.refused,
+        shared.sent,
+        shared.share() * 100.0,
+        shared.failed,
+        off.ratio(),
+        off.refused,
+        off.sent
+    );
+    (shared, off)
+}
+
+/// Issue 20's targets on the decision logic, shapes with rate-limit headers: 120 instances all
+/// succeed within 1.15 x the floor with at most 2.5 % of requests refused, never slower than
+/// `throttle: off` (40 instances are printed beside them, and held to "never slower").
 #[test]
-fn at_120_requests_a_minute_the_throttle_meets_the_target_without_being_told_the_capacity() {
-    for burst in [1.0, 4.0, 10.0, 30.0] {
-        let r = run(burst, true, true);
-        let ratio = r.makespan_ms as f64 / FLOOR_MS as f64;
-        let share = f64::from(r.rejected) / f64::from(r.sent);
-        println!(
-            "burst {burst:>4}: throttled  wall/floor {ratio:.3}  429s {} of {} ({:.1} %)",
-            r.rejected,
-            r.sent,
-            share * 100.0
-        );
-        let off = run(burst, false, true);
-        println!(
-            "burst {burst:>4}: throttle off wall/floor {:.3}  429s {} of {}",
-            off.makespan_ms as f64 / FLOOR_MS as f64,
-            off.rejected,
-            off.sent
-        );
-        assert!(
-            share <= 0.025,
-            "burst {burst}: {} 429s of {}",
-            r.rejected,
-            r.sent
-        );
-        assert!(
-            ratio <= 1.15,
-            "burst {burst}: wall time {ratio:.3} x the floor"
-        );
+fn issue20_with_rate_limit_headers_every_shape_meets_the_target() {
+    for shape in [BURST1, BURST10, RA_MS, RA_NONE, TOKENS] {
+        for instances in [40, 120] {
+            let (shared, off) = report(shape, instances);
+            assert_eq!(shared.failed, 0, "{}", shape.name);
+            assert!(
+                shared.wall_ms <= off.wall_ms,
+                "{}: slower than off",
+                shape.name
+            );
+            if instances == 120 {
+                assert!(
+                    shared.share() <= 0.025,
+                    "{}: {} of {} refused",
+                    shape.name,
+                    shared.refused,
+                    shared.sent
+                );
+                assert!(
+                    shared.ratio() <= 1.15,
+                    "{}: {:.3} x the floor",
+                    shape.name,
+                    shared.ratio()
+                );
+            }
+        }
     }
 }
 
-/// Without rate-limit headers only the hold and the adaptive window act: every request still
-/// succeeds, and far fewer 429s reach the provider than with no throttle.
+/// Without rate-limit headers the rate is learnt from refusals: 120 instances within 1.3 x the
+/// floor, never slower than `throttle: off`. Refused: at most 5 % on the issue's shape (a bucket
+/// of one); a bucket of ten hides the rate until it is drained (the requests in flight then are
+/// refused together) and the rate is found in a few more refusals: at most 10 % there.
 #[test]
-fn without_headers_the_hold_and_the_adaptive_window_cut_the_429s() {
-    for burst in [1.0, 10.0] {
-        let r = run(burst, true, false);
-        let off = run(burst, false, false);
-        println!(
-            "burst {burst:>4}, no headers: throttled wall/floor {:.3} 429s {} of {}; off wall/floor {:.3} 429s {} of {}",
-            r.makespan_ms as f64 / FLOOR_MS as f64,
-            r.rejected,
-            r.sent,
-            off.makespan_ms as f64 / FLOOR_MS as f64,
-            off.rejected,
-            off.sent
-        );
-        assert!(
-            r.rejected * 4 < off.rejected,
-            "burst {burst}: {} vs {}",
-            r.rejected,
-            off.rejected
-        );
+fn issue20_without_headers_the_rate_learnt_from_refusals_meets_the_target() {
+    for (shape, refused) in [(NO_HEADERS, 0.05), (NO_HEADERS_10, 0.10)] {
+        for instances in [40, 120] {
+            let (shared, off) = report(shape, instances);
+            assert_eq!(shared.failed, 0, "{}", shape.name);
+            assert!(
+                shared.wall_ms <= off.wall_ms,
+                "{}: slower than off",
+                shape.name
+            );
+            if instances == 120 {
+                assert!(
+                    shared.share() <= refused,
+                    "{}: {} of {} refused",
+                    shape.name,
+                    shared.refused,
+                    shared.sent
+                );
+                assert!(
+                    shared.ratio() <= 1.3,
+                    "{}: {:.3} x the floor",
+                    shape.name,
+                    shared.ratio()
+                );
+            }
+        }
+    }
+}
+
+/// A key shared with a client outside docsfab: the headers overstate what is left for us.
+/// Steady outside client (the simulator's): held to the header targets against the share
+/// left to docsfab. A retrying SDK at irregular times takes the one unit of a burst-1 bucket
+/// just before our send about as often as it sends, which no pacing can foresee: held to
+/// "every instance succeeds, never slower than off".
+#[test]
+fn issue20_a_key_shared_with_an_outside_client() {
+    for (shape, strict) in [(OUTSIDE, true), (OUTSIDE_SDK, false)] {
+        for instances in [40, 120] {
+            let (shared, off) = report(shape, instances);
+            assert_eq!(shared.failed, 0);
+            let floor_left = shared.floor_ms as f64 / (1.0 - shape.outside);
+            let ratio = shared.wall_ms as f64 / floor_left;
+            println!("  against the 70 % left to docsfab: wall/floor {ratio:.3}");
+            assert!(
+                shared.wall_ms <= off.wall_ms,
+                "{}: slower than off",
+                shape.name
+            );
+            if strict && instances == 120 {
+                assert!(
+                    shared.share() <= 0.025,
+                    "{} of {}",
+                    shared.refused,
+                    shared.sent
+                );
+                assert!(ratio <= 1.15, "{ratio:.3}");
+            }
+        }
     }
 }

@@ -366,6 +366,9 @@ fn issue15_a_killed_worker_s_run_is_interrupted_and_the_others_complete() {
     }
 }
 
+/// Short first waits, but room under the per-wait ceiling for a 3 s Retry-After.
+const HOLD_FITS_CATALOG: &str = "catalog:\n  providerAttempt.baseDelayMs: 10\n  providerAttempt.maxDelayMs: 5000\n  providerAttempt.maxTotalDelayMs: 20000\n";
+
 /// The first request gets a 429 with a 3 s Retry-After; everything after it answers.
 const ONE_429: &str = r#"responses:
   - status: 429
@@ -382,7 +385,9 @@ fn issue15_the_shared_throttle_holds_across_two_postgres_workers() {
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("sim.log");
     let sim = Sim::start_logging(tmp.path(), ONE_429, &log);
-    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    // Waits of up to 5 s are within the policy's ceilings, so the 3 s hold is one the throttle
+    // may keep (issue 20: it never holds a request past the policy's per-wait ceiling).
+    let setup = Setup::new(&sim.base_url, HOLD_FITS_CATALOG);
     let store = db.url.as_str().to_owned();
     let a = Worker::start_apart(&setup, "host-a", &store, 2);
     let b = Worker::start_apart(&setup, "host-b", &store, 2);

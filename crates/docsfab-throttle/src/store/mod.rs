@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use docsfab_pg::{PgError, PgUrl};
 
-use crate::core::{Admit, Outcome, Settings, ThrottleState};
+use crate::core::{Admit, Ask, Outcome, Reason, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 
 mod postgres;
@@ -73,15 +73,63 @@ pub(crate) struct Ticket {
     pub seq: u64,
 }
 
+#[derive(Debug)]
 pub(crate) enum StoreAdmit {
-    Go(Ticket),
-    /// Not yet; the caller is queued as `waiter` (give it back with `leave` if it stops waiting).
-    /// `now_ms` is the clock the decision was made by, which `admit`'s `until_ms` is in.
-    Wait {
-        admit: Admit,
-        waiter: i64,
-        now_ms: u64,
+    /// Reserved: send in `wait_ms` (0: now); `reason` is the gate that made it later.
+    Go {
+        ticket: Ticket,
+        wait_ms: u64,
+        reason: Option<Reason>,
     },
+    /// No slot; the caller is queued as `waiter` (give it back with `leave` if it stops
+    /// waiting) and asks again when a request finishes.
+    Full { reason: Reason, waiter: i64 },
+    /// The gates would hold it past its deadline; nothing was reserved.
+    PastDeadline { reason: Reason },
+}
+
+/// One request's question, in durations from the decision's own "now" (each backend decides
+/// by its own clock: PostgreSQL's is the database's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    /// The request's prompt tokens, estimated from its body.
+    pub prompt_tokens: u64,
+    /// How long the time gates may hold it at most (the policy's ceiling for this wait).
+    pub patience_ms: u64,
+    /// Time left to the attempt deadline, if there is one.
+    pub deadline_in_ms: Option<u64>,
+}
+
+impl Want {
+    /// As the core's absolute [`Ask`] on a clock reading `now_ms`.
+    pub(crate) fn at(&self, now_ms: u64) -> Ask {
+        Ask {
+            prompt_tokens: self.prompt_tokens,
+            patience_until_ms: now_ms.saturating_add(self.patience_ms),
+            deadline_ms: self.deadline_in_ms.map(|d| now_ms.saturating_add(d)),
+        }
+    }
+}
+
+/// What the core said, as the store hands it to the driver (the permit row written on `Go`).
+pub(crate) fn store_admit<E>(
+    decision: Admit,
+    now_ms: u64,
+    ticket: impl FnOnce(u64) -> Result<Ticket, E>,
+    waiter: impl FnOnce() -> Result<i64, E>,
+) -> Result<StoreAdmit, E> {
+    Ok(match decision {
+        Admit::Go { seq, at_ms, reason } => StoreAdmit::Go {
+            ticket: ticket(seq)?,
+            wait_ms: at_ms.saturating_sub(now_ms),
+            reason,
+        },
+        Admit::Full { reason } => StoreAdmit::Full {
+            reason,
+            waiter: waiter()?,
+        },
+        Admit::PastDeadline { reason, .. } => StoreAdmit::PastDeadline { reason },
+    })
 }
 
 /// The shared state, open.
@@ -106,11 +154,22 @@ impl Store {
         provider: &str,
         settings: &Settings,
         now_ms: u64,
+        want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
         match self {
-            Store::Sqlite(s) => s.try_admit(provider, settings, now_ms, waiter),
-            Store::Postgres(s) => s.try_admit(provider, settings, waiter),
+            Store::Sqlite(s) => s.try_admit(provider, settings, now_ms, want, waiter),
+            Store::Postgres(s) => s.try_admit(provider, settings, want, waiter),
+        }
+    }
+
+    /// How much longer the reserved send `seq` must wait (0: go now), by the store's clock.
+    /// Asked by a request that slept until its reservation: a refusal or a hold elsewhere may
+    /// have moved the reservations not sent yet meanwhile (see `ThrottleState::confirm`).
+    pub fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.confirm_ms(provider, seq, now_ms),
+            Store::Postgres(s) => s.confirm_ms(provider, seq),
         }
     }
 
@@ -157,6 +216,12 @@ mod tests {
     use super::*;
     use crate::core::{Mode, Reason};
 
+    const W: Want = Want {
+        prompt_tokens: 0,
+        patience_ms: u64::MAX,
+        deadline_in_ms: None,
+    };
+
     /// Runs `body` once with a store factory per backend: a SQLite file, and (when
     /// `DOCSFAB_TEST_POSTGRES` names a server) a fresh PostgreSQL database. Every store the
     /// factory opens shares the same state.
@@ -198,38 +263,31 @@ mod tests {
         each_backend("freed_slot_fifo", |open, backend| {
             let (mut here, mut there) = (open(), open());
             let one = Settings::new(Mode::Shared, 1).unwrap();
-            let StoreAdmit::Go(ticket) = here.try_admit("p", &one, 0, None).unwrap() else {
+            let StoreAdmit::Go { ticket, .. } = here.try_admit("p", &one, 0, &W, None).unwrap()
+            else {
                 panic!("{backend}: the first request goes");
             };
-            let StoreAdmit::Wait { waiter, .. } = there.try_admit("p", &one, 1, None).unwrap()
+            let StoreAdmit::Full { waiter, .. } = there.try_admit("p", &one, 1, &W, None).unwrap()
             else {
                 panic!("{backend}: the cap is full");
             };
             here.finish("p", &one, ticket, ok(), &RateHeaders::none(), 2)
                 .unwrap();
-            match here.try_admit("p", &one, 3, None).unwrap() {
-                StoreAdmit::Wait {
-                    admit,
+            match here.try_admit("p", &one, 3, &W, None).unwrap() {
+                StoreAdmit::Full {
+                    reason,
                     waiter: mine,
-                    ..
                 } => {
-                    assert_eq!(
-                        admit,
-                        Admit::Wait {
-                            until_ms: None,
-                            reason: Reason::Concurrency
-                        },
-                        "{backend}"
-                    );
+                    assert_eq!(reason, Reason::Concurrency, "{backend}");
                     assert!(mine > waiter, "{backend}");
                     here.leave(mine).unwrap();
                 }
-                StoreAdmit::Go(_) => panic!("{backend}: a newcomer jumped the queue"),
+                _ => panic!("{backend}: a newcomer jumped the queue"),
             }
             assert!(
                 matches!(
-                    there.try_admit("p", &one, 4, Some(waiter)).unwrap(),
-                    StoreAdmit::Go(_)
+                    there.try_admit("p", &one, 4, &W, Some(waiter)).unwrap(),
+                    StoreAdmit::Go { .. }
                 ),
                 "{backend}"
             );
@@ -252,8 +310,8 @@ mod tests {
             let two = Settings::new(Mode::Shared, 2).unwrap();
             assert!(
                 matches!(
-                    store.try_admit("p", &two, 0, None).unwrap(),
-                    StoreAdmit::Go(_)
+                    store.try_admit("p", &two, 0, &W, None).unwrap(),
+                    StoreAdmit::Go { .. }
                 ),
                 "{backend}"
             );
@@ -265,20 +323,20 @@ mod tests {
         each_backend("providers_apart", |open, backend| {
             let mut store = open();
             let one = Settings::new(Mode::Shared, 1).unwrap();
-            let StoreAdmit::Go(_) = store.try_admit("a", &one, 0, None).unwrap() else {
+            let StoreAdmit::Go { .. } = store.try_admit("a", &one, 0, &W, None).unwrap() else {
                 panic!("{backend}: a goes");
             };
             assert!(
                 matches!(
-                    store.try_admit("b", &one, 0, None).unwrap(),
-                    StoreAdmit::Go(_)
+                    store.try_admit("b", &one, 0, &W, None).unwrap(),
+                    StoreAdmit::Go { .. }
                 ),
                 "{backend}: a full cap on a does not hold b"
             );
             assert!(
                 matches!(
-                    store.try_admit("a", &one, 0, None).unwrap(),
-                    StoreAdmit::Wait { .. }
+                    store.try_admit("a", &one, 0, &W, None).unwrap(),
+                    StoreAdmit::Full { .. }
                 ),
                 "{backend}"
             );
@@ -298,7 +356,8 @@ mod tests {
             let stores: Vec<Store> = (0..3).map(|_| open()).collect();
             // The provider's first answer lifts the one-at-a-time start.
             let mut first = open();
-            let StoreAdmit::Go(t) = first.try_admit("p", &two, 0, None).unwrap() else {
+            let StoreAdmit::Go { ticket: t, .. } = first.try_admit("p", &two, 0, &W, None).unwrap()
+            else {
                 panic!("{backend}: the first request goes");
             };
             first
@@ -311,12 +370,13 @@ mod tests {
                         for _ in 0..60 {
                             let mut waiter = None;
                             let ticket = loop {
-                                match store.try_admit("p", &two, 0, waiter).unwrap() {
-                                    StoreAdmit::Go(t) => break t,
-                                    StoreAdmit::Wait { waiter: w, .. } => {
+                                match store.try_admit("p", &two, 0, &W, waiter).unwrap() {
+                                    StoreAdmit::Go { ticket, .. } => break ticket,
+                                    StoreAdmit::Full { waiter: w, .. } => {
                                         waiter = Some(w);
                                         std::thread::sleep(std::time::Duration::from_millis(1));
                                     }
+                                    StoreAdmit::PastDeadline { .. } => unreachable!(),
                                 }
                             };
                             let n = now.fetch_add(1, Ordering::SeqCst) + 1;

@@ -24,8 +24,8 @@ use docsfab_pg::postgres::types::Type;
 use docsfab_pg::postgres::{Error, Transaction};
 use docsfab_pg::{Pg, PgUrl, migrate, worker};
 
-use super::{StoreAdmit, StoreError, Ticket, decode_state, encode_state};
-use crate::core::{Admit, Outcome, Settings, ThrottleState};
+use super::{StoreAdmit, StoreError, Ticket, Want, decode_state, encode_state, store_admit};
+use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 
 /// Schema versions of the "throttle" component (`docsfab_migrations`); append, never edit.
@@ -78,9 +78,11 @@ impl PgStore {
         &mut self,
         provider: &str,
         settings: &Settings,
+        want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
-        let (provider, settings, me) = (provider.to_owned(), *settings, self.me.clone());
+        let (provider, settings, want, me) =
+            (provider.to_owned(), *settings, *want, self.me.clone());
         let alive = worker::alive_condition("w");
         // After an outage this process holds back from giving away others' permits.
         let judge = worker::may_judge(self.pg.url());
@@ -92,42 +94,66 @@ impl PgStore {
             }
             let (permits, ahead) = in_flight(&mut tx, &provider, waiter)?;
             state.set_in_flight(permits.saturating_add(ahead));
-            let decision = state.admit(&settings, now_ms);
-            let Admit::Go { seq } = decision else {
-                let waiter = match waiter {
-                    Some(id) => id,
-                    None => join_queue(&mut tx, &provider, &me, now_ms)?,
-                };
-                tx.commit()?;
-                return Ok(StoreAdmit::Wait {
-                    admit: decision,
-                    waiter,
-                    now_ms,
-                });
-            };
-            if let Some(id) = waiter {
-                tx.execute_typed(
-                    "DELETE FROM throttle_waiters WHERE id = $1",
-                    &[(&id, Type::INT8)],
-                )?;
+            let decision = state.admit(&settings, now_ms, &want.at(now_ms));
+            // The closures below share the transaction one at a time.
+            let tx = std::cell::RefCell::new(tx);
+            let admit = store_admit(
+                decision,
+                now_ms,
+                |seq| {
+                    let mut tx = tx.borrow_mut();
+                    if let Some(id) = waiter {
+                        tx.execute_typed(
+                            "DELETE FROM throttle_waiters WHERE id = $1",
+                            &[(&id, Type::INT8)],
+                        )?;
+                    }
+                    let id: i64 = tx
+                        .query_typed_one(
+                            "INSERT INTO throttle_permits (provider, worker_id, seq, granted_ms)
+                             VALUES ($1, $2, $3, $4) RETURNING id",
+                            &[
+                                (&provider, Type::TEXT),
+                                (&me, Type::TEXT),
+                                (&to_i64(seq), Type::INT8),
+                                (&to_i64(now_ms), Type::INT8),
+                            ],
+                        )?
+                        .get(0);
+                    Ok(Ticket { id, seq })
+                },
+                || match waiter {
+                    Some(id) => Ok(id),
+                    None => join_queue(&mut tx.borrow_mut(), &provider, &me, now_ms),
+                },
+            )?;
+            let mut tx = tx.into_inner();
+            if matches!(admit, StoreAdmit::Go { .. }) {
+                save(&mut tx, &provider, &state)?;
             }
-            let id: i64 = tx
-                .query_typed_one(
-                    "INSERT INTO throttle_permits (provider, worker_id, seq, granted_ms)
-                     VALUES ($1, $2, $3, $4) RETURNING id",
-                    &[
-                        (&provider, Type::TEXT),
-                        (&me, Type::TEXT),
-                        (&to_i64(seq), Type::INT8),
-                        (&to_i64(now_ms), Type::INT8),
-                    ],
-                )?
-                .get(0);
-            save(&mut tx, &provider, &state)?;
             tx.commit()?;
-            Ok(StoreAdmit::Go(Ticket { id, seq }))
+            Ok(admit)
         })?;
         Ok(admit)
+    }
+
+    /// How much longer the reserved send `seq` waits, by the database's clock.
+    pub fn confirm_ms(&mut self, provider: &str, seq: u64) -> Result<u64, StoreError> {
+        let provider = provider.to_owned();
+        let row = self.pg.call(move |c| {
+            c.query_typed_opt(
+                "SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+                 FROM throttle_providers WHERE provider = $1",
+                &[(&provider, Type::TEXT)],
+            )
+        })?;
+        Ok(row.map_or(0, |row| {
+            let state: Option<String> = row.get(0);
+            let now_ms = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+            decode_state(state.as_deref())
+                .confirm(seq, now_ms)
+                .saturating_sub(now_ms)
+        }))
     }
 
     pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
@@ -286,6 +312,12 @@ mod tests {
     use super::*;
     use crate::core::{Mode, Reason};
 
+    const W: Want = Want {
+        prompt_tokens: 0,
+        patience_ms: u64::MAX,
+        deadline_in_ms: None,
+    };
+
     fn sql(url: &PgUrl, text: &'static str) {
         let pg = Pg::connect(url).unwrap();
         pg.call(move |c| c.batch_execute(text)).unwrap();
@@ -313,27 +345,19 @@ mod tests {
         sql(&db.url, OTHER_WORKER);
         let two = Settings::new(Mode::Shared, 2).unwrap();
         // Alive: its two permits fill the cap, and its waiter is ahead of this one.
-        let StoreAdmit::Wait { admit, waiter, .. } = store.try_admit("p", &two, None).unwrap()
+        let StoreAdmit::Full { reason, waiter } = store.try_admit("p", &two, &W, None).unwrap()
         else {
             panic!("a live worker's permits count");
         };
-        assert!(matches!(
-            admit,
-            Admit::Wait {
-                reason: Reason::Concurrency,
-                ..
-            }
-        ));
+        assert_eq!(reason, Reason::Concurrency);
         // Its last beat is now older than the stale limit (no process beats for that row).
         sql(
             &db.url,
             "UPDATE docsfab_workers SET heartbeat_at = now() - interval '1 hour'
              WHERE worker_id = 'elsewhere/7/1'",
         );
-        assert!(matches!(
-            store.try_admit("p", &two, Some(waiter)).unwrap(),
-            StoreAdmit::Go(_)
-        ));
+        let admit = store.try_admit("p", &two, &W, Some(waiter)).unwrap();
+        assert!(matches!(admit, StoreAdmit::Go { .. }), "{admit:?}");
         let left = "SELECT (SELECT count(*) FROM throttle_permits WHERE worker_id = 'elsewhere/7/1')
                          + (SELECT count(*) FROM throttle_waiters WHERE worker_id = 'elsewhere/7/1')";
         assert_eq!(rows(&db.url, left), 0, "the dead worker's rows are gone");
@@ -352,8 +376,8 @@ mod tests {
         );
         let two = Settings::new(Mode::Shared, 2).unwrap();
         assert!(matches!(
-            store.try_admit("p", &two, None).unwrap(),
-            StoreAdmit::Go(_)
+            store.try_admit("p", &two, &W, None).unwrap(),
+            StoreAdmit::Go { .. }
         ));
     }
 
@@ -369,35 +393,27 @@ mod tests {
             super::super::Store::open(&super::super::Backend::Postgres(db.url.clone())).unwrap(),
         );
         let eight = Settings::new(Mode::Shared, 8).unwrap();
-        let StoreAdmit::Go(ticket) = a.try_admit("p", &eight, 0, None).unwrap() else {
+        let StoreAdmit::Go { ticket, .. } = a.try_admit("p", &eight, 0, &W, None).unwrap() else {
             panic!("the first request goes");
         };
-        let limited = Outcome::RateLimited {
-            wait_ms: Some(60_000),
+        let asked = RateHeaders {
+            retry_after_ms: Some(60_000),
+            ..RateHeaders::none()
         };
-        a.finish("p", &eight, ticket, limited, &RateHeaders::none(), 0)
+        a.finish("p", &eight, ticket, Outcome::RateLimited, &asked, 0)
             .unwrap();
         let host_b_now = crate::headers::unix_ms(std::time::SystemTime::now()) + 2 * 3_600_000;
-        match b.try_admit("p", &eight, host_b_now, None).unwrap() {
-            StoreAdmit::Wait {
-                admit:
-                    Admit::Wait {
-                        until_ms: Some(until),
-                        reason: Reason::Hold,
-                    },
-                now_ms,
+        match b.try_admit("p", &eight, host_b_now, &W, None).unwrap() {
+            // By host B's clock the hold would be long past: a wait proves the database's
+            // clock decided.
+            StoreAdmit::Go {
+                wait_ms,
+                reason: Some(Reason::Hold),
                 ..
-            } => {
-                let left = until.saturating_sub(now_ms);
-                assert!(
-                    (1..=60_000).contains(&left),
-                    "the hold ends {left} ms after the decision"
-                );
-                assert!(
-                    now_ms < host_b_now,
-                    "the decision was made by the database's clock"
-                );
-            }
+            } => assert!(
+                (1..=60_000).contains(&wait_ms),
+                "the hold ends {wait_ms} ms after the decision"
+            ),
             _ => panic!("host B is held by host A's 429"),
         }
     }
@@ -412,7 +428,7 @@ mod tests {
         };
         let mut store = PgStore::open(&db.url).unwrap();
         let eight = Settings::new(Mode::Shared, 8).unwrap();
-        let StoreAdmit::Go(ticket) = store.try_admit("p", &eight, None).unwrap() else {
+        let StoreAdmit::Go { ticket, .. } = store.try_admit("p", &eight, &W, None).unwrap() else {
             panic!("the first request goes");
         };
         let host_now = crate::headers::unix_ms(std::time::SystemTime::now()) - 3_600_000;
@@ -431,16 +447,12 @@ mod tests {
         store
             .finish("p", &eight, ticket, ok, &head, host_now)
             .unwrap();
-        match store.try_admit("p", &eight, None).unwrap() {
-            StoreAdmit::Wait {
-                admit:
-                    Admit::Wait {
-                        until_ms: Some(until),
-                        reason: Reason::Pacing,
-                    },
-                now_ms,
+        match store.try_admit("p", &eight, &W, None).unwrap() {
+            StoreAdmit::Go {
+                wait_ms,
+                reason: Some(Reason::Pacing),
                 ..
-            } => assert!(until > now_ms),
+            } => assert!(wait_ms > 0),
             _ => panic!("an empty budget paces the next send"),
         }
     }

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::{StoreAdmit, StoreError, Ticket, decode_state, encode_state};
-use crate::core::{Admit, Outcome, Settings, ThrottleState};
+use super::{StoreAdmit, StoreError, Ticket, Want, decode_state, encode_state, store_admit};
+use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 use crate::process::Holder;
 
@@ -128,13 +128,15 @@ impl SqliteStore {
     }
 
     /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
-    /// before). On `Go` the permit row is written in the same transaction, so no two processes
-    /// can both take the last slot; on `Wait` the caller keeps (or gets) its place in the queue.
+    /// for a slot before). On `Go` the permit row is written in the same transaction, so no two
+    /// processes can both take the last slot; on `Full` the caller keeps (or gets) its place in
+    /// the queue.
     pub fn try_admit(
         &mut self,
         provider: &str,
         settings: &Settings,
         now_ms: u64,
+        want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
         let me = self.me;
@@ -147,39 +149,57 @@ impl SqliteStore {
             let mut state = load(&tx, provider)?;
             let ahead = waiters_ahead(&tx, provider, waiter)?;
             state.set_in_flight(live_permits(&tx, provider)?.saturating_add(ahead));
-            let decision = state.admit(settings, now_ms);
-            let Admit::Go { seq } = decision else {
-                let waiter = match waiter {
-                    Some(id) => id,
-                    None => join_queue(&tx, provider, me, now_ms)?,
-                };
-                tx.commit()?;
-                return Ok(StoreAdmit::Wait {
-                    admit: decision,
-                    waiter,
-                    now_ms,
-                });
-            };
-            if let Some(id) = waiter {
-                tx.execute("DELETE FROM waiters WHERE id = ?1", [id])?;
-            }
-            tx.execute(
-                "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    provider,
-                    i64::from(me.pid),
-                    me.start_ticks.and_then(|t| i64::try_from(t).ok()),
-                    i64::try_from(seq).unwrap_or(i64::MAX),
-                    i64::try_from(now_ms).unwrap_or(i64::MAX),
-                ],
+            let decision = state.admit(settings, now_ms, &want.at(now_ms));
+            let admit = store_admit(
+                decision,
+                now_ms,
+                |seq| {
+                    if let Some(id) = waiter {
+                        tx.execute("DELETE FROM waiters WHERE id = ?1", [id])?;
+                    }
+                    tx.execute(
+                        "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![
+                            provider,
+                            i64::from(me.pid),
+                            me.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                            i64::try_from(seq).unwrap_or(i64::MAX),
+                            i64::try_from(now_ms).unwrap_or(i64::MAX),
+                        ],
+                    )?;
+                    Ok(Ticket {
+                        id: tx.last_insert_rowid(),
+                        seq,
+                    })
+                },
+                || match waiter {
+                    Some(id) => Ok(id),
+                    None => join_queue(&tx, provider, me, now_ms),
+                },
             )?;
-            let id = tx.last_insert_rowid();
-            save(&tx, provider, &state)?;
+            if matches!(admit, StoreAdmit::Go { .. }) {
+                save(&tx, provider, &state)?;
+            }
             tx.commit()?;
-            Ok(StoreAdmit::Go(Ticket { id, seq }))
+            Ok(admit)
         })();
         result.map_err(|e| self.wrap(e))
+    }
+
+    /// How much longer the reserved send `seq` waits, at `now_ms`.
+    pub fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT state FROM providers WHERE provider = ?1",
+                [provider],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.wrap(e))?;
+        let state = decode_state(text.as_deref());
+        Ok(state.confirm(seq, now_ms).saturating_sub(now_ms))
     }
 
     /// Takes a waiter out of the queue (it was cancelled or ran out of time).

@@ -763,6 +763,7 @@ mod tests {
                 wait_ms: replay.wait_ms,
                 retry_after_ms: replay.retry_after_ms,
                 window: docsfab_policy::replay::Window::General,
+                held_ms: replay.held_ms,
             },
         };
         t.observe(&turn("outline", 1, entry), at(130));
