@@ -195,10 +195,12 @@ pub const INVALID_REQUEST_TYPES: &[&str] = &[
 /// An event is one only when its members are `error` plus, optionally, `"type": "error"` (the
 /// same rule as the response boundary, BND-3); anything else, or a null `error`, gives `None`.
 ///
-/// Precedence inside the event: an integer `error.code` in 100..=599 is a declared status and is
-/// classed like an HTTP status (a declared 504 is `timeout`, any other 5xx `server`, a declared
-/// 429 `rate-limit`), unless it maps to `unknown`; then `error.type` (and a string `error.code`)
-/// is looked up in the closed lists above; otherwise the class is `unknown`.
+/// Precedence inside the event: an integer `error.code` in 100..=599, or a decimal string of
+/// one (`"500"`, see [`declared_status_of`]), is a declared status and is classed like an HTTP
+/// status (a declared 504 is `timeout`, any other 5xx `server`, a declared 429 `rate-limit`),
+/// unless it maps to `unknown`; then `error.type` (and a string `error.code`) is looked up in
+/// the closed lists above; otherwise the class is `unknown`. A `null` (or any non-string)
+/// `error.type` is no type: it names nothing, and never makes the event `unknown` by itself.
 pub fn classify_error_event(event: &serde_json::Value) -> Option<ErrorEventClass> {
     let object = event.as_object()?;
     let error = object.get("error").filter(|e| !e.is_null())?;
@@ -210,10 +212,7 @@ pub fn classify_error_event(event: &serde_json::Value) -> Option<ErrorEventClass
     }
 
     let code = error.get("code");
-    let declared_status = code
-        .and_then(serde_json::Value::as_u64)
-        .filter(|c| (100..=599).contains(c))
-        .and_then(|c| u16::try_from(c).ok());
+    let declared_status = code.and_then(declared_status_of);
 
     if let Some(status) = declared_status {
         let class = classify_http_status(status);
@@ -236,6 +235,23 @@ pub fn classify_error_event(event: &serde_json::Value) -> Option<ErrorEventClass
         class,
         declared_status,
     })
+}
+
+/// The status an event's `error.code` declares: an integer in 100..=599, or the same number
+/// written as exactly three ASCII digits. LiteLLM's proxy writes every status it relays that
+/// way (`"code": "500"`, `sse_error_payload` in `litellm/proxy/common_request_processing.py`),
+/// and reads such strings back as statuses itself (`_parse_event_data_for_error`), so the
+/// string is the same declaration as the integer (issue 24). Anything looser (`" 503"`,
+/// `"0503"`, `"503.0"`, `"5e2"`, a fraction, a negative number) declares nothing.
+pub fn declared_status_of(code: &serde_json::Value) -> Option<u16> {
+    let n = match code {
+        serde_json::Value::Number(n) => n.as_u64()?,
+        serde_json::Value::String(s) if s.len() == 3 && s.bytes().all(|b| b.is_ascii_digit()) => {
+            s.parse::<u64>().ok()?
+        }
+        _ => return None,
+    };
+    u16::try_from(n).ok().filter(|c| (100..=599).contains(c))
 }
 
 fn class_of_error_type(name: &str) -> Option<ProviderErrorClass> {

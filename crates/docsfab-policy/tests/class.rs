@@ -2,7 +2,7 @@
 
 use docsfab_policy::class::{
     ErrorEventClass, FaultKind, ProviderErrorClass as C, ProviderFailure, classify_error_event,
-    classify_http_status, is_replayable_status,
+    classify_http_status, declared_status_of, is_replayable_status,
 };
 use serde_json::json;
 
@@ -223,7 +223,12 @@ fn only_error_and_type_error_make_an_event_cls_5() {
 #[test]
 fn odd_codes_are_not_declared_statuses_cls_5() {
     for v in [
-        json!({"error":{"type":"server_error","code":"503"}}),
+        json!({"error":{"type":"server_error","code":" 503"}}),
+        json!({"error":{"type":"server_error","code":"0503"}}),
+        json!({"error":{"type":"server_error","code":"503.0"}}),
+        json!({"error":{"type":"server_error","code":"5e2"}}),
+        json!({"error":{"type":"server_error","code":"099"}}),
+        json!({"error":{"type":"server_error","code":"600"}}),
         json!({"error":{"type":"server_error","code":503.5}}),
         json!({"error":{"type":"server_error","code":-503}}),
         json!({"error":{"type":"server_error","code":70000}}),
@@ -263,5 +268,56 @@ fn string_error_is_an_event_of_unknown_class_cls_5() {
             class: C::Unknown,
             declared_status: None
         }
+    );
+}
+
+// Proves CLS-5 and CLS-6 for the event LiteLLM's proxy sends in place of the provider's
+// (issue 24): `{"error":{"message":"litellm.APIConnectionError: ...","type":null,"code":"500"}}`.
+// A decimal string of a status is that declared status, and a null type is no type, so the
+// event is `server` (retryable) exactly as `{"error":{"type":"service_unavailable","code":503}}`
+// is; the message is never read.
+#[test]
+fn issue24_a_decimal_string_code_is_a_declared_status_and_a_null_type_is_no_type_cls_5_cls_6() {
+    let litellm = json!({"error":{
+        "message":"litellm.APIConnectionError: APIConnectionError: OpenAIException - quota exceeded 429",
+        "type":null,"param":null,"code":"500"}});
+    assert_eq!(
+        classify_error_event(&litellm),
+        Some(ErrorEventClass {
+            class: C::Server,
+            declared_status: Some(500)
+        })
+    );
+    for (code, class) in [
+        ("504", C::Timeout),
+        ("503", C::Server),
+        ("429", C::RateLimit),
+        ("401", C::Authentication),
+        ("400", C::InvalidRequest),
+    ] {
+        let got = classify_error_event(&json!({"error":{"type":null,"code":code}})).expect("event");
+        assert_eq!(got.class, class, "{code}");
+        assert_eq!(got.declared_status, code.parse().ok(), "{code}");
+    }
+    // A declared 429 written as a string is still a rate limit without an HTTP status (REP-6):
+    // terminal, never replayed.
+    let quota = ProviderFailure::from_error_event(
+        classify_error_event(&json!({"error":{"type":"insufficient_quota","code":"429"}})).unwrap(),
+    );
+    assert!(!quota.is_transport_retryable());
+    let server = ProviderFailure::from_error_event(classify_error_event(&litellm).unwrap());
+    assert!(server.is_transport_retryable());
+    // A null type with no code names nothing: unknown, as an event with no type at all.
+    assert_eq!(
+        classify_error_event(&json!({"error":{"type":null,"message":"503 server_error"}})),
+        Some(ErrorEventClass {
+            class: C::Unknown,
+            declared_status: None
+        })
+    );
+    // The integer form is unchanged.
+    assert_eq!(
+        declared_status_of(&json!(503)),
+        declared_status_of(&json!("503"))
     );
 }

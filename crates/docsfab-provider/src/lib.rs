@@ -9,12 +9,15 @@
 //! * [`driver`]: [`run_turn`], one provider turn: the request and its in-turn replays, decided
 //!   by `docsfab_policy::replay::decide`, with cancellation, the attempt deadline and the
 //!   payload-digest check, producing a [`TurnAccount`].
+//! * [`gateway`]: recognising a gateway (LiteLLM's proxy) from a response head, and the
+//!   provider's Retry-After it relayed under another name.
 //! * [`scripted`]: an in-memory transport that plays a script, for paused-clock tests here and in
 //!   the runtime.
 //!
 //! [`ProviderFailure`]: docsfab_policy::class::ProviderFailure
 
 pub mod driver;
+pub mod gateway;
 pub mod outcome;
 pub mod request;
 pub mod scripted;
@@ -25,6 +28,7 @@ pub use driver::{
     DriverEvent, Gate, PayloadSource, ReplayCause, ReplayEntry, TurnAccount, TurnEnd, TurnResult,
     TurnStatus, run_turn, run_turn_gated,
 };
+pub use gateway::{Gateway, GatewayName};
 pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{
     Api, AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,

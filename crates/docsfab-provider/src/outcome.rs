@@ -120,6 +120,10 @@ pub struct StreamOutcome {
     /// provider throttle paces later sends by them.
     #[serde(skip)]
     pub rate_headers: docsfab_throttle::RateHeaders,
+    /// The gateway the answer came through, recognised from its head (issue 24). Boxed: it is
+    /// rare, and the outcome travels inside every turn's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Box<docsfab_record::Gateway>>,
 }
 
 impl StreamOutcome {
@@ -186,6 +190,9 @@ pub struct FailureBody {
     /// The rate-limit hints of the response head (none when no head arrived), read as the head
     /// arrived: a 429's Retry-After and budgets feed the shared provider throttle.
     pub rate_headers: docsfab_throttle::RateHeaders,
+    /// The gateway the failed response came through, recognised from its head (issue 24);
+    /// `None` when no head arrived or it named no gateway docsfab knows.
+    pub gateway: Option<docsfab_record::Gateway>,
 }
 
 /// Error codes and types that say the request did not fit the model's context window. Only
@@ -518,6 +525,7 @@ impl StreamReader {
             raw_body: None,
             verdict: None,
             rate_headers: Default::default(),
+            gateway: None,
         })
     }
 

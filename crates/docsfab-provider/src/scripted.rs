@@ -65,6 +65,7 @@ pub fn answer(text: &str) -> StreamOutcome {
         raw_body: None,
         verdict: None,
         rate_headers: Default::default(),
+        gateway: None,
     }
 }
 

@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
+use crate::gateway;
 use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words};
 use crate::request::{Api, endpoint_path};
 use crate::secret::ApiKey;
@@ -192,14 +193,17 @@ impl HttpTransport {
             .await
             .map_err(|e| before_head_failure(&e.without_url()))?;
         // Read when the head arrives: that is the instant the budgets it reports were true.
-        let rate_headers = rate_headers(response.headers(), SystemTime::now());
-        match self.read_response(response).await {
+        let gateway = gateway::recognise(response.headers());
+        let rate_headers = rate_headers(response.headers(), gateway.as_ref(), SystemTime::now());
+        match self.read_response(response, gateway.as_ref()).await {
             Ok(mut outcome) => {
                 outcome.rate_headers = rate_headers;
+                outcome.gateway = gateway.map(Box::new);
                 Ok(outcome)
             }
             Err(mut failure) => {
                 failure.body.rate_headers = rate_headers;
+                failure.body.gateway = gateway;
                 Err(failure)
             }
         }
@@ -209,10 +213,11 @@ impl HttpTransport {
     async fn read_response(
         &self,
         response: reqwest::Response,
+        gateway: Option<&gateway::Gateway>,
     ) -> Result<StreamOutcome, TransportFailure> {
         let status = response.status().as_u16();
         if !response.status().is_success() {
-            return Err(status_failure(response).await);
+            return Err(status_failure(response, gateway).await);
         }
 
         let is_json = response
@@ -360,19 +365,31 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// The rate-limit headers the throttle reads (`retry-after(-ms)`, `x-ratelimit-*`,
-/// `anthropic-ratelimit-*`), at most [`RATE_HEADER_LIMIT`] of them; other headers are not kept.
-fn rate_headers(head: &HeaderMap, now: SystemTime) -> RateHeaders {
-    let pairs = head
+/// The rate-limit headers the throttle reads (`x-ratelimit-*`, `anthropic-ratelimit-*`), at
+/// most [`RATE_HEADER_LIMIT`] of them, and the Retry-After pair that speaks for the provider
+/// ([`gateway::retry_after_pair`]: behind a recognised gateway, the one it relayed when the
+/// head has none of its own), under the names the throttle reads; other headers are not kept.
+fn rate_headers(
+    head: &HeaderMap,
+    gateway: Option<&gateway::Gateway>,
+    now: SystemTime,
+) -> RateHeaders {
+    let (retry_after, retry_after_ms) = gateway::retry_after_pair(head, gateway);
+    let retry = [
+        retry_after.as_deref().map(|v| ("retry-after", v)),
+        retry_after_ms.as_deref().map(|v| ("retry-after-ms", v)),
+    ];
+    let budgets = head
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
-            n == "retry-after"
-                || n == "retry-after-ms"
-                || n.starts_with("x-ratelimit-")
-                || n.starts_with("anthropic-ratelimit-")
+            n.starts_with("x-ratelimit-") || n.starts_with("anthropic-ratelimit-")
         })
-        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)))
+        .filter_map(|(name, value)| Some((name.as_str(), value.to_str().ok()?)));
+    let pairs = retry
+        .into_iter()
+        .flatten()
+        .chain(budgets)
         .take(RATE_HEADER_LIMIT);
     RateHeaders::from_pairs(pairs, unix_ms(now))
 }
@@ -475,18 +492,16 @@ fn causes<'a>(
 /// A non-2xx response. The status decides the class (REP-4): the body is read only for a
 /// content-filter code on a request the provider rejected, and for the type and code named in
 /// the detail. Its message is never copied, since some providers echo part of the key there.
-async fn status_failure(response: reqwest::Response) -> TransportFailure {
+async fn status_failure(
+    response: reqwest::Response,
+    gateway: Option<&gateway::Gateway>,
+) -> TransportFailure {
     let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    // Behind a recognised gateway the provider's own Retry-After may arrive renamed (issue 24).
+    let (retry_after, retry_after_ms) = gateway::retry_after_pair(response.headers(), gateway);
     let retry_after_ms = parse_retry_after(
-        header("retry-after").as_deref(),
-        header("retry-after-ms").as_deref(),
+        retry_after.as_deref(),
+        retry_after_ms.as_deref(),
         SystemTime::now(),
     );
 

@@ -6,6 +6,7 @@
 //!
 //! - [`api`]: the wire protocol a provider speaks.
 //! - [`class`]: provider error classes and transport faults.
+//! - [`gateway`]: a gateway (LiteLLM's proxy) that stood between docsfab and the provider.
 //! - [`step`]: a step's access, budgets, retry decision, timeouts, write settlement, contract
 //!   failures, failure and transport budget.
 //! - [`lease`]: the tool batch of a turn and the lease's stop.
@@ -14,6 +15,7 @@
 //! - [`run`]: the run record itself (`docsfab runs show --json`).
 pub mod api;
 pub mod class;
+pub mod gateway;
 pub mod lease;
 pub mod replay;
 pub mod run;
@@ -22,6 +24,7 @@ pub mod usage;
 
 pub use api::Api;
 pub use class::{FaultKind, ProviderErrorClass};
+pub use gateway::{Gateway, GatewayName};
 pub use lease::{
     CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
 };

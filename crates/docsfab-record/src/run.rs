@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::api::Api;
 use crate::class::ProviderErrorClass;
+use crate::gateway::Gateway;
 use crate::lease::{Disposition, LeaseStop, ToolBatch};
 use crate::replay::ReplayRecord;
 use crate::step::{
@@ -264,6 +265,11 @@ pub struct AttemptRecord {
     pub provider_error_class: Option<ProviderErrorClass>,
     pub http_status: Option<u16>,
     pub retry_after_ms: Option<u64>,
+    /// The gateway the attempt's responses came through (LiteLLM's proxy, recognised by its
+    /// `x-litellm-*` headers): it may have renamed, reshaped or completed what the provider
+    /// sent. Absent when no response came through a gateway docsfab recognises.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Gateway>,
     pub failure_category: Option<String>,
     pub failure_class: Option<String>,
     pub code: Option<String>,

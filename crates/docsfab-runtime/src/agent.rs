@@ -56,8 +56,8 @@ use docsfab_policy::rules::Feedback;
 use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
-    Api, AssistantToolCall, Message, Payload, ReplayEntry, ToolSpec, Transport, TransportFailure,
-    TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
+    Api, AssistantToolCall, Gateway, Message, Payload, ReplayEntry, ToolSpec, Transport,
+    TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
     driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
 use serde_json::Value;
@@ -189,6 +189,9 @@ pub struct AttemptReport {
     pub message: Option<String>,
     /// The provider failure that ended the attempt, when one did.
     pub provider_failure: Option<ProviderFailure>,
+    /// The gateway the attempt's responses came through, when one was recognised (the last
+    /// one any of its turns ended on).
+    pub gateway: Option<Gateway>,
     /// The start of the final answer the attempt ended on, redacted, at most
     /// [`ANSWER_EXCERPT_MAX_BYTES`] bytes; `None` when it ended without one.
     pub answer_excerpt: Option<String>,
@@ -311,6 +314,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         result,
         message,
         provider_failure: state.provider_failure,
+        gateway: state.gateway,
         answer_excerpt: answer.map(|a| redactor.excerpt(a, ANSWER_EXCERPT_MAX_BYTES)),
         answer_bytes: answer.map(|a| u64::try_from(a.len()).unwrap_or(u64::MAX)),
         started_at,
@@ -361,6 +365,21 @@ fn redact_batch(batch: &mut ToolBatch, redactor: &Redactor) {
             }
             CallOutcome::Executed { .. } => {}
         }
+    }
+}
+
+/// The gateway the response a turn ended on came through: its answer's, or its last failed
+/// response's (a failure before any head names none).
+fn gateway_of(end: &TurnEnd) -> Option<&Gateway> {
+    match end {
+        TurnEnd::Completed(outcome) => outcome.gateway.as_deref(),
+        TurnEnd::Failed { failure, .. } => failure.body.gateway.as_ref(),
+        TurnEnd::DeadlineReached {
+            last_failure: Some(failure),
+        } => failure.body.gateway.as_ref(),
+        TurnEnd::DeadlineReached { last_failure: None }
+        | TurnEnd::DigestMismatch { .. }
+        | TurnEnd::Cancelled => None,
     }
 }
 
@@ -450,6 +469,8 @@ struct AgentLoop<'a> {
     final_answer: Option<String>,
     /// The provider throttle's hold of the turn being recorded (see `push_turn`).
     turn_held_ms: u64,
+    /// The gateway the latest response that named one came through (issue 24).
+    gateway: Option<Gateway>,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -483,6 +504,7 @@ impl<'a> AgentLoop<'a> {
             provider_failure: None,
             final_answer: None,
             turn_held_ms: 0,
+            gateway: None,
         }
     }
 
@@ -551,6 +573,9 @@ impl<'a> AgentLoop<'a> {
         };
         self.usage = self.usage + turn_usage;
         self.turn_held_ms = result.record.held_ms;
+        if let Some(g) = gateway_of(&result.end) {
+            self.gateway = Some(g.clone());
+        }
         let outcome = match result.end {
             TurnEnd::Completed(outcome) => outcome,
             other => {
@@ -1284,6 +1309,7 @@ mod tests {
                 raw_body: None,
                 verdict: None,
                 rate_headers: Default::default(),
+                gateway: None,
             }),
             record: TurnAccount {
                 status: ProviderTurnStatus::Completed,

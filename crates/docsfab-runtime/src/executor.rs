@@ -786,6 +786,7 @@ fn attempt_record(
         provider_error_class: pf.map(|f| f.class),
         http_status: pf.and_then(|f| f.http_status),
         retry_after_ms: pf.and_then(|f| f.retry_after_ms),
+        gateway: report.gateway.clone(),
         failure_category: None,
         failure_class: None,
         code: None,

@@ -351,6 +351,7 @@ mod tests {
             provider_error_class: None,
             http_status: None,
             retry_after_ms: None,
+            gateway: None,
             failure_category: None,
             failure_class: None,
             code: None,

@@ -27,6 +27,7 @@ fn transport_attempt() -> AttemptRecord {
         provider_error_class: Some(ProviderErrorClass::Server),
         http_status: Some(503),
         retry_after_ms: Some(2000),
+        gateway: None,
         failure_category: Some("provider-transient".into()),
         failure_class: Some("infrastructure".into()),
         code: Some("provider-server".into()),

@@ -208,6 +208,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         provider_error_class: None,
         http_status: None,
         retry_after_ms: None,
+        gateway: None,
         failure_category: None,
         failure_class: None,
         code: None,

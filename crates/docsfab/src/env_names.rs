@@ -7,10 +7,11 @@ use docsfab_policy::catalog::Limit;
 /// The variables docsfab reads outside the limit catalog: the host directory, the run store,
 /// the PostgreSQL heartbeat, the route's four knobs, and the ones the project's own tooling
 /// reads (`DOCSFAB_COMPAT_DIR`: compat/install.sh and the SDK tests; `DOCSFAB_BLESS`:
-/// golden-file tests; the PostgreSQL and browser test settings .ci/run exports). The tooling
+/// golden-file tests; the PostgreSQL, browser and LiteLLM test settings .ci/run exports, and
+/// the gateway test's install place and printing switch). The tooling
 /// ones are listed so that a developer running the test suite is not warned about them on
 /// every command.
-const OTHER_KNOWN: [&str; 14] = [
+const OTHER_KNOWN: [&str; 17] = [
     "DOCSFAB_HOME",
     "DOCSFAB_STORE",
     "DOCSFAB_HEARTBEAT_MS",
@@ -25,6 +26,9 @@ const OTHER_KNOWN: [&str; 14] = [
     "DOCSFAB_REQUIRE_BROWSER",
     "DOCSFAB_PLAYWRIGHT_DIR",
     "DOCSFAB_CHROMIUM",
+    "DOCSFAB_REQUIRE_LITELLM",
+    "DOCSFAB_LITELLM_DIR",
+    "DOCSFAB_GATEWAY_PRINT",
 ];
 
 /// Every `DOCSFAB_` variable docsfab itself reads.

@@ -6,6 +6,7 @@ mod demo;
 mod doctor;
 mod env_names;
 mod error;
+mod gateway;
 mod goodput;
 mod goodput_plot;
 mod home;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use docsfab_boundary::redact::Redactor;
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
-    Api, ApiKey, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
-    TurnRequest,
+    Api, ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _,
+    TransportFailure, TurnRequest,
 };
 use serde_json::{Value, json};
 
@@ -81,6 +81,8 @@ pub struct ProbeReport {
     /// What the transport said, redacted.
     pub detail: String,
     pub rtt_ms: u64,
+    /// The gateway the answer came through (its `x-litellm-*` headers), if any (issue 24).
+    pub gateway: Option<Gateway>,
 }
 
 /// Sends the probe once and judges what came back.
@@ -126,13 +128,16 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
         retry_after_ms: None,
         detail: String::new(),
         rtt_ms,
+        gateway: None,
     };
     match sent {
         Ok(answer) => {
             report.http_status = Some(answer.http_status);
             report.detail = format!("HTTP {}", answer.http_status);
+            report.gateway = answer.gateway.map(|g| *g);
         }
         Err(f) => {
+            report.gateway = f.body.gateway.clone();
             report.verdict = judge(&f);
             report.http_status = f.failure.http_status;
             report.retry_after_ms = f.failure.retry_after_ms;
@@ -206,7 +211,7 @@ impl ProbeReport {
         if let Some(ms) = self.retry_after_ms {
             fault.push_str(&format!("; retry after {ms} ms"));
         }
-        vec![
+        let mut lines = vec![
             format!(
                 "Probe: provider {} api={} host={} model={} (1 request, never replayed)",
                 self.provider, self.api, self.host, self.model
@@ -217,7 +222,19 @@ impl ProbeReport {
                 self.detail,
                 rtt(self.rtt_ms)
             ),
-        ]
+        ];
+        if let Some(g) = &self.gateway {
+            lines.push(format!(
+                "Probe gateway: {} answered for the provider; the retry rules it weakens, and what to do:",
+                g.describe()
+            ));
+            lines.extend(
+                crate::gateway::weakened(g.name, self.api)
+                    .iter()
+                    .map(|w| format!("  - {}", w.line())),
+            );
+        }
+        lines
     }
 
     pub fn to_json(&self) -> Value {
@@ -235,6 +252,20 @@ impl ProbeReport {
             "detail": self.detail,
             "rttMs": self.rtt_ms,
             "requests": 1,
+            "gateway": self.gateway.as_ref().map(|g| json!({
+                "name": g.name.as_str(),
+                "version": g.version,
+                "weakens": crate::gateway::weakened(g.name, self.api)
+                    .iter()
+                    .map(|w| json!({
+                        "rule": w.rule,
+                        "what": w.what,
+                        "compensated": w.compensated,
+                        "docsfab": w.docsfab,
+                        "remedy": w.remedy_text(),
+                    }))
+                    .collect::<Vec<_>>(),
+            })),
         })
     }
 

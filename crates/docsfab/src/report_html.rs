@@ -34,6 +34,8 @@ pub fn render(record: &RunRecord, diffs: &[(String, String)]) -> Result<String, 
         .map(|(path, diff)| FileDiff { path, diff })
         .collect();
     let diffs_json = data_block(&files)?;
+    // What the run's gateway may have bent, in the words `runs show` uses (issue 24).
+    let gateway_json = data_block(&crate::gateway::RunGateway::of_run(record))?;
     // The run id is docsfab's own format, but the title goes through the same escape as the rest.
     let title = escape_text(&format!("docsfab run {}", record.run_id));
     Ok(format!(
@@ -55,6 +57,7 @@ pub fn render(record: &RunRecord, diffs: &[(String, String)]) -> Result<String, 
 <section id="files-section"><h2>Files written</h2><div id="files"></div></section>
 <script type="application/json" id="run-record">{record_json}</script>
 <script type="application/json" id="run-diffs">{diffs_json}</script>
+<script type="application/json" id="run-gateway">{gateway_json}</script>
 <script>
 {SCRIPT}</script>
 </body>

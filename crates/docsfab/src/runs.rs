@@ -351,6 +351,13 @@ pub fn render_run(r: &RunRecord) -> String {
     if let Some(reason) = &r.end_reason {
         let _ = writeln!(out, "  why it ended: {}", shown(reason));
     }
+    // Once per run: the gateway its attempts came through and what it may have bent (issue 24).
+    for line in crate::gateway::RunGateway::of_run(r)
+        .iter()
+        .flat_map(crate::gateway::RunGateway::lines)
+    {
+        let _ = writeln!(out, "{line}");
+    }
     if r.steps.is_empty() {
         let _ = writeln!(out, "  no step started");
     }
@@ -442,6 +449,9 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
         a.usage.input_tokens,
         a.usage.output_tokens
     );
+    if let Some(g) = &a.gateway {
+        let _ = writeln!(out, "    through the gateway {}", g.describe());
+    }
     if a.provider_error_class.is_some() || a.failure_category.is_some() {
         let _ = writeln!(
             out,

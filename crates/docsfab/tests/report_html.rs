@@ -188,12 +188,13 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
     let page_path = home.path().join("report.html");
     let page = write_html(home.path(), &id, &page_path);
 
-    // Self-contained: nothing to fetch, and exactly the page's own three script elements.
+    // Self-contained: nothing to fetch, and exactly the page's own four script elements (the
+    // record, the diffs and the run's gateway as data, and the script).
     for fetch in ["src=", "<link", "url(", "@import"] {
         assert!(!page.contains(fetch), "the page would fetch with {fetch:?}");
     }
     assert!(page.contains("default-src 'none'"));
-    assert_eq!(count(&page, "<script"), 3);
+    assert_eq!(count(&page, "<script"), 4);
     let stdout = docsfab(home.path())
         .args(["runs", "show", &id, "--html", "-"])
         .output()
@@ -348,12 +349,12 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
     let page = write_html(home.path(), &id, &page_path);
     assert_eq!(
         count(&page, "<script"),
-        3,
+        4,
         "record text opened a script element"
     );
     assert_eq!(
         count(&page, "</script>"),
-        3,
+        4,
         "record text closed a script element"
     );
     assert!(!page.contains('\u{2028}'));
@@ -372,7 +373,7 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
         !root_tag.contains("data-injected"),
         "injected script ran: {root_tag}"
     );
-    assert_eq!(count(&dom, "<script"), 3);
+    assert_eq!(count(&dom, "<script"), 4);
     assert_eq!(count(&dom, "<img"), 0);
     // The page still drew everything, and shows the payload as text.
     assert_eq!(body_attr(&dom, "data-attempt-bars"), "4");

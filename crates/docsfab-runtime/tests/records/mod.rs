@@ -47,6 +47,7 @@ pub fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         provider_error_class: None,
         http_status: None,
         retry_after_ms: None,
+        gateway: None,
         failure_category: None,
         failure_class: None,
         code: None,

@@ -5,6 +5,8 @@
   var started = performance.now();
   var record = JSON.parse(document.getElementById('run-record').textContent);
   var diffs = JSON.parse(document.getElementById('run-diffs').textContent);
+  var gatewayBlock = document.getElementById('run-gateway');
+  var gateway = gatewayBlock ? JSON.parse(gatewayBlock.textContent) : null;
   var LABEL = 190;
 
   function el(tag, cls, text) {
@@ -65,6 +67,14 @@
     // Only when the steps cannot say why the run ended (it never started, it was cancelled
     // while queued, its process died): one sentence, shown as text.
     if (record.endReason) facts.splice(2, 0, ['why it ended', record.endReason]);
+    // Once per run: the gateway the attempts came through and the rules it may have bent.
+    if (gateway) {
+      facts.push(['gateway', gateway.gateway + ' (' + gateway.attempts + ' of ' + gateway.of +
+        ' attempts came through it)']);
+      gateway.mayHaveBent.forEach(function (b) {
+        facts.push(['may have bent ' + b.rule, b.what]);
+      });
+    }
     facts.forEach(function (f) {
       dl.appendChild(el('dt', null, f[0]));
       dl.appendChild(el('dd', f[2] || null, f[1]));
