@@ -63,6 +63,11 @@ const MIN_FACTOR: f64 = 0.2;
 const LEDGER: usize = 96;
 /// How many recent size estimates a budget keeps.
 const SIZE_SAMPLES: usize = 8;
+/// How long a lease lasts: how soon a hold or pacing set elsewhere reaches a process that
+/// admits from a lease.
+pub const LEASE_MS: u64 = 250;
+/// The most sends one lease allows.
+const LEASE_SENDS: u32 = 256;
 /// The shortest span between two reports that says something about other clients.
 const MIN_SPAN_MS: u64 = 200;
 /// At most this share of a key is taken to be someone else's.
@@ -222,6 +227,35 @@ struct Sent {
     patience_until_ms: u64,
 }
 
+/// A grant to admit requests in-process, without a decision of the store each (see
+/// [`ThrottleState::lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// Requests that may be in flight at once under it.
+    pub slots: u32,
+    /// Requests that may be sent under it in all.
+    pub sends: u32,
+    /// The seq of its first send; its sends take `first_seq..first_seq + sends`.
+    pub first_seq: u64,
+    /// When it lapses (the store's clock).
+    pub until_ms: u64,
+}
+
+/// What was sent under a lease, given back when it is renewed or ends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseReport {
+    /// Sends answered (successes).
+    pub answered: u32,
+    /// Sends the lease allowed and nobody used.
+    pub unused: u32,
+    /// Over the answers with usage: their prompt-token estimates and the provider's counts.
+    pub prompt_tokens: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// The newest response head among them, with its send's seq.
+    pub newest_head: Option<(u64, RateHeaders)>,
+}
+
 /// One of the provider's buckets, mirrored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Budget {
@@ -339,6 +373,9 @@ pub struct ThrottleState {
     /// Running mean of an answer's output tokens (what a send costs an output budget).
     #[serde(default)]
     avg_output: Option<u64>,
+    /// Running mean of a send's prompt-token estimate: what a lease's sends are counted at.
+    #[serde(default)]
+    avg_prompt: Option<u64>,
 }
 
 impl ThrottleState {
@@ -360,20 +397,112 @@ impl ThrottleState {
         self.hold_until_ms
     }
 
-    /// Whether sending now would be paced at all: no hold, no budget or learnt rate near
-    /// empty. A process may then admit locally from a lease without asking the store
-    /// (`headroom` sends' worth must be left in every bucket).
-    pub fn is_unpaced(&self, now_ms: u64, headroom: u64) -> bool {
-        if now_ms < self.hold_until_ms || !self.answered || self.learnt.is_some() {
-            return false;
+    /// Grants a lease when sending is unpaced: no hold, no refusal-learnt rate, the probe window
+    /// open to the cap, and every mirrored bucket at least half full. A process holding a
+    /// lease admits up to `slots` requests at once, `sends` in all, without asking the store,
+    /// until `until_ms`; what they did comes back in a [`LeaseReport`]. `in_flight` counts the
+    /// other holders (permits and leases) and the waiters ahead, as for `admit`.
+    pub fn lease(&mut self, settings: &Settings, now_ms: u64, want: u32) -> Option<Lease> {
+        if settings.mode == Mode::Off
+            || now_ms < self.hold_until_ms
+            || !self.answered
+            || self.learnt.is_some()
+            || self.probe_window() < settings.max_concurrent
+        {
+            return None;
         }
-        self.budgets.iter().all(|b| {
-            let cost = self.unit_cost(b.kind, 0).max(1.0) * headroom as f64;
-            match b.per_ms {
-                Some(_) => b.level_at(now_ms) >= cost.max(b.burst * 0.5),
-                None => b.level >= cost || now_ms >= b.reset_at_ms,
-            }
+        let free = settings.max_concurrent.saturating_sub(self.in_flight);
+        let slots = want.clamp(1, settings.max_concurrent).min(free);
+        if slots == 0 {
+            return None;
+        }
+        // What the buckets can spare without coming near empty: half of each stays. A leased
+        // send is counted at the mean prompt of the sends decided so far.
+        let prompt = self.avg_prompt.unwrap_or(0);
+        let mut sends = LEASE_SENDS;
+        for b in &self.budgets {
+            let cost = self.unit_cost(b.kind, prompt);
+            let spare = match b.per_ms {
+                Some(_) => b.level_at(now_ms) - b.burst * 0.5,
+                None if now_ms >= b.reset_at_ms => f64::MAX,
+                None => b.level - b.burst * 0.5,
+            };
+            sends = sends.min((spare / cost).floor().max(0.0) as u32);
+        }
+        if sends == 0 {
+            return None;
+        }
+        for i in 0..self.budgets.len() {
+            let cost = self.unit_cost(self.budgets[i].kind, prompt) * f64::from(sends);
+            let b = &mut self.budgets[i];
+            let at = now_ms.max(b.level_ms);
+            b.level = b.level_at(at) - cost;
+            b.level_ms = at;
+        }
+        let first_seq = self.sends;
+        self.sends = self.sends.saturating_add(u64::from(sends));
+        self.in_flight = self.in_flight.saturating_add(slots);
+        Some(Lease {
+            slots,
+            sends,
+            first_seq,
+            until_ms: now_ms.saturating_add(LEASE_MS),
         })
+    }
+
+    /// Folds back what was sent under a lease: the answers (as successes), the newest head, and
+    /// the sends not used (given back to the mirrors).
+    pub fn settle(&mut self, settings: &Settings, report: &LeaseReport, now_ms: u64) {
+        if settings.mode == Mode::Off {
+            return;
+        }
+        if let Some((seq, headers)) = &report.newest_head {
+            self.observe(*seq, headers, now_ms);
+        }
+        if report.answered > 0 {
+            self.answered = true;
+            self.answers = self.answers.saturating_add(report.answered).min(64);
+            for _ in 0..report.answered.min(64) {
+                self.recover();
+            }
+            if report.prompt_tokens > 0 && report.input_tokens > 0 {
+                let sample =
+                    (report.input_tokens as f64 / report.prompt_tokens as f64).clamp(0.25, 4.0);
+                self.token_ratio = Some(match self.token_ratio {
+                    Some(r) => r * 0.75 + sample * 0.25,
+                    None => sample,
+                });
+            }
+            if report.output_tokens > 0 {
+                let mean = report.output_tokens / u64::from(report.answered);
+                self.avg_output = Some(match self.avg_output {
+                    Some(a) => (a.saturating_mul(3).saturating_add(mean)) / 4,
+                    None => mean,
+                });
+            }
+        }
+        // Unused sends were charged when the lease was granted.
+        let prompt = self.avg_prompt.unwrap_or(0);
+        for i in 0..self.budgets.len() {
+            let back = self.unit_cost(self.budgets[i].kind, prompt) * f64::from(report.unused);
+            let b = &mut self.budgets[i];
+            b.level = (b.level + back).min(b.burst);
+        }
+    }
+
+    /// Whether a head leaves every budget it reports at least half full: a lease may go on.
+    /// Below that, pacing matters again and the lease is handed back at once.
+    pub fn head_is_ample(headers: &RateHeaders) -> bool {
+        let head_ms = headers.at_ms.unwrap_or(0);
+        headers.retry_after_ms.is_none()
+            && headers.observations.iter().all(|o| {
+                let to_full = o.reset_at_ms.saturating_sub(head_ms) as f64;
+                let size = match o.limit {
+                    Some(l) => o.remaining as f64 + l as f64 / 60_000.0 * to_full,
+                    None => return to_full == 0.0,
+                };
+                o.remaining as f64 >= size * 0.5
+            })
     }
 
     /// While nothing is known of the provider's limits (no answer yet, or answers without any
@@ -449,6 +578,12 @@ impl ThrottleState {
 
     fn grant(&mut self, now_ms: u64, at_ms: u64, reason: Option<Reason>, ask: &Ask) -> Admit {
         self.charge_all(at_ms, ask.prompt_tokens);
+        if ask.prompt_tokens > 0 {
+            self.avg_prompt = Some(match self.avg_prompt {
+                Some(a) => (a.saturating_mul(3).saturating_add(ask.prompt_tokens)) / 4,
+                None => ask.prompt_tokens,
+            });
+        }
         let seq = self.sends;
         self.sends = self.sends.saturating_add(1);
         self.in_flight = self.in_flight.saturating_add(1);

@@ -15,8 +15,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::core::{Mode, Outcome, Reason, Settings};
+use crate::core::{Mode, Outcome, Reason, Settings, ThrottleState};
 use crate::headers::{RateHeaders, unix_ms};
+use crate::lease::{self, Leases, Step};
 use crate::store::{Backend, Store, StoreAdmit, StoreError, Ticket, Want};
 
 /// How often a waiter for a slot looks again when no finish in this process woke it.
@@ -51,11 +52,24 @@ impl Clock for SystemClock {
 
 struct Inner {
     /// `None` when every configured provider has `throttle: off`.
-    store: Option<Mutex<Store>>,
+    store: Option<Arc<Mutex<Store>>>,
+    /// The leases this process admits from without asking the store (the fast path).
+    leases: Arc<Leases>,
     providers: HashMap<String, Settings>,
     released: Notify,
     poll: Duration,
     clock: Box<dyn Clock>,
+}
+
+impl Drop for Inner {
+    /// A process may open and drop throttles while it lives (`serve` opens one per job): the
+    /// leases go back with it, or their slots would count until the process ends.
+    fn drop(&mut self) {
+        if let Some(store) = &self.store {
+            let now_ms = unix_ms(self.clock.now());
+            self.leases.hand_back(store, &self.providers, now_ms);
+        }
+    }
 }
 
 /// The provider throttle of one process, shared with every process on the same
@@ -122,17 +136,35 @@ impl Throttle {
         let store = if all_off {
             None
         } else {
-            Some(Mutex::new(Store::open(backend)?))
+            Some(Arc::new(Mutex::new(Store::open(backend)?)))
         };
+        let leases = Arc::new(Leases::default());
+        if let Some(store) = &store {
+            lease::spawn_settler(
+                Arc::downgrade(&leases),
+                Arc::downgrade(store),
+                providers.clone(),
+            );
+        }
         Ok(Throttle {
             inner: Arc::new(Inner {
                 store,
+                leases,
                 providers,
                 released: Notify::new(),
                 poll,
                 clock,
             }),
         })
+    }
+
+    /// How many times this process used the shared state (each a transaction or a read): the
+    /// cost the fast path saves, for benchmarks and tests.
+    pub fn store_calls(&self) -> u64 {
+        self.inner
+            .store
+            .as_ref()
+            .map_or(0, |s| s.lock().unwrap_or_else(|p| p.into_inner()).calls())
     }
 
     fn settings(&self, provider: &str) -> Settings {
@@ -173,6 +205,57 @@ impl Throttle {
         let held_ms = || duration_ms(started.elapsed());
         let settings = self.settings(provider);
         let mut held_for = None;
+        if let Some(store) = self
+            .inner
+            .store
+            .as_ref()
+            .filter(|_| settings.mode == Mode::Shared)
+        {
+            loop {
+                if cancel.is_cancelled() {
+                    return Err(AcquireError::Cancelled { held_ms: held_ms() });
+                }
+                let released = self.inner.released.notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+                let host_now_ms = unix_ms(self.inner.clock.now());
+                match self
+                    .inner
+                    .leases
+                    .step(store, provider, &settings, host_now_ms)
+                {
+                    Step::Go { seq } => {
+                        let held = Held {
+                            throttle: self.clone(),
+                            provider: provider.to_owned(),
+                            settings,
+                            kind: HeldKind::Lease {
+                                seq,
+                                prompt_tokens: request.prompt_tokens,
+                            },
+                        };
+                        return Ok(Permit {
+                            held_ms: if held_for.is_some() { held_ms() } else { 0 },
+                            held_for,
+                            ticket: Some(held),
+                        });
+                    }
+                    Step::Full => {
+                        held_for = Some(Reason::Concurrency);
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: held_ms() }),
+                            _ = sleep_until_opt(deadline) => {
+                                return Err(AcquireError::Deadline { held_ms: held_ms(), reason: Reason::Concurrency });
+                            }
+                            _ = &mut released => {}
+                            _ = tokio::time::sleep(self.inner.poll) => {}
+                        }
+                    }
+                    Step::Slow => break,
+                }
+            }
+        }
         // This request's place in the shared queue once it has had to wait for a slot.
         let mut queued = Queued {
             throttle: self,
@@ -237,21 +320,14 @@ impl Throttle {
                     throttle: self.clone(),
                     provider: provider.to_owned(),
                     settings,
-                    ticket,
+                    kind: HeldKind::Store(ticket),
                 }),
             };
-            if let (true, Some(held)) = (wait_ms > 0, permit.ticket.as_ref()) {
+            if let (true, Some(seq)) = (wait_ms > 0, ticket.map(|t| t.seq)) {
                 let patience_end = started.checked_add(request.patience);
-                self.wait_out(
-                    provider,
-                    held.ticket.seq,
-                    wait_ms,
-                    patience_end,
-                    cancel,
-                    deadline,
-                )
-                .await
-                .map_err(|e| e.with_held(held_ms()))?;
+                self.wait_out(provider, seq, wait_ms, patience_end, cancel, deadline)
+                    .await
+                    .map_err(|e| e.with_held(held_ms()))?;
             }
             if permit.held_for.is_some() {
                 permit.held_ms = held_ms();
@@ -362,14 +438,36 @@ impl Throttle {
             return Ok(());
         };
         let now_ms = unix_ms(self.inner.clock.now());
-        let result = store.lock().unwrap_or_else(|p| p.into_inner()).finish(
-            &held.provider,
-            &held.settings,
-            held.ticket,
-            outcome,
-            headers,
-            now_ms,
-        );
+        let result = match held.kind {
+            HeldKind::Store(ticket) => {
+                let done = store.lock().unwrap_or_else(|p| p.into_inner()).finish(
+                    &held.provider,
+                    &held.settings,
+                    ticket,
+                    outcome,
+                    headers,
+                    now_ms,
+                );
+                // An answer that says the provider is far from its limits: a lease may be
+                // worth asking for again at once.
+                if matches!(outcome, Outcome::Success { .. })
+                    && ThrottleState::head_is_ample(headers)
+                {
+                    self.inner.leases.worth_asking(&held.provider);
+                }
+                done
+            }
+            HeldKind::Lease { seq, prompt_tokens } => self.inner.leases.finish(
+                store,
+                &held.provider,
+                &held.settings,
+                seq,
+                prompt_tokens,
+                outcome,
+                headers,
+                now_ms,
+            ),
+        };
         self.inner.released.notify_waiters();
         result
     }
@@ -454,14 +552,21 @@ struct Held {
     throttle: Throttle,
     provider: String,
     settings: Settings,
-    ticket: Ticket,
+    kind: HeldKind,
+}
+
+/// Where a permit came from: a decision of the store, or this process's lease.
+#[derive(Debug, Clone, Copy)]
+enum HeldKind {
+    Store(Ticket),
+    Lease { seq: u64, prompt_tokens: u64 },
 }
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
             .field("provider", &self.provider)
-            .field("ticket", &self.ticket)
+            .field("kind", &self.kind)
             .finish()
     }
 }
@@ -747,6 +852,129 @@ mod tests {
             !dir.path().join("throttle.db").exists(),
             "off touches no file"
         );
+    }
+
+    /// Answers enough requests, one at a time, for the probe window to open to the cap.
+    async fn open_up(t: &Throttle) {
+        let cancel = CancellationToken::new();
+        for _ in 0..8 {
+            t.acquire("p", &cancel, None)
+                .await
+                .unwrap()
+                .finish(ok(), &RateHeaders::none())
+                .unwrap();
+        }
+    }
+
+    /// Issue 25: once the provider is known to be unpaced, a process admits from a lease: a
+    /// hundred requests cost a handful of store calls, not two each.
+    #[tokio::test]
+    async fn issue25_an_unpaced_provider_is_admitted_from_a_lease_without_a_store_call_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = throttle_real(dir.path(), 8);
+        open_up(&t).await;
+        let before = t.store_calls();
+        let cancel = CancellationToken::new();
+        for _ in 0..100 {
+            let p = t.acquire("p", &cancel, None).await.unwrap();
+            assert_eq!(p.held_ms(), 0);
+            p.finish(ok(), &RateHeaders::none()).unwrap();
+        }
+        let calls = t.store_calls() - before;
+        assert!(calls <= 10, "{calls} store calls for 100 requests");
+    }
+
+    /// Issue 25: a lease counts against the one cap: another process (another connection to
+    /// the same file) sees its slots taken while it holds them, and free once it lapsed (the
+    /// settler gives them back without any request of the holder).
+    #[tokio::test]
+    async fn issue25_a_lease_holds_its_slots_against_other_processes_until_it_lapses() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = throttle_real(dir.path(), 2);
+        open_up(&a).await;
+        let cancel = CancellationToken::new();
+        // Two at once: the lease grows to the cap.
+        let p1 = a.acquire("p", &cancel, None).await.unwrap();
+        let p2 = a.acquire("p", &cancel, None).await.unwrap();
+        let b = throttle_real(dir.path(), 2);
+        let soon = Some(Instant::now() + Duration::from_millis(100));
+        let err = b.acquire("p", &cancel, soon).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                AcquireError::Deadline {
+                    reason: Reason::Concurrency,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        p1.finish(ok(), &RateHeaders::none()).unwrap();
+        p2.finish(ok(), &RateHeaders::none()).unwrap();
+        // A is idle now; within a lease or two its row is shrunk to nothing.
+        let later = Some(Instant::now() + Duration::from_secs(5));
+        let q1 = b.acquire("p", &cancel, later).await.unwrap();
+        let q2 = b.acquire("p", &cancel, later).await.unwrap();
+        q1.finish(ok(), &RateHeaders::none()).unwrap();
+        q2.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// Issue 25: a throttle dropped while its process lives (serve opens one per job) hands its
+    /// lease back at once: another can take every slot without waiting for it to lapse.
+    #[tokio::test]
+    async fn issue25_a_dropped_throttle_hands_its_lease_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let a = throttle_real(dir.path(), 2);
+        open_up(&a).await;
+        let p1 = a.acquire("p", &cancel, None).await.unwrap();
+        let p2 = a.acquire("p", &cancel, None).await.unwrap();
+        p1.finish(ok(), &RateHeaders::none()).unwrap();
+        p2.finish(ok(), &RateHeaders::none()).unwrap();
+        drop(a);
+        let b = throttle_real(dir.path(), 2);
+        let soon = Some(Instant::now() + Duration::from_millis(60));
+        let q1 = b.acquire("p", &cancel, soon).await.unwrap();
+        let q2 = b.acquire("p", &cancel, soon).await.unwrap();
+        q1.finish(ok(), &RateHeaders::none()).unwrap();
+        q2.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// Issue 25: a 429 under a lease reaches the shared state at once, ends the lease, and
+    /// holds every other sender for its Retry-After.
+    #[tokio::test]
+    async fn issue25_a_429_under_a_lease_holds_the_others_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = throttle_real(dir.path(), 8);
+        open_up(&a).await;
+        let cancel = CancellationToken::new();
+        let p = a.acquire("p", &cancel, None).await.unwrap();
+        p.finish(Outcome::RateLimited, &retry_after(400)).unwrap();
+        let limited_at = Instant::now();
+        // The lease ended with the 429: its holder is held like everyone else.
+        let own = a.acquire("p", &cancel, None).await.unwrap();
+        assert_eq!(own.held_for(), Some(Reason::Hold));
+        assert!(own.held_ms() >= 300, "held {} ms", own.held_ms());
+        // And another process is held from the same instant on (then paced behind `own`).
+        let b = throttle_real(dir.path(), 8);
+        let next = b.acquire("p", &cancel, None).await.unwrap();
+        assert!(next.held_for().is_some());
+        assert!(limited_at.elapsed() >= Duration::from_millis(300));
+        next.finish(ok(), &RateHeaders::none()).unwrap();
+        own.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// A throttle on the real clock (leases lapse in real time).
+    fn throttle_real(dir: &Path, max: u32) -> Throttle {
+        let providers =
+            HashMap::from([("p".to_owned(), Settings::new(Mode::Shared, max).unwrap())]);
+        Throttle::build(
+            &Backend::Sqlite(dir.join("throttle.db")),
+            providers,
+            DEFAULT_POLL,
+            Box::new(SystemClock),
+        )
+        .unwrap()
     }
 
     /// A host whose clock is an hour behind. Over PostgreSQL its waits are measured on the

@@ -14,12 +14,13 @@
 pub mod core;
 mod driver;
 pub mod headers;
+mod lease;
 pub mod process;
 pub mod store;
 
 pub use crate::core::{
-    Admit, Ask, DEFAULT_MAX_CONCURRENT, MAX_CONCURRENT_RANGE, MaxConcurrentOutOfRange, Mode,
-    Outcome, Reason, Settings, ThrottleState,
+    Admit, Ask, DEFAULT_MAX_CONCURRENT, LEASE_MS, Lease, LeaseReport, MAX_CONCURRENT_RANGE,
+    MaxConcurrentOutOfRange, Mode, Outcome, Reason, Settings, ThrottleState,
 };
 pub use driver::{AcquireError, DEFAULT_POLL, Permit, Request, Throttle};
 pub use headers::RateHeaders;

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use docsfab_pg::{PgError, PgUrl};
 
-use crate::core::{Admit, Ask, Outcome, Reason, Settings, ThrottleState};
+use crate::core::{Admit, Ask, Lease, LeaseReport, Outcome, Reason, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 
 mod postgres;
@@ -132,18 +132,52 @@ pub(crate) fn store_admit<E>(
     })
 }
 
-/// The shared state, open.
-pub(crate) enum Store {
+/// One lease transaction: what the process's lease row (`row`) did since it was last written,
+/// and whether it wants a new lease. The row keeps counting the `keep` requests still in
+/// flight under it; it goes when it counts none and no lease is granted.
+pub(crate) struct LeaseTx<'a> {
+    pub row: Option<i64>,
+    pub keep: u32,
+    pub report: &'a LeaseReport,
+    /// A leased request whose end must reach the state now (a refusal), with its seq.
+    pub finished: Option<(u64, Outcome, &'a RateHeaders)>,
+    /// Slots wanted for a new lease; `None` hands the lease back.
+    pub want: Option<u32>,
+}
+
+/// What a lease transaction left: the row (if any) and the new lease, with the decision's
+/// clock (the lease's `until_ms` is on it).
+#[derive(Debug)]
+pub(crate) struct LeaseAnswer {
+    pub row: Option<i64>,
+    pub granted: Option<Lease>,
+    pub now_ms: u64,
+}
+
+/// The shared state, open, and how many times it was used (each call one transaction or
+/// one read).
+pub(crate) struct Store {
+    open: Open,
+    calls: u64,
+}
+
+enum Open {
     Sqlite(SqliteStore),
     Postgres(PgStore),
 }
 
 impl Store {
     pub fn open(backend: &Backend) -> Result<Store, StoreError> {
-        Ok(match backend {
-            Backend::Sqlite(path) => Store::Sqlite(SqliteStore::open(path)?),
-            Backend::Postgres(url) => Store::Postgres(PgStore::open(url)?),
-        })
+        let open = match backend {
+            Backend::Sqlite(path) => Open::Sqlite(SqliteStore::open(path)?),
+            Backend::Postgres(url) => Open::Postgres(PgStore::open(url)?),
+        };
+        Ok(Store { open, calls: 0 })
+    }
+
+    /// Calls made on the shared state so far by this process (decisions, finishes, leases).
+    pub fn calls(&self) -> u64 {
+        self.calls
     }
 
     /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
@@ -157,9 +191,10 @@ impl Store {
         want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.try_admit(provider, settings, now_ms, want, waiter),
-            Store::Postgres(s) => s.try_admit(provider, settings, want, waiter),
+        self.calls += 1;
+        match &mut self.open {
+            Open::Sqlite(s) => s.try_admit(provider, settings, now_ms, want, waiter),
+            Open::Postgres(s) => s.try_admit(provider, settings, want, waiter),
         }
     }
 
@@ -167,17 +202,35 @@ impl Store {
     /// Asked by a request that slept until its reservation: a refusal or a hold elsewhere may
     /// have moved the reservations not sent yet meanwhile (see `ThrottleState::confirm`).
     pub fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.confirm_ms(provider, seq, now_ms),
-            Store::Postgres(s) => s.confirm_ms(provider, seq),
+        self.calls += 1;
+        match &mut self.open {
+            Open::Sqlite(s) => s.confirm_ms(provider, seq, now_ms),
+            Open::Postgres(s) => s.confirm_ms(provider, seq),
+        }
+    }
+
+    /// Settles a lease and, when asked, grants a new one; one transaction. `now_ms` is this
+    /// host's clock (the one `headers` were read by).
+    pub fn lease_tx(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        now_ms: u64,
+        tx: &LeaseTx<'_>,
+    ) -> Result<LeaseAnswer, StoreError> {
+        self.calls += 1;
+        match &mut self.open {
+            Open::Sqlite(s) => s.lease_tx(provider, settings, now_ms, tx),
+            Open::Postgres(s) => s.lease_tx(provider, settings, now_ms, tx),
         }
     }
 
     /// Takes a waiter out of the queue (it was cancelled or ran out of time).
     pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.leave(waiter),
-            Store::Postgres(s) => s.leave(waiter),
+        self.calls += 1;
+        match &mut self.open {
+            Open::Sqlite(s) => s.leave(waiter),
+            Open::Postgres(s) => s.leave(waiter),
         }
     }
 
@@ -192,9 +245,10 @@ impl Store {
         headers: &RateHeaders,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
-            Store::Postgres(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
+        self.calls += 1;
+        match &mut self.open {
+            Open::Sqlite(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
+            Open::Postgres(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
         }
     }
 }
@@ -204,6 +258,30 @@ impl Store {
 fn decode_state(text: Option<&str>) -> ThrottleState {
     text.and_then(|t| serde_json::from_str(t).ok())
         .unwrap_or_default()
+}
+
+/// The part of a lease transaction that is the same on every backend, between loading the
+/// state and writing the row: `others` counts the requests in flight that are not the row's,
+/// plus every waiter (a lease never jumps the queue). Returns the row's new slot count and the
+/// grant.
+pub(crate) fn decide_lease(
+    state: &mut ThrottleState,
+    settings: &Settings,
+    now_ms: u64,
+    others: u32,
+    tx: &LeaseTx<'_>,
+) -> (u32, Option<Lease>) {
+    if let Some((seq, outcome, headers)) = tx.finished {
+        state.set_in_flight(others.saturating_add(1));
+        state.on_response(settings, seq, outcome, headers, now_ms);
+    }
+    state.settle(settings, tx.report, now_ms);
+    state.set_in_flight(others);
+    let granted = tx
+        .want
+        .and_then(|want| state.lease(settings, now_ms, want.max(tx.keep)));
+    let slots = granted.map_or(0, |l| l.slots).max(tx.keep);
+    (slots, granted)
 }
 
 fn encode_state(state: &ThrottleState) -> String {

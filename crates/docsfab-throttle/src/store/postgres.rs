@@ -24,12 +24,16 @@ use docsfab_pg::postgres::types::Type;
 use docsfab_pg::postgres::{Error, Transaction};
 use docsfab_pg::{Pg, PgUrl, migrate, worker};
 
-use super::{StoreAdmit, StoreError, Ticket, Want, decode_state, encode_state, store_admit};
+use super::{
+    LeaseAnswer, LeaseTx, StoreAdmit, StoreError, Ticket, Want, decide_lease, decode_state,
+    encode_state, store_admit,
+};
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 
 /// Schema versions of the "throttle" component (`docsfab_migrations`); append, never edit.
-const STEPS: &[&str] = &["
+const STEPS: &[&str] = &[
+    "
 CREATE TABLE throttle_providers (
     provider TEXT PRIMARY KEY,
     state    TEXT
@@ -49,7 +53,12 @@ CREATE TABLE throttle_waiters (
     since_ms  BIGINT NOT NULL
 );
 CREATE INDEX throttle_waiters_by_provider ON throttle_waiters (provider, id);
-"];
+",
+    "
+-- A lease row holds several slots (a process admitting in-process); a permit row one.
+ALTER TABLE throttle_permits ADD COLUMN slots BIGINT NOT NULL DEFAULT 1;
+",
+];
 
 /// Per decision: how long it waits for another host's decision about the same provider, and
 /// no wait for the WAL flush at commit. The state is soft (as `synchronous = NORMAL` makes it
@@ -154,6 +163,98 @@ impl PgStore {
                 .confirm(seq, now_ms)
                 .saturating_sub(now_ms)
         }))
+    }
+
+    /// As the SQLite store's `lease_tx`, by the database's clock; `host_now_ms` is the clock
+    /// the reported heads were read by.
+    pub fn lease_tx(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        host_now_ms: u64,
+        lease: &LeaseTx<'_>,
+    ) -> Result<LeaseAnswer, StoreError> {
+        let (provider, settings, me) = (provider.to_owned(), *settings, self.me.clone());
+        let (row, keep, want) = (lease.row, lease.keep, lease.want);
+        let report = lease.report.clone();
+        let finished = lease.finished.map(|(seq, o, h)| (seq, o, h.clone()));
+        let alive = worker::alive_condition("w");
+        let judge = worker::may_judge(self.pg.url());
+        let answer = self.pg.call(move |c| {
+            let mut tx = c.transaction()?;
+            let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
+            if judge {
+                reclaim_dead(&mut tx, &provider, &me, &alive)?;
+            }
+            let shift = |h: &RateHeaders| {
+                let skew = i128::from(now_ms) - i128::from(host_now_ms);
+                h.shifted(i64::try_from(skew).unwrap_or(0))
+            };
+            let mut report = report.clone();
+            report.newest_head = report.newest_head.map(|(seq, h)| (seq, shift(&h)));
+            let finished = finished.as_ref().map(|(seq, o, h)| (*seq, *o, shift(h)));
+            let (permits, ahead) = in_flight(&mut tx, &provider, None)?;
+            let mine = match row {
+                Some(id) => tx
+                    .query_typed_opt(
+                        "SELECT slots FROM throttle_permits WHERE id = $1",
+                        &[(&id, Type::INT8)],
+                    )?
+                    .map_or(0, |r| count(r.get(0))),
+                None => 0,
+            };
+            let others = permits.saturating_sub(mine).saturating_add(ahead);
+            let lease_tx = LeaseTx {
+                row,
+                keep,
+                report: &report,
+                finished: finished.as_ref().map(|(seq, o, h)| (*seq, *o, h)),
+                want,
+            };
+            let (slots, granted) = decide_lease(&mut state, &settings, now_ms, others, &lease_tx);
+            let row = match (row, slots) {
+                (Some(id), 0) => {
+                    tx.execute_typed(
+                        "DELETE FROM throttle_permits WHERE id = $1",
+                        &[(&id, Type::INT8)],
+                    )?;
+                    None
+                }
+                (None, 0) => None,
+                (Some(id), n) if mine > 0 => {
+                    tx.execute_typed(
+                        "UPDATE throttle_permits SET slots = $2 WHERE id = $1",
+                        &[(&id, Type::INT8), (&i64::from(n), Type::INT8)],
+                    )?;
+                    Some(id)
+                }
+                (_, n) => {
+                    let first = granted.map_or(0, |l| to_i64(l.first_seq));
+                    let id: i64 = tx
+                        .query_typed_one(
+                            "INSERT INTO throttle_permits (provider, worker_id, seq, granted_ms, slots)
+                             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                            &[
+                                (&provider, Type::TEXT),
+                                (&me, Type::TEXT),
+                                (&first, Type::INT8),
+                                (&to_i64(now_ms), Type::INT8),
+                                (&i64::from(n), Type::INT8),
+                            ],
+                        )?
+                        .get(0);
+                    Some(id)
+                }
+            };
+            save(&mut tx, &provider, &state)?;
+            tx.commit()?;
+            Ok(LeaseAnswer {
+                row,
+                granted,
+                now_ms,
+            })
+        })?;
+        Ok(answer)
     }
 
     pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
@@ -270,7 +371,7 @@ fn in_flight(
     waiter: Option<i64>,
 ) -> Result<(u32, u32), Error> {
     let row = tx.query_typed_one(
-        "SELECT (SELECT count(*) FROM throttle_permits WHERE provider = $1),
+        "SELECT (SELECT COALESCE(sum(slots), 0)::bigint FROM throttle_permits WHERE provider = $1),
                 (SELECT count(*) FROM throttle_waiters WHERE provider = $1 AND id < $2)",
         &[
             (&provider, Type::TEXT),

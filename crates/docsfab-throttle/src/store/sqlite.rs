@@ -20,7 +20,10 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use super::{StoreAdmit, StoreError, Ticket, Want, decode_state, encode_state, store_admit};
+use super::{
+    LeaseAnswer, LeaseTx, StoreAdmit, StoreError, Ticket, Want, decide_lease, decode_state,
+    encode_state, store_admit,
+};
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
 use crate::process::Holder;
@@ -47,7 +50,8 @@ CREATE TABLE IF NOT EXISTS permits (
     pid        INTEGER NOT NULL,
     pid_start  INTEGER,
     seq        INTEGER NOT NULL,
-    granted_ms INTEGER NOT NULL
+    granted_ms INTEGER NOT NULL,
+    slots      INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS permits_by_provider ON permits (provider);
 CREATE TABLE IF NOT EXISTS waiters (
@@ -116,6 +120,13 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         tx.execute_batch(SCHEMA)?;
+        // A file made before leases: a permit row then counted one request.
+        let has_slots: bool = tx
+            .prepare("SELECT 1 FROM pragma_table_info('permits') WHERE name = 'slots'")?
+            .exists([])?;
+        if !has_slots {
+            tx.execute_batch("ALTER TABLE permits ADD COLUMN slots INTEGER NOT NULL DEFAULT 1")?;
+        }
         tx.commit()?;
         Ok(conn)
     }
@@ -200,6 +211,66 @@ impl SqliteStore {
             .map_err(|e| self.wrap(e))?;
         let state = decode_state(text.as_deref());
         Ok(state.confirm(seq, now_ms).saturating_sub(now_ms))
+    }
+
+    /// Settles this process's lease and, when asked, grants a new one (see `LeaseTx`).
+    pub fn lease_tx(
+        &mut self,
+        provider: &str,
+        settings: &Settings,
+        now_ms: u64,
+        lease: &LeaseTx<'_>,
+    ) -> Result<LeaseAnswer, StoreError> {
+        let me = self.me;
+        let result = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            reclaim_dead(&tx, "permits", provider, me)?;
+            reclaim_dead(&tx, "waiters", provider, me)?;
+            let mut state = load(&tx, provider)?;
+            let others = live_permits(&tx, provider)?
+                .saturating_sub(row_slots(&tx, lease.row)?)
+                .saturating_add(waiters_ahead(&tx, provider, None)?);
+            let (slots, granted) = decide_lease(&mut state, settings, now_ms, others, lease);
+            let row = match (lease.row, slots) {
+                (Some(id), 0) => {
+                    tx.execute("DELETE FROM permits WHERE id = ?1", [id])?;
+                    None
+                }
+                (None, 0) => None,
+                (Some(id), n) if row_slots(&tx, Some(id))? > 0 => {
+                    tx.execute(
+                        "UPDATE permits SET slots = ?2 WHERE id = ?1",
+                        params![id, i64::from(n)],
+                    )?;
+                    Some(id)
+                }
+                (_, n) => {
+                    tx.execute(
+                        "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms, slots)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![
+                            provider,
+                            i64::from(me.pid),
+                            me.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                            granted.map_or(0, |l| i64::try_from(l.first_seq).unwrap_or(i64::MAX)),
+                            i64::try_from(now_ms).unwrap_or(i64::MAX),
+                            i64::from(n),
+                        ],
+                    )?;
+                    Some(tx.last_insert_rowid())
+                }
+            };
+            save(&tx, provider, &state)?;
+            tx.commit()?;
+            Ok(LeaseAnswer {
+                row,
+                granted,
+                now_ms,
+            })
+        })();
+        result.map_err(|e| self.wrap(e))
     }
 
     /// Takes a waiter out of the queue (it was cancelled or ran out of time).
@@ -297,13 +368,25 @@ fn join_queue(
     Ok(tx.last_insert_rowid())
 }
 
+/// Requests in flight: a permit row counts one, a lease row the slots it holds.
 fn live_permits(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<u32> {
     let n: i64 = tx.query_row(
-        "SELECT COUNT(*) FROM permits WHERE provider = ?1",
+        "SELECT COALESCE(SUM(slots), 0) FROM permits WHERE provider = ?1",
         [provider],
         |r| r.get(0),
     )?;
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// The slots a lease row holds now (0 when it is gone: its holder was judged dead).
+fn row_slots(tx: &rusqlite::Transaction<'_>, row: Option<i64>) -> rusqlite::Result<u32> {
+    let Some(id) = row else { return Ok(0) };
+    let n: Option<i64> = tx
+        .query_row("SELECT slots FROM permits WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(n.map_or(0, |n| u32::try_from(n).unwrap_or(0)))
 }
 
 fn load(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<ThrottleState> {
