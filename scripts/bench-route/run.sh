@@ -8,7 +8,9 @@
 #   scripts/bench-route/run.sh --tiny        # a few seconds per case: checks the script, no figures
 #
 # Settings (environment): DURATION (per load, default 20s; --tiny: 2s), CASES ("deltas50 mb1"),
-# CONCURRENCY ("1 50"), NO_LITELLM=1 to skip LiteLLM, OUT (results directory).
+# CONCURRENCY ("1 50"), NO_LITELLM=1 to skip LiteLLM, OUT (results directory),
+# ROUTE_THROTTLES ("shared off": each route binary once per host.yaml throttle mode),
+# ROUTE_MAX_CONCURRENT (the providers' maxConcurrentRequests with ROUTE_THROTTLES; default 64).
 # Build each binary once, in release, into the one shared target directory, e.g.
 #   (cd /work/main && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR=/work/release-target cargo build --release -p docsfab \
 #      && cp /work/release-target/release/docsfab /tmp/docsfab-main)
@@ -69,9 +71,12 @@ load() {
   done
 }
 
-route_home() { # CASE UPSTREAM_URL: a DOCSFAB_HOME with host.yaml and a composition
-  local home="$OUT/home-$1"; mkdir -p "$home"
+route_home() { # CASE UPSTREAM_URL [THROTTLE]: a DOCSFAB_HOME with host.yaml and a composition
+  local home="$OUT/home-$1${3:+-$3}"; mkdir -p "$home"
   printf 'providers:\n  bench:\n    api: openai-chat\n    baseUrl: %s\n    apiKeyEnv: BENCH_ROUTE_KEY\n    model: %s\n' "$2" "$MODEL" >"$home/host.yaml"
+  if [[ -n "${3:-}" ]]; then
+    printf '    throttle: %s\n    maxConcurrentRequests: %s\n' "$3" "${ROUTE_MAX_CONCURRENT:-64}" >>"$home/host.yaml"
+  fi
   printf 'name: bench\nprovider: bench\nlimits:\n  timeoutMs: 60000\n  maxTurns: 4\n  maxOutputTokens: 256\n  sourceReadBytes: 65536\nsteps:\n  - id: one\n    access: read-only\n    instructions: Answer.\n    tools: [list_files]\n    contract:\n      schema:\n        type: object\n' >"$home/composition.yaml"
   echo "$home"
 }
@@ -83,17 +88,23 @@ for case in $CASES; do
   upstream=$(sed -n 's#^listening on \(http://[^ ]*\).*#\1#p' "$OUT/$case-upstream.out")
   load "$case-direct" "$upstream/chat/completions"
 
-  home=$(route_home "$case" "$upstream")
-  for which in before after; do
-    bin=$AFTER; [[ $which == before ]] && bin=$BEFORE
-    [[ -z "$bin" ]] && { echo "   (no BEFORE binary: skipped)"; continue; }
-    start "$case-route-$which" env DOCSFAB_HOME="$home" BENCH_ROUTE_KEY="$KEY" \
-      "$bin" route serve --listen 127.0.0.1:0 --composition "$home/composition.yaml" --max-connections 256
-    route=$STARTED; route_time=$TIME_PID
-    wait_line "$OUT/$case-route-$which.out" listening
-    url=$(sed -n 's#^listening on \(http://[^ ]*\).*#\1#p' "$OUT/$case-route-$which.out")
-    load "$case-route-$which" "$url/chat/completions"
-    stop "$route" "$route_time"
+  # ROUTE_THROTTLES="shared off": each binary once per host.yaml `throttle:` value (with
+  # maxConcurrentRequests ROUTE_MAX_CONCURRENT, default 64, so the cap is not what is measured).
+  for mode in ${ROUTE_THROTTLES:-default}; do
+    [[ $mode == default ]] && m="" || m=$mode
+    home=$(route_home "$case" "$upstream" "$m")
+    for which in before after; do
+      bin=$AFTER; [[ $which == before ]] && bin=$BEFORE
+      [[ -z "$bin" ]] && { echo "   (no BEFORE binary: skipped)"; continue; }
+      name="$case-route-$which${m:+-$m}"
+      start "$name" env DOCSFAB_HOME="$home" BENCH_ROUTE_KEY="$KEY" \
+        "$bin" route serve --listen 127.0.0.1:0 --composition "$home/composition.yaml" --max-connections 256
+      route=$STARTED; route_time=$TIME_PID
+      wait_line "$OUT/$name.out" listening
+      url=$(sed -n 's#^listening on \(http://[^ ]*\).*#\1#p' "$OUT/$name.out")
+      load "$name" "$url/chat/completions"
+      stop "$route" "$route_time"
+    done
   done
 
   if [[ -z "${NO_LITELLM:-}" ]]; then
