@@ -491,6 +491,10 @@ async fn run_begun_step(
                 first_patience,
             )
             .await;
+        // A retry's wait counts from here: recording the attempt (a durable commit) and
+        // deciding take time that is part of the wait, not added to it, so the gap on the wire
+        // is the recorded waitMs.
+        let ended = Instant::now();
 
         let failure = match &report.result {
             Ok(answer) => {
@@ -519,7 +523,7 @@ async fn run_begun_step(
                     duration_ms: report.duration_ms,
                     retry,
                 });
-                if !backoff(ctx, step, attempt_no + 1, retry.wait_ms).await {
+                if !backoff(ctx, step, attempt_no + 1, ended, retry.wait_ms).await {
                     break (ctx.cancelled_end(), None);
                 }
                 first_patience = Some(Duration::from_millis(
@@ -714,10 +718,17 @@ fn emit_finished(ctx: &Ctx<'_>, step: &Step, record: &AttemptRecord) {
     });
 }
 
-/// Waits before the next attempt, telling progress about once a second. Returns false when the
-/// run was cancelled during the wait (the wait ends at once).
-async fn backoff(ctx: &Ctx<'_>, step: &Step, next_attempt: u32, wait_ms: u64) -> bool {
-    let end = Instant::now() + Duration::from_millis(wait_ms);
+/// Waits until `wait_ms` after `from` (when the failed attempt ended) before the next attempt,
+/// telling progress about once a second. Returns false when the run was cancelled during the
+/// wait (the wait ends at once).
+async fn backoff(
+    ctx: &Ctx<'_>,
+    step: &Step,
+    next_attempt: u32,
+    from: Instant,
+    wait_ms: u64,
+) -> bool {
+    let end = from + Duration::from_millis(wait_ms);
     loop {
         if ctx.cancel.is_cancelled() {
             return false;

@@ -236,3 +236,49 @@ async fn the_transport_elapsed_bound_ends_the_step_stp_6() {
     );
     assert_eq!(transport.sent().len(), 4);
 }
+
+/// STP-6 and the throttle's gap rule (docs/throttle.md): a step retry's wait counts from the end
+/// of the failed attempt, so the time spent recording it (a durable commit, here a progress
+/// sink that takes 200 ms as a slow disk would) is part of the wait, not added to it: the gap
+/// between the two requests is the recorded `waitMs`. On the real clock, because the slow part
+/// is synchronous and a paused clock would not see it; the margins are 100 ms either way.
+#[tokio::test]
+async fn the_step_wait_counts_from_the_attempt_end_not_from_after_its_commit_stp_6() {
+    const SLOW_MS: u64 = 200;
+    const WAIT_MS: u64 = 400;
+    let transport = ScriptedTransport::new([
+        ScriptStep::fail(status(503, ProviderErrorClass::Server)),
+        ScriptStep::answer("{\"modules\": []}"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Workspace::open(dir.path()).unwrap();
+    let host = HostConfig::parse(
+        "catalog:\n  providerAttempt.maxAttemptsPerTurn: 1\n",
+        "host.yaml",
+    )
+    .unwrap();
+    let env = BTreeMap::from([(
+        "DOCSFAB_RETRY_BASE_DELAY_MS".to_owned(),
+        WAIT_MS.to_string(),
+    )]);
+    let sink: ProgressSink = Arc::new(|p: &Progress| {
+        if let Progress::AttemptFinished { attempt: 1, .. } = p {
+            std::thread::sleep(Duration::from_millis(SLOW_MS));
+        }
+    });
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let config = scripted_config(dir.path(), resolve(&host, &env).unwrap(), None, Some(sink));
+    let outcome = run_with_transport(config, &workspace, &transport, &mut store)
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, RunStatus::Succeeded);
+    let json = read_back(&store, &outcome);
+    assert_eq!(json["steps"][0]["attempts"][0]["waitMs"], WAIT_MS);
+    let sent = transport.sent();
+    assert_eq!(sent.len(), 2);
+    let gap = sent[1].at.duration_since(sent[0].at);
+    assert!(
+        gap >= Duration::from_millis(WAIT_MS) && gap < Duration::from_millis(WAIT_MS + 100),
+        "the retry went {gap:?} after the failed request; the wait is {WAIT_MS} ms and the slow record {SLOW_MS} ms"
+    );
+}
