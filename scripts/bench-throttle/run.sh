@@ -98,11 +98,23 @@ out, zoo, shapes, cases, n, conc, ll, oa, df, argv, here, scales = sys.argv[1:]
 sys.path.insert(0, here)
 import zoo as z
 scale = dict(s.split("=") for s in scales.split())
+command = ("scripts/bench-throttle/run.sh " + argv).strip()
+sel = " ".join(f"{k}={os.environ[k]!r}" for k in ("SHAPES", "CASES", "JOBS", "TIME_SCALE", "TIME_SCALES") if os.environ.get(k))
 meta = {"shapes": {s: z.capacity(f"{zoo}/{s}.yaml", float(scale[s])) for s in shapes.split()},
         "cases": cases.split(), "instances": int(n), "concurrency": int(conc), "jobs": int(os.environ["JOBS"]),
         "versions": {"litellm": ll, "openai": oa, "docsfab": df, "python": sys.version.split()[0]},
-        "command": ("scripts/bench-throttle/run.sh " + argv).strip(),
+        "command": command, "invocations": [(sel + " " + command).strip()],
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+if os.path.exists(out):  # a later run into the same OUT adds its shapes and cases to the table
+    old = json.load(open(out))
+    if old.get("instances") != meta["instances"] or old["versions"] != meta["versions"]:
+        sys.exit(f"{out}: made with other instances or versions; use another OUT")
+    order = "shared off openai pacer procs4 serve2 litellm".split()
+    cases_all = set(old["cases"]) | set(meta["cases"])
+    meta["cases"] = [c for c in order if c in cases_all] + sorted(cases_all - set(order))
+    meta["shapes"] = {**old["shapes"], **meta["shapes"]}
+    meta["invocations"] = old.get("invocations", [old.get("command")]) + meta["invocations"]
+    meta["started"] = old["started"]
 json.dump(meta, open(out, "w"), indent=2)
 EOF
 
