@@ -23,8 +23,8 @@
 #
 # Settings (environment): SHAPES, CASES, INSTANCES (120; --quick: 40), CONCURRENCY (8),
 # JOBS (1: cases at once, each with its own simulator, home and database; the figures are
-# dominated by the provider's capacity, so JOBS=4 fits every shape x client in about half an
-# hour on two cores), TIME_SCALE (1) and TIME_SCALES ("shape=T ..." per shape): simulated seconds
+# dominated by the provider's capacity, so JOBS=4 fits every shape x client in about 25 minutes
+# on two cores), TIME_SCALE (1) and TIME_SCALES ("shape=T ..." per shape): simulated seconds
 # per real second. Beware: the simulator's `limit` headers stay per *simulated* minute, so under
 # a timeScale a client that reads them (docsfab) is told a rate T times too low; keep 1 for the
 # shapes with headers. OUT (results directory, default target/bench-throttle/results-TIME), DOCSFAB_BIN

@@ -66,7 +66,10 @@ def cell(out, shape, case, meta):
     base = os.path.join(out, f"{shape}.{case}")
     if not os.path.exists(base + ".json"):
         return {"shape": shape, "case": case, "missing": "not run"}
-    client = json.load(open(base + ".json"))
+    try:
+        client = json.load(open(base + ".json"))
+    except ValueError:
+        return {"shape": shape, "case": case, "missing": "its result file is not JSON (the case was cut short)"}
     if "error" in client:
         return {"shape": shape, "case": case, "missing": client["error"]}
     cap = meta["shapes"][shape]

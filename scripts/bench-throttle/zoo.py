@@ -8,8 +8,9 @@
 A bench scenario is the zoo file's `capacity` (plus `timeScale` when T is not 1) behind the
 work of issue 20: the read step's request (it carries the marker OUTLINE_MARKER) is answered by
 a lane with the module list, every other request with ANSWER, each after 200 ms, as the zoo
-scenarios answer (their `Done.` as a JSON object, since a docsfab read-only step answers JSON). The module list has N items in `modules` (one run), N/4 in `quarter` (each of
-four processes) and N/2 in `half` (each of two serve workers).
+scenarios answer (their `Done.` as a JSON object, since a docsfab read-only step answers JSON).
+The module list has N items in `modules` (one run), N/4 in `quarter` (each of four processes)
+and N/2 in `half` (each of two serve workers).
 
 The floor (`floor`) is what the capacity needs for what a case had admitted beyond the first
 full bucket: (requests admitted - burst) / rate, or for a token budget (prompt tokens admitted
