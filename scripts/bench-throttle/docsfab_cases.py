@@ -1,20 +1,21 @@
-"""The throttle benchmark's docsfab cases (issue 12), run by run.sh.
+"""The throttle benchmark's docsfab cases (issue 20), run by run.sh.
 
-  docsfab_cases.py standin BIN COMPOSITION WORKSPACE OUT_JSON [--runs 40] [--concurrency 8]
-  docsfab_cases.py fanout  BIN COMPOSITION WORKSPACE OUT_JSON [--processes 1] [--instances 40]
+  docsfab_cases.py fanout BIN COMPOSITION WORKSPACE OUT_JSON --instances N [--processes P] [--timeout S]
+  docsfab_cases.py serve  BIN COMPOSITION WORKSPACE OUT_JSON --instances N --pg-admin URL
+                          [--workers W] [--timeout S]
 
-DOCSFAB_HOME and the provider's key variable come from the environment (run.sh sets them: one
-home per case, shared by every process of the case).
+fanout: P `docsfab run` processes at once of a forEach composition, on the DOCSFAB_HOME of the
+        environment (shared, off: P = 1 with N instances at concurrency 8; procs4: P = 4, each of
+        N/4 instances at concurrency 2).
+serve:  W `docsfab serve --jobs 1` workers, each with a DOCSFAB_HOME of its own (a copy of the
+        environment's host.yaml) and one fresh PostgreSQL database as their store; one run per
+        worker (N/W instances at concurrency 8/W) submitted with POST /api/runs, followed with
+        GET /api/runs/ID until every run has ended. The wall time runs from the first submission.
 
-standin: RUNS separate `docsfab run` processes of a one-step composition, CONCURRENCY at a time:
-         today's docsfab, which has no fan-out and no shared throttle (the "before" figure).
-fanout:  PROCESSES `docsfab run` processes at once, each of a composition with a forEach step
-         (cases a and b with 1 process of 40 instances; c with 4 processes of 10 instances).
-
-Either way the unit counted is an agent: a run's step (standin) or a forEach step instance
-(fanout); it succeeded when its record says so. Figures come from `docsfab runs show ID --json`
-(docs/run-record.md); every record is also saved beside OUT_JSON. The 429s and requests are read
-by run.sh from the simulator's log.
+A unit is a forEach instance; it succeeded when its record says so (an instance that never
+started counts as failed). After S seconds a case is stopped (SIGINT, then SIGKILL after 15 s;
+serve: POST .../cancel) and reported `timedOut`. Every record is saved beside OUT_JSON. The 429s
+and requests are read by run.sh / summarize.py from the simulator's log.
 """
 
 import argparse
@@ -22,121 +23,195 @@ import asyncio
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
 import time
+import urllib.request
 
 INSTANCE = re.compile(r"^[A-Za-z0-9_-]+\[\d+\]$")
 
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=["standin", "fanout"])
+    p.add_argument("mode", choices=["fanout", "serve"])
     p.add_argument("bin")
     p.add_argument("composition")
     p.add_argument("workspace")
     p.add_argument("out_json")
-    p.add_argument("--runs", type=int, default=40)
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--instances", type=int, required=True, help="forEach instances in all")
     p.add_argument("--processes", type=int, default=1)
-    p.add_argument("--instances", type=int, default=40, help="fanout: forEach instances in all")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--pg-admin", help="serve: a PostgreSQL URL whose role may create databases")
+    p.add_argument("--timeout", type=float, default=600.0)
     return p.parse_args(argv)
 
 
-async def docsfab(args, *argv):
-    """Runs `BIN ARGV...` in the workspace; returns (exit code, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        args.bin,
-        *argv,
-        cwd=args.workspace,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-async def one_run(args, gate):
-    async with gate:
-        code, out, err = await docsfab(args, "run", args.composition, "--workspace", ".")
-    # The first stdout line of `docsfab run` is the run id (absent when it refused to start).
-    first = out.splitlines()[0].strip() if out.strip() else ""
-    run_id = first if first.startswith("run-") else None
-    return {"exit": code, "runId": run_id, "stderrTail": err.strip().splitlines()[-3:]}
-
-
-def turns_of(step):
-    for attempt in step.get("attempts") or []:
-        yield from attempt.get("turns") or []
-
-
-def step_figures(step):
-    """What one agent spent: attempts, turns, in-turn replays, and the throttle's holds if recorded."""
-    turns = list(turns_of(step))
+def figures(record):
+    """What the forEach instances of one run record spent."""
+    units = [s for s in record.get("steps") or [] if s.get("forEach") is not None or INSTANCE.match(s.get("stepId") or "")]
+    turns = [t for s in units for a in s.get("attempts") or [] for t in a.get("turns") or []]
     return {
-        "stepId": step.get("stepId"),
-        "status": step.get("status"),
-        "attempts": len(step.get("attempts") or []),
+        "ok": sum(1 for s in units if s.get("status") == "succeeded"),
+        "instances": len(units),
+        "attempts": sum(len(s.get("attempts") or []) for s in units),
         "turns": len(turns),
         "replays": sum(t.get("providerRetries") or 0 for t in turns),
         "heldMs": sum(t.get("heldMs") or 0 for t in turns),
+        "statuses": sorted({s.get("status") for s in units}),
     }
 
 
-def agents_of(mode, record):
-    """The units the benchmark counts in one run record."""
-    steps = record.get("steps") or []
-    if mode == "standin":
-        return steps
-    return [s for s in steps if s.get("forEach") is not None or INSTANCE.match(s.get("stepId") or "")]
-
-
-async def main(args):
-    records_dir = os.path.splitext(args.out_json)[0] + "-records"
-    os.makedirs(records_dir, exist_ok=True)
-    if args.mode == "standin":
-        count, gate = args.runs, asyncio.Semaphore(args.concurrency)
-    else:
-        count, gate = args.processes, asyncio.Semaphore(args.processes)
-    started = time.monotonic()
-    runs = await asyncio.gather(*(one_run(args, gate) for _ in range(count)))
-    wall = time.monotonic() - started
-
-    agents, statuses = [], []
-    for run in runs:
-        if run["runId"] is None:
-            statuses.append("did-not-start")
-            continue
-        code, out, err = await docsfab(args, "runs", "show", run["runId"], "--json")
-        if code != 0:
-            statuses.append("unreadable")
-            run["showError"] = err.strip()
-            continue
-        with open(os.path.join(records_dir, run["runId"] + ".json"), "w") as f:
-            f.write(out)
-        record = json.loads(out)
-        statuses.append(record.get("status"))
-        agents += [step_figures(s) for s in agents_of(args.mode, record)]
-
-    # Counted against what was asked for, so a run that never reached its instances counts them failed.
-    expected = args.runs if args.mode == "standin" else args.instances
-    result = {
-        "case": args.mode,
+def result(args, wall, timed_out, records, extra):
+    figs = [figures(r) for r in records]
+    out = {
         "wall_s": round(wall, 2),
-        "processes": count,
-        "runs_succeeded": statuses.count("succeeded"),
-        "run_statuses": statuses,
-        "units": expected,
-        "units_ok": sum(1 for a in agents if a["status"] == "succeeded"),
-        "attempts": sum(a["attempts"] for a in agents),
-        "turns": sum(a["turns"] for a in agents),
-        "replays": sum(a["replays"] for a in agents),
-        "heldMs": sum(a["heldMs"] for a in agents),
-        "runs": runs,
+        "timedOut": timed_out,
+        "units": args.instances,
+        "units_ok": sum(f["ok"] for f in figs),
+        "run_statuses": [r.get("status") for r in records],
+        "turns": sum(f["turns"] for f in figs),
+        "replays": sum(f["replays"] for f in figs),
+        "heldMs": sum(f["heldMs"] for f in figs),
+        "attempts": sum(f["attempts"] for f in figs),
+        **extra,
     }
     with open(args.out_json, "w") as f:
-        json.dump(result, f, indent=2)
-    print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "run_statuses")}))
+        json.dump(out, f, indent=2)
+    print(json.dumps({k: v for k, v in out.items() if k != "runs"}))
+
+
+def save(args, run_id, text):
+    d = os.path.splitext(args.out_json)[0] + "-records"
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, run_id + ".json"), "w") as f:
+        f.write(text)
+
+
+async def fanout(args):
+    procs = []
+    for _ in range(args.processes):
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                args.bin, "run", args.composition, "--workspace", ".", cwd=args.workspace,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+        )
+    started = time.monotonic()
+    comms = [asyncio.ensure_future(p.communicate()) for p in procs]
+    done, pending = await asyncio.wait(comms, timeout=args.timeout)
+    timed_out = bool(pending)
+    if pending:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGINT)  # as Ctrl-C: docsfab cancels and records the run
+        done2, pending = await asyncio.wait(pending, timeout=15)
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+        if pending:
+            await asyncio.wait(pending)
+    wall = time.monotonic() - started
+    records, runs = [], []
+    for p, c in zip(procs, comms):
+        out, err = c.result()
+        out, err = out.decode(errors="replace"), err.decode(errors="replace")
+        first = out.splitlines()[0].strip() if out.strip() else ""
+        run_id = first if first.startswith("run-") else None
+        runs.append({"exit": p.returncode, "runId": run_id, "stderrTail": err.strip().splitlines()[-3:]})
+        if run_id is None:
+            continue
+        show = subprocess.run([args.bin, "runs", "show", run_id, "--json"], cwd=args.workspace, capture_output=True, text=True)
+        if show.returncode != 0:
+            runs[-1]["showError"] = show.stderr.strip()
+            continue
+        save(args, run_id, show.stdout)
+        records.append(json.loads(show.stdout))
+    result(args, wall, timed_out, records, {"processes": args.processes, "runs": runs})
+
+
+def http(method, url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read() or b"null")
+
+
+def serve(args):
+    base_home = os.environ["DOCSFAB_HOME"]
+    db = "bench_" + re.sub(r"[^a-z0-9]", "_", os.path.basename(os.path.splitext(args.out_json)[0]).lower()) + f"_{os.getpid()}"
+    admin = args.pg_admin
+    subprocess.run(["psql", admin, "-qc", f"CREATE DATABASE {db}"], check=True)
+    store = admin.rsplit("/", 1)[0] + "/" + db
+    composition = open(args.composition).read()
+    workers, addrs, logs = [], [], []
+    try:
+        for w in range(args.workers):
+            home = f"{base_home}-w{w}"
+            os.makedirs(home, exist_ok=True)
+            shutil.copy(os.path.join(base_home, "host.yaml"), os.path.join(home, "host.yaml"))
+            env = dict(os.environ, DOCSFAB_HOME=home, DOCSFAB_STORE=store)
+            log = open(os.path.splitext(args.out_json)[0] + f".serve{w}.err", "w")
+            logs.append(log)
+            p = subprocess.Popen(
+                [args.bin, "serve", "--listen", "127.0.0.1:0", "--jobs", "1",
+                 "--workspace-root", os.path.dirname(os.path.abspath(args.workspace))],
+                stdout=subprocess.PIPE, stderr=log, env=env,
+            )
+            workers.append(p)
+            line = p.stdout.readline().decode().strip()
+            if not line.startswith("listening on "):
+                raise SystemExit(f"docsfab serve did not start: {line!r}")
+            addrs.append(line[len("listening on "):])
+        started = time.monotonic()
+        ids = []
+        for w in range(args.workers):
+            r = http("POST", f"{addrs[w]}/api/runs",
+                     {"composition": composition, "workspace": {"path": os.path.abspath(args.workspace)}})
+            ids.append(r["runId"])
+        timed_out = False
+        while True:
+            statuses = [http("GET", f"{addrs[0]}/api/runs/{i}")["status"] for i in ids]
+            if all(s not in ("queued", "running") for s in statuses):
+                break
+            if time.monotonic() - started > args.timeout:
+                timed_out = True
+                for i in ids:
+                    http("POST", f"{addrs[0]}/api/runs/{i}/cancel")
+                end = time.monotonic() + 20
+                while time.monotonic() < end and any(
+                    http("GET", f"{addrs[0]}/api/runs/{i}")["status"] in ("queued", "running") for i in ids
+                ):
+                    time.sleep(0.5)
+                break
+            time.sleep(0.1)
+        wall = time.monotonic() - started
+        records = []
+        for i in ids:
+            rec = http("GET", f"{addrs[0]}/api/runs/{i}")
+            save(args, i, json.dumps(rec, indent=2))
+            records.append(rec)
+        result(args, wall, timed_out, records, {"workers": args.workers, "database": db, "runIds": ids})
+    finally:
+        for p in workers:
+            p.terminate()
+        for p in workers:
+            try:
+                p.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
+        subprocess.run(["psql", admin, "-qc", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"])
+
+
+def main(args):
+    if args.mode == "fanout":
+        asyncio.run(fanout(args))
+    else:
+        serve(args)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args(sys.argv[1:])))
+    main(parse_args(sys.argv[1:]))
