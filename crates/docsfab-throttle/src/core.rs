@@ -1179,11 +1179,12 @@ mod tests {
         let (a, _) = go(&mut st, &s, 0);
         st.on_response(&s, a, ok(), &head(120, 0, 500, 200), 200);
         let times: Vec<u64> = (0..6).map(|_| go(&mut st, &s, 200).1).collect();
+        // 500 ms a unit, counted at 96 % of the rate: about 521 ms apart.
         for pair in times.windows(2) {
             let gap = pair[1] - pair[0];
-            assert!((500..=530).contains(&gap), "{times:?}");
+            assert!((500..=540).contains(&gap), "{times:?}");
         }
-        assert!(times[0] >= 500 && times[0] <= 520, "{times:?}");
+        assert!(times[0] >= 500 && times[0] <= 540, "{times:?}");
     }
 
     #[test]
