@@ -152,12 +152,7 @@ impl SqliteStore {
     ) -> Result<StoreAdmit, StoreError> {
         let me = self.me;
         let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            reclaim_dead(&tx, "permits", provider, me)?;
-            reclaim_dead(&tx, "waiters", provider, me)?;
-            let mut state = load(&tx, provider)?;
+            let (tx, mut state) = begin_decision(&mut self.conn, provider, me)?;
             let ahead = waiters_ahead(&tx, provider, waiter)?;
             state.set_in_flight(live_permits(&tx, provider)?.saturating_add(ahead));
             let decision = state.admit(settings, now_ms, &want.at(now_ms));
@@ -223,12 +218,7 @@ impl SqliteStore {
     ) -> Result<LeaseAnswer, StoreError> {
         let me = self.me;
         let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            reclaim_dead(&tx, "permits", provider, me)?;
-            reclaim_dead(&tx, "waiters", provider, me)?;
-            let mut state = load(&tx, provider)?;
+            let (tx, mut state) = begin_decision(&mut self.conn, provider, me)?;
             let others = live_permits(&tx, provider)?
                 .saturating_sub(row_slots(&tx, lease.row)?)
                 .saturating_add(waiters_ahead(&tx, provider, None)?);
@@ -304,6 +294,20 @@ impl SqliteStore {
         })();
         result.map_err(|e| self.wrap(e))
     }
+}
+
+/// Opens a decision about `provider`: takes the file's write lock, gives back what dead
+/// holders left, and loads the provider's state. Every decision and lease starts here.
+fn begin_decision<'c>(
+    conn: &'c mut Connection,
+    provider: &str,
+    me: Holder,
+) -> rusqlite::Result<(rusqlite::Transaction<'c>, ThrottleState)> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    reclaim_dead(&tx, "permits", provider, me)?;
+    reclaim_dead(&tx, "waiters", provider, me)?;
+    let state = load(&tx, provider)?;
+    Ok((tx, state))
 }
 
 /// Deletes the rows of `table` (permits or waiters) whose process is no longer alive.
