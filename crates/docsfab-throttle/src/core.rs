@@ -242,6 +242,40 @@ pub struct Lease {
     pub until_ms: u64,
 }
 
+/// Why no lease was granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoLease {
+    /// Sending is paced (a hold, a learnt rate, the probe, a bucket under half): every
+    /// request is decided in the store.
+    Paced,
+    /// Unpaced, but every slot this process may have is taken: it waits for one locally and
+    /// asks again soon; its demand stays on record so the holders make room.
+    Full,
+}
+
+/// This process's max-min fair part of a cap of `cap` requests in flight, given what the other
+/// holders want (`others`, each at least the slots they hold) and `singles` requests that each
+/// want one (permits decided in the store and waiters queued there). Holders wanting less than
+/// an equal part keep what they want; the rest is split evenly among the others, at least one
+/// each while any is left.
+pub fn fair_share(cap: u32, others: &[u32], singles: u32) -> u32 {
+    let mut left = cap.saturating_sub(singles);
+    let mut wants = others.to_vec();
+    wants.sort_unstable();
+    let mut sharers = wants.len() as u32 + 1;
+    for w in wants {
+        if w.saturating_mul(sharers) > left {
+            break;
+        }
+        left -= w;
+        sharers -= 1;
+    }
+    match left / sharers {
+        0 if left > 0 => 1,
+        n => n,
+    }
+}
+
 /// What was sent under a lease, given back when it is renewed or ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseReport {
@@ -403,19 +437,28 @@ impl ThrottleState {
     /// lease admits up to `slots` requests at once, `sends` in all, without asking the store,
     /// until `until_ms`; what they did comes back in a [`LeaseReport`]. `in_flight` counts the
     /// other holders (permits and leases) and the waiters ahead, as for `admit`.
-    pub fn lease(&mut self, settings: &Settings, now_ms: u64, want: u32) -> Option<Lease> {
+    ///
+    /// `share` is this process's fair part of the cap (see [`fair_share`]): a lease never
+    /// holds more, so a process that came first cannot keep the cap from one that came later.
+    pub fn lease(
+        &mut self,
+        settings: &Settings,
+        now_ms: u64,
+        want: u32,
+        share: u32,
+    ) -> Result<Lease, NoLease> {
         if settings.mode == Mode::Off
             || now_ms < self.hold_until_ms
             || !self.answered
             || self.learnt.is_some()
             || self.probe_window() < settings.max_concurrent
         {
-            return None;
+            return Err(NoLease::Paced);
         }
         let free = settings.max_concurrent.saturating_sub(self.in_flight);
-        let slots = want.clamp(1, settings.max_concurrent).min(free);
+        let slots = want.clamp(1, settings.max_concurrent).min(free).min(share);
         if slots == 0 {
-            return None;
+            return Err(NoLease::Full);
         }
         // What the buckets can spare without coming near empty: half of each stays. A leased
         // send is counted at the mean prompt of the sends decided so far.
@@ -431,7 +474,7 @@ impl ThrottleState {
             sends = sends.min((spare / cost).floor().max(0.0) as u32);
         }
         if sends == 0 {
-            return None;
+            return Err(NoLease::Paced);
         }
         for i in 0..self.budgets.len() {
             let cost = self.unit_cost(self.budgets[i].kind, prompt) * f64::from(sends);
@@ -443,7 +486,7 @@ impl ThrottleState {
         let first_seq = self.sends;
         self.sends = self.sends.saturating_add(u64::from(sends));
         self.in_flight = self.in_flight.saturating_add(slots);
-        Some(Lease {
+        Ok(Lease {
             slots,
             sends,
             first_seq,
@@ -1028,6 +1071,50 @@ fn set_from_report(b: &mut Budget, o: &Observation, head_ms: u64, charged_ms: u6
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Issue 25: the cap is split max-min fairly between the holders that want it.
+    #[test]
+    fn issue25_a_fair_share_gives_the_small_what_they_want_and_splits_the_rest() {
+        assert_eq!(fair_share(64, &[], 0), 64, "alone: the whole cap");
+        assert_eq!(
+            fair_share(64, &[50], 0),
+            32,
+            "two wanting more than half: half each"
+        );
+        assert_eq!(fair_share(64, &[10], 0), 54, "one wanting little: the rest");
+        assert_eq!(fair_share(64, &[10, 50], 0), 27);
+        assert_eq!(fair_share(64, &[64, 64, 64], 0), 16);
+        assert_eq!(
+            fair_share(8, &[], 6),
+            2,
+            "waiters in the store each want one"
+        );
+        assert_eq!(
+            fair_share(4, &[4, 4, 4, 4, 4], 0),
+            1,
+            "at least one while any is left"
+        );
+        assert_eq!(fair_share(4, &[], 9), 0, "nothing left");
+    }
+
+    proptest! {
+        /// Issue 25: every holder asking for its fair share never overbooks the cap.
+        #[test]
+        fn issue25_fair_shares_never_sum_past_the_cap(
+            wants in proptest::collection::vec(1u32..80, 1..6),
+            cap in 1u32..=64,
+        ) {
+            prop_assume!(wants.len() as u32 <= cap);
+            let total: u32 = (0..wants.len())
+                .map(|i| {
+                    let others: Vec<u32> =
+                        wants.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, w)| *w).collect();
+                    fair_share(cap, &others, 0).min(wants[i])
+                })
+                .sum();
+            prop_assert!(total <= cap, "{wants:?} at cap {cap}: {total}");
+        }
+    }
 
     fn settings(max: u32) -> Settings {
         Settings::new(Mode::Shared, max).unwrap()

@@ -211,6 +211,11 @@ impl Throttle {
             .as_ref()
             .filter(|_| settings.mode == Mode::Shared)
         {
+            let mut waiting = WaitingHere {
+                throttle: self,
+                provider,
+                on: false,
+            };
             loop {
                 if cancel.is_cancelled() {
                     return Err(AcquireError::Cancelled { held_ms: held_ms() });
@@ -219,11 +224,13 @@ impl Throttle {
                 tokio::pin!(released);
                 released.as_mut().enable();
                 let host_now_ms = unix_ms(self.inner.clock.now());
-                match self
-                    .inner
-                    .leases
-                    .step(store, provider, &settings, host_now_ms)
-                {
+                match self.inner.leases.step(
+                    store,
+                    provider,
+                    &settings,
+                    host_now_ms,
+                    &mut waiting.on,
+                ) {
                     Step::Go { seq } => {
                         let held = Held {
                             throttle: self.clone(),
@@ -470,6 +477,22 @@ impl Throttle {
         };
         self.inner.released.notify_waiters();
         result
+    }
+}
+
+/// A request waiting for one of its process's lease slots: counted in the demand the process
+/// reports, until it is admitted or gives up.
+struct WaitingHere<'a> {
+    throttle: &'a Throttle,
+    provider: &'a str,
+    on: bool,
+}
+
+impl Drop for WaitingHere<'_> {
+    fn drop(&mut self) {
+        if self.on {
+            self.throttle.inner.leases.stop_waiting(self.provider);
+        }
     }
 }
 
@@ -917,6 +940,55 @@ mod tests {
         let q2 = b.acquire("p", &cancel, later).await.unwrap();
         q1.finish(ok(), &RateHeaders::none()).unwrap();
         q2.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// Issue 25: two processes that together want more than the cap both keep admitting from
+    /// leases, in about equal parts: the one that came first shrinks to its fair part at its
+    /// next renewal, and the other waits for its own slots instead of falling back to a store
+    /// decision for every request. (Before, the second process polled the store queue and
+    /// both together admitted a few hundred requests a second.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn issue25_two_processes_wanting_more_than_the_cap_share_it_fairly_from_leases() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = throttle_real(dir.path(), 4);
+        open_up(&a).await;
+        let b = throttle_real(dir.path(), 4);
+        let before = a.store_calls() + b.store_calls();
+        let total = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut tasks = vec![];
+        for (name, t) in [("a", &a), ("b", &b)] {
+            for _ in 0..4 {
+                let (t, total) = (t.clone(), total.clone());
+                tasks.push(tokio::spawn(async move {
+                    let cancel = CancellationToken::new();
+                    let mut mine = 0u32;
+                    while total.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 2000 {
+                        let p = t.acquire("p", &cancel, None).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        p.finish(ok(), &RateHeaders::none()).unwrap();
+                        mine += 1;
+                    }
+                    (name, mine)
+                }));
+            }
+        }
+        let (mut got_a, mut got_b) = (0, 0);
+        for task in tasks {
+            match task.await.unwrap() {
+                ("a", n) => got_a += n,
+                (_, n) => got_b += n,
+            }
+        }
+        let calls = a.store_calls() + b.store_calls() - before;
+        assert!(
+            got_a.min(got_b) * 3 >= got_a.max(got_b),
+            "a admitted {got_a}, b {got_b}: one took the cap"
+        );
+        assert!(
+            calls * 4 <= u64::from(got_a + got_b),
+            "{calls} store calls for {} admissions",
+            got_a + got_b
+        );
     }
 
     /// Issue 25: a throttle dropped while its process lives (serve opens one per job) hands its

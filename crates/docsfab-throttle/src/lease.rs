@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use crate::core::{LEASE_MS, LeaseReport, Outcome, Settings, ThrottleState};
+use crate::core::{LEASE_MS, Lease, LeaseReport, NoLease, Outcome, Settings, ThrottleState};
 use crate::headers::{RateHeaders, unix_ms};
 use crate::store::{LeaseTx, Store, StoreError};
 
@@ -44,8 +44,18 @@ struct Local {
     peak: u32,
     /// No lease is asked for before this (the last ask was refused: the provider is paced).
     quiet_until: Option<Instant>,
+    /// The last ask found every slot this process may have taken: requests wait here, and
+    /// nobody asks the store again before this.
+    full_until: Option<Instant>,
+    /// The last ask granted fewer slots than wanted: the lease does not ask to grow before
+    /// this (it is renewed as usual when it lapses or runs out).
+    grow_after: Option<Instant>,
     /// A full lease asked once to grow since the last finish here: it waits for one now.
     grow_asked: bool,
+    /// Requests of this process waiting for one of its slots.
+    waiting: u32,
+    /// The demand the row records (see `RowAfter::want`).
+    asked: u32,
 }
 
 /// What the fast path says to a request.
@@ -66,48 +76,38 @@ pub(crate) struct Leases {
 
 impl Leases {
     /// Admits from the lease when there is one to admit from, renewing it when it lapsed or
-    /// ran out (one store transaction).
+    /// ran out (one store transaction). `waiting` says whether this request already waits
+    /// here; it is kept up to date, so the demand this process reports counts it.
     pub(crate) fn step(
         &self,
         store: &Mutex<Store>,
         provider: &str,
         settings: &Settings,
         host_now_ms: u64,
+        waiting: &mut bool,
     ) -> Step {
         let mut locals = self.locals.lock().unwrap_or_else(|p| p.into_inner());
         let local = locals.entry(provider.to_owned()).or_default();
-        let now = Instant::now();
-        if let Some(live) = local.lease.filter(|l| now < l.until && l.sends_left > 0) {
-            if let Some(seq) = take(local, now) {
-                return Step::Go { seq };
+        let step = local.step(store, provider, settings, host_now_ms, *waiting);
+        match step {
+            Step::Full if !*waiting => {
+                local.waiting += 1;
+                *waiting = true;
             }
-            local.peak = local.peak.max(local.in_use + 1);
-            // Full: ask once for every free slot (the store leaves other processes' waiters
-            // theirs), then wait for a finish here.
-            if live.slots < settings.max_concurrent() && !local.grow_asked {
-                local.grow_asked = true;
-                let want = Some(settings.max_concurrent());
-                if let Ok(true) = renew(store, local, provider, settings, host_now_ms, want)
-                    && let Some(seq) = take(local, now)
-                {
-                    return Step::Go { seq };
-                }
+            Step::Go { .. } | Step::Slow if *waiting => {
+                local.waiting = local.waiting.saturating_sub(1);
+                *waiting = false;
             }
-            return Step::Full;
+            _ => {}
         }
-        if local.quiet_until.is_some_and(|t| now < t) {
-            return Step::Slow;
-        }
-        let want = local.peak.max(local.in_use + 1);
-        match renew(store, local, provider, settings, host_now_ms, Some(want)) {
-            Ok(true) => match take(local, now) {
-                Some(seq) => Step::Go { seq },
-                None => Step::Full,
-            },
-            Ok(false) | Err(_) => {
-                local.quiet_until = Some(now + Duration::from_millis(LEASE_MS));
-                Step::Slow
-            }
+        step
+    }
+
+    /// A request that waited here gave up (cancelled, or out of time).
+    pub(crate) fn stop_waiting(&self, provider: &str) {
+        let mut locals = self.locals.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(local) = locals.get_mut(provider) {
+            local.waiting = local.waiting.saturating_sub(1);
         }
     }
 
@@ -184,8 +184,11 @@ impl Leases {
         let now = Instant::now();
         for (provider, local) in locals.iter_mut() {
             let lapsed = local.lease.is_none_or(|l| now >= l.until);
-            let stale = local.row.is_some() && local.written != local.in_use;
-            if lapsed && (stale || local.report != LeaseReport::default()) {
+            let stale = local.row.is_some()
+                && (local.written != local.in_use || local.asked > local.in_use);
+            // A process with requests waiting asks again itself; its demand stays on record.
+            let idle = local.waiting == 0;
+            if lapsed && idle && (stale || local.report != LeaseReport::default()) {
                 let s = settings.get(provider).copied().unwrap_or_default();
                 let _ = settle(store, local, provider, &s, now_ms, None);
             }
@@ -213,6 +216,81 @@ impl Leases {
     }
 }
 
+/// How long a process at its fair part of the cap waits before it asks the store again.
+const FULL_RETRY: Duration = Duration::from_millis(20);
+
+impl Local {
+    fn step(
+        &mut self,
+        store: &Mutex<Store>,
+        provider: &str,
+        settings: &Settings,
+        host_now_ms: u64,
+        counted: bool,
+    ) -> Step {
+        let now = Instant::now();
+        // Every request of this process in flight or waiting, this one included.
+        let demand =
+            (self.in_use + self.waiting + u32::from(!counted)).min(settings.max_concurrent());
+        if let Some(live) = self.lease.filter(|l| now < l.until && l.sends_left > 0) {
+            if let Some(seq) = take(self, now) {
+                return Step::Go { seq };
+            }
+            self.peak = self.peak.max(demand);
+            // Full: ask once for what this process wants, then wait for a finish here.
+            let may_grow = self.grow_after.is_none_or(|t| now >= t);
+            if live.slots < demand && !self.grow_asked && may_grow {
+                self.grow_asked = true;
+                let grown = self.renew(store, provider, settings, host_now_ms, demand);
+                if let Some(seq) = grown.ok().and_then(|_| take(self, now)) {
+                    return Step::Go { seq };
+                }
+            }
+            return Step::Full;
+        }
+        if self.quiet_until.is_some_and(|t| now < t) {
+            return Step::Slow;
+        }
+        if self.full_until.is_some_and(|t| now < t) {
+            return Step::Full;
+        }
+        let want = self.peak.max(demand);
+        match self.renew(store, provider, settings, host_now_ms, want) {
+            Ok(()) => match take(self, now) {
+                Some(seq) => Step::Go { seq },
+                None => Step::Full,
+            },
+            Err(Some(NoLease::Full)) => Step::Full,
+            Err(Some(NoLease::Paced) | None) => {
+                self.quiet_until = Some(now + Duration::from_millis(LEASE_MS));
+                Step::Slow
+            }
+        }
+    }
+
+    /// Renews the lease for `want` slots. A grant of fewer slots than wanted holds asks to grow
+    /// back for `FULL_RETRY`, and none at all (the others hold their fair parts) every ask. `None`: the
+    /// store could not be reached.
+    fn renew(
+        &mut self,
+        store: &Mutex<Store>,
+        provider: &str,
+        settings: &Settings,
+        host_now_ms: u64,
+        want: u32,
+    ) -> Result<(), Option<NoLease>> {
+        let granted =
+            renew(store, self, provider, settings, host_now_ms, Some(want)).map_err(|_| None)?;
+        let again = Instant::now() + FULL_RETRY;
+        match granted {
+            Ok(l) if l.slots < want => self.grow_after = Some(again),
+            Err(NoLease::Full) => self.full_until = Some(again),
+            _ => {}
+        }
+        granted.map(|_| ()).map_err(Some)
+    }
+}
+
 /// Takes one send from the live lease.
 fn take(local: &mut Local, now: Instant) -> Option<u64> {
     let live = local
@@ -227,7 +305,7 @@ fn take(local: &mut Local, now: Instant) -> Option<u64> {
     Some(seq)
 }
 
-/// Reports the lease and asks for a new one of `want` slots; true when one was granted.
+/// Reports the lease and asks for a new one of `want` slots.
 fn renew(
     store: &Mutex<Store>,
     local: &mut Local,
@@ -235,7 +313,7 @@ fn renew(
     settings: &Settings,
     host_now_ms: u64,
     want: Option<u32>,
-) -> Result<bool, StoreError> {
+) -> Result<Result<Lease, NoLease>, StoreError> {
     let mut report = std::mem::take(&mut local.report);
     report.unused = local.lease.map_or(0, |l| l.sends_left);
     let tx = LeaseTx {
@@ -262,7 +340,7 @@ fn renew(
     };
     local.row = answer.row;
     local.peak = 0;
-    local.lease = answer.granted.map(|l| Live {
+    local.lease = answer.granted.ok().map(|l| Live {
         slots: l.slots,
         sends_left: l.sends,
         next_seq: l.first_seq,
@@ -271,10 +349,14 @@ fn renew(
     local.written = answer
         .granted
         .map_or(local.in_use, |l| l.slots.max(local.in_use));
+    local.asked = match answer.granted {
+        Ok(_) | Err(NoLease::Full) => want.unwrap_or(0).max(local.written),
+        Err(NoLease::Paced) => local.written,
+    };
     if answer.row.is_none() {
-        local.written = 0;
+        (local.written, local.asked) = (0, 0);
     }
-    Ok(local.lease.is_some())
+    Ok(answer.granted)
 }
 
 /// Hands the lease back (reporting `finished` with it) and leaves the row counting what is
@@ -308,6 +390,7 @@ fn settle(
     } else {
         0
     };
+    local.asked = local.written;
     Ok(())
 }
 

@@ -14,7 +14,9 @@ use std::path::PathBuf;
 
 use docsfab_pg::{PgError, PgUrl};
 
-use crate::core::{Admit, Ask, Lease, LeaseReport, Outcome, Reason, Settings, ThrottleState};
+use crate::core::{
+    Admit, Ask, Lease, LeaseReport, NoLease, Outcome, Reason, Settings, ThrottleState, fair_share,
+};
 use crate::headers::RateHeaders;
 
 mod postgres;
@@ -141,8 +143,20 @@ pub(crate) struct LeaseTx<'a> {
     pub report: &'a LeaseReport,
     /// A leased request whose end must reach the state now (a refusal), with its seq.
     pub finished: Option<(u64, Outcome, &'a RateHeaders)>,
-    /// Slots wanted for a new lease; `None` hands the lease back.
+    /// Slots wanted for a new lease (this process's demand, kept on the row so other holders
+    /// make room for it); `None` hands the lease back.
     pub want: Option<u32>,
+}
+
+/// The other holders of a provider's cap, as one lease decision sees them.
+#[derive(Debug, Default)]
+pub(crate) struct Others {
+    /// Slots they hold (permit rows one each, lease rows their slots) plus the waiters queued.
+    pub in_flight: u32,
+    /// What each other row wants: a permit one, a lease its demand (at least its slots).
+    pub wants: Vec<u32>,
+    /// Waiters queued in the store: each wants one.
+    pub waiters: u32,
 }
 
 /// What a lease transaction left: the row (if any) and the new lease, with the decision's
@@ -150,7 +164,7 @@ pub(crate) struct LeaseTx<'a> {
 #[derive(Debug)]
 pub(crate) struct LeaseAnswer {
     pub row: Option<i64>,
-    pub granted: Option<Lease>,
+    pub granted: Result<Lease, NoLease>,
     pub now_ms: u64,
 }
 
@@ -260,28 +274,46 @@ fn decode_state(text: Option<&str>) -> ThrottleState {
         .unwrap_or_default()
 }
 
+/// What a lease transaction writes to the lease row: its slots and the demand it records.
+/// Both 0: the row goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RowAfter {
+    pub slots: u32,
+    pub want: u32,
+}
+
 /// The part of a lease transaction that is the same on every backend, between loading the
-/// state and writing the row: `others` counts the requests in flight that are not the row's,
-/// plus every waiter (a lease never jumps the queue). Returns the row's new slot count and the
-/// grant.
+/// state and writing the row: `others` are the holders that are not the row, and every waiter
+/// (a lease never jumps the queue). Returns what the row becomes and the grant.
 pub(crate) fn decide_lease(
     state: &mut ThrottleState,
     settings: &Settings,
     now_ms: u64,
-    others: u32,
+    others: &Others,
     tx: &LeaseTx<'_>,
-) -> (u32, Option<Lease>) {
+) -> (RowAfter, Result<Lease, NoLease>) {
     if let Some((seq, outcome, headers)) = tx.finished {
-        state.set_in_flight(others.saturating_add(1));
+        state.set_in_flight(others.in_flight.saturating_add(1));
         state.on_response(settings, seq, outcome, headers, now_ms);
     }
     state.settle(settings, tx.report, now_ms);
-    state.set_in_flight(others);
-    let granted = tx
-        .want
-        .and_then(|want| state.lease(settings, now_ms, want.max(tx.keep)));
+    state.set_in_flight(others.in_flight);
+    let granted = match tx.want {
+        Some(want) => {
+            let want = want.max(tx.keep);
+            let share = fair_share(settings.max_concurrent(), &others.wants, others.waiters);
+            state.lease(settings, now_ms, want, share)
+        }
+        None => Err(NoLease::Paced),
+    };
     let slots = granted.map_or(0, |l| l.slots).max(tx.keep);
-    (slots, granted)
+    // A process that found the cap full keeps its demand on record (a row of no slots), so
+    // the holders shrink to their fair part at their next renewal.
+    let want = match (tx.want, granted) {
+        (Some(want), Ok(_) | Err(NoLease::Full)) => want.max(slots),
+        _ => slots,
+    };
+    (RowAfter { slots, want }, granted)
 }
 
 fn encode_state(state: &ThrottleState) -> String {

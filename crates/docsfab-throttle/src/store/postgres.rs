@@ -25,8 +25,8 @@ use docsfab_pg::postgres::{Error, Transaction};
 use docsfab_pg::{Pg, PgUrl, migrate, worker};
 
 use super::{
-    LeaseAnswer, LeaseTx, StoreAdmit, StoreError, Ticket, Want, decide_lease, decode_state,
-    encode_state, store_admit,
+    LeaseAnswer, LeaseTx, Others, RowAfter, StoreAdmit, StoreError, Ticket, Want, decide_lease,
+    decode_state, encode_state, store_admit,
 };
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
@@ -57,6 +57,10 @@ CREATE INDEX throttle_waiters_by_provider ON throttle_waiters (provider, id);
     "
 -- A lease row holds several slots (a process admitting in-process); a permit row one.
 ALTER TABLE throttle_permits ADD COLUMN slots BIGINT NOT NULL DEFAULT 1;
+",
+    "
+-- What a lease row's process wants in flight: the others make room for it (fair leases).
+ALTER TABLE throttle_permits ADD COLUMN want BIGINT NOT NULL DEFAULT 1;
 ",
 ];
 
@@ -193,17 +197,7 @@ impl PgStore {
             let mut report = report.clone();
             report.newest_head = report.newest_head.map(|(seq, h)| (seq, shift(&h)));
             let finished = finished.as_ref().map(|(seq, o, h)| (*seq, *o, shift(h)));
-            let (permits, ahead) = in_flight(&mut tx, &provider, None)?;
-            let mine = match row {
-                Some(id) => tx
-                    .query_typed_opt(
-                        "SELECT slots FROM throttle_permits WHERE id = $1",
-                        &[(&id, Type::INT8)],
-                    )?
-                    .map_or(0, |r| count(r.get(0))),
-                None => 0,
-            };
-            let others = permits.saturating_sub(mine).saturating_add(ahead);
+            let (others, exists) = others(&mut tx, &provider, row)?;
             let lease_tx = LeaseTx {
                 row,
                 keep,
@@ -211,35 +205,41 @@ impl PgStore {
                 finished: finished.as_ref().map(|(seq, o, h)| (*seq, *o, h)),
                 want,
             };
-            let (slots, granted) = decide_lease(&mut state, &settings, now_ms, others, &lease_tx);
-            let row = match (row, slots) {
-                (Some(id), 0) => {
+            let (after, granted) = decide_lease(&mut state, &settings, now_ms, &others, &lease_tx);
+            let row = match (row, after) {
+                (Some(id), RowAfter { slots: 0, want: 0 }) => {
                     tx.execute_typed(
                         "DELETE FROM throttle_permits WHERE id = $1",
                         &[(&id, Type::INT8)],
                     )?;
                     None
                 }
-                (None, 0) => None,
-                (Some(id), n) if mine > 0 => {
+                (None, RowAfter { slots: 0, want: 0 }) => None,
+                (Some(id), after) if exists => {
                     tx.execute_typed(
-                        "UPDATE throttle_permits SET slots = $2 WHERE id = $1",
-                        &[(&id, Type::INT8), (&i64::from(n), Type::INT8)],
+                        "UPDATE throttle_permits SET slots = $2, want = $3 WHERE id = $1",
+                        &[
+                            (&id, Type::INT8),
+                            (&i64::from(after.slots), Type::INT8),
+                            (&i64::from(after.want), Type::INT8),
+                        ],
                     )?;
                     Some(id)
                 }
-                (_, n) => {
+                (_, after) => {
                     let first = granted.map_or(0, |l| to_i64(l.first_seq));
                     let id: i64 = tx
                         .query_typed_one(
-                            "INSERT INTO throttle_permits (provider, worker_id, seq, granted_ms, slots)
-                             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                            "INSERT INTO throttle_permits
+                                 (provider, worker_id, seq, granted_ms, slots, want)
+                             VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
                             &[
                                 (&provider, Type::TEXT),
                                 (&me, Type::TEXT),
                                 (&first, Type::INT8),
                                 (&to_i64(now_ms), Type::INT8),
-                                (&i64::from(n), Type::INT8),
+                                (&i64::from(after.slots), Type::INT8),
+                                (&i64::from(after.want), Type::INT8),
                             ],
                         )?
                         .get(0);
@@ -361,6 +361,36 @@ fn reclaim_dead(
         &[(&provider, Type::TEXT), (&me, Type::TEXT)],
     )?;
     Ok(())
+}
+
+/// The holders of `provider`'s cap other than the lease row `row`, the waiters queued, and
+/// whether `row` is still there (its holder may have been judged dead), in one snapshot.
+fn others(
+    tx: &mut Transaction<'_>,
+    provider: &str,
+    row: Option<i64>,
+) -> Result<(Others, bool), Error> {
+    let rows = tx.query_typed(
+        "SELECT id, slots, greatest(slots, want) FROM throttle_permits WHERE provider = $1
+         UNION ALL
+         SELECT NULL, count(*), 1 FROM throttle_waiters WHERE provider = $1",
+        &[(&provider, Type::TEXT)],
+    )?;
+    let mut others = Others::default();
+    let mut exists = false;
+    for r in rows {
+        let (id, slots, want): (Option<i64>, i64, i64) = (r.get(0), r.get(1), r.get(2));
+        match id {
+            None => others.waiters = count(slots),
+            Some(id) if Some(id) == row => exists = true,
+            Some(_) => {
+                others.in_flight = others.in_flight.saturating_add(count(slots));
+                others.wants.push(count(want));
+            }
+        }
+    }
+    others.in_flight = others.in_flight.saturating_add(others.waiters);
+    Ok((others, exists))
 }
 
 /// The permits in flight, and how many requests queued before `waiter` (all of them for one

@@ -21,8 +21,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    LeaseAnswer, LeaseTx, StoreAdmit, StoreError, Ticket, Want, decide_lease, decode_state,
-    encode_state, store_admit,
+    LeaseAnswer, LeaseTx, Others, RowAfter, StoreAdmit, StoreError, Ticket, Want, decide_lease,
+    decode_state, encode_state, store_admit,
 };
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS permits (
     pid_start  INTEGER,
     seq        INTEGER NOT NULL,
     granted_ms INTEGER NOT NULL,
-    slots      INTEGER NOT NULL DEFAULT 1
+    slots      INTEGER NOT NULL DEFAULT 1,
+    want       INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS permits_by_provider ON permits (provider);
 CREATE TABLE IF NOT EXISTS waiters (
@@ -126,6 +127,13 @@ impl SqliteStore {
             .exists([])?;
         if !has_slots {
             tx.execute_batch("ALTER TABLE permits ADD COLUMN slots INTEGER NOT NULL DEFAULT 1")?;
+        }
+        // A file made before fair leases: every row wanted what it held.
+        let has_want: bool = tx
+            .prepare("SELECT 1 FROM pragma_table_info('permits') WHERE name = 'want'")?
+            .exists([])?;
+        if !has_want {
+            tx.execute_batch("ALTER TABLE permits ADD COLUMN want INTEGER NOT NULL DEFAULT 1")?;
         }
         tx.commit()?;
         Ok(conn)
@@ -219,34 +227,40 @@ impl SqliteStore {
         let me = self.me;
         let result = (|| {
             let (tx, mut state) = begin_decision(&mut self.conn, provider, me)?;
-            let others = live_permits(&tx, provider)?
-                .saturating_sub(row_slots(&tx, lease.row)?)
-                .saturating_add(waiters_ahead(&tx, provider, None)?);
-            let (slots, granted) = decide_lease(&mut state, settings, now_ms, others, lease);
-            let row = match (lease.row, slots) {
-                (Some(id), 0) => {
+            let others = others(&tx, provider, lease.row)?;
+            let (after, granted) = decide_lease(&mut state, settings, now_ms, &others, lease);
+            let exists = match lease.row {
+                Some(id) => tx
+                    .query_row("SELECT 1 FROM permits WHERE id = ?1", [id], |_| Ok(()))
+                    .optional()?
+                    .is_some(),
+                None => false,
+            };
+            let row = match (lease.row, after) {
+                (Some(id), RowAfter { slots: 0, want: 0 }) => {
                     tx.execute("DELETE FROM permits WHERE id = ?1", [id])?;
                     None
                 }
-                (None, 0) => None,
-                (Some(id), n) if row_slots(&tx, Some(id))? > 0 => {
+                (None, RowAfter { slots: 0, want: 0 }) => None,
+                (Some(id), after) if exists => {
                     tx.execute(
-                        "UPDATE permits SET slots = ?2 WHERE id = ?1",
-                        params![id, i64::from(n)],
+                        "UPDATE permits SET slots = ?2, want = ?3 WHERE id = ?1",
+                        params![id, i64::from(after.slots), i64::from(after.want)],
                     )?;
                     Some(id)
                 }
-                (_, n) => {
+                (_, after) => {
                     tx.execute(
-                        "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms, slots)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        "INSERT INTO permits (provider, pid, pid_start, seq, granted_ms, slots, want)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                         params![
                             provider,
                             i64::from(me.pid),
                             me.start_ticks.and_then(|t| i64::try_from(t).ok()),
                             granted.map_or(0, |l| i64::try_from(l.first_seq).unwrap_or(i64::MAX)),
                             i64::try_from(now_ms).unwrap_or(i64::MAX),
-                            i64::from(n),
+                            i64::from(after.slots),
+                            i64::from(after.want),
                         ],
                     )?;
                     Some(tx.last_insert_rowid())
@@ -382,15 +396,28 @@ fn live_permits(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Res
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
 }
 
-/// The slots a lease row holds now (0 when it is gone: its holder was judged dead).
-fn row_slots(tx: &rusqlite::Transaction<'_>, row: Option<i64>) -> rusqlite::Result<u32> {
-    let Some(id) = row else { return Ok(0) };
-    let n: Option<i64> = tx
-        .query_row("SELECT slots FROM permits WHERE id = ?1", [id], |r| {
-            r.get(0)
-        })
-        .optional()?;
-    Ok(n.map_or(0, |n| u32::try_from(n).unwrap_or(0)))
+/// The holders of `provider`'s cap other than the lease row `row`, and the waiters queued.
+fn others(
+    tx: &rusqlite::Transaction<'_>,
+    provider: &str,
+    row: Option<i64>,
+) -> rusqlite::Result<Others> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT slots, max(slots, want) FROM permits WHERE provider = ?1 AND id IS NOT ?2",
+    )?;
+    let mut others = Others::default();
+    let rows = stmt.query_map(params![provider, row], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for held in rows {
+        let (slots, want) = held?;
+        let count = |n: i64| u32::try_from(n).unwrap_or(0);
+        others.in_flight = others.in_flight.saturating_add(count(slots));
+        others.wants.push(count(want));
+    }
+    others.waiters = waiters_ahead(tx, provider, None)?;
+    others.in_flight = others.in_flight.saturating_add(others.waiters);
+    Ok(others)
 }
 
 fn load(tx: &rusqlite::Transaction<'_>, provider: &str) -> rusqlite::Result<ThrottleState> {
