@@ -54,6 +54,8 @@ export JOBS=${JOBS:-1}
 TIME_SCALES=${TIME_SCALES:-}
 PG_ADMIN=${PG_ADMIN:-postgres://postgres@127.0.0.1:55432/postgres}
 OUT=${OUT:-$root/target/bench-throttle/results-$(date -u +%Y%m%dT%H%M%SZ)}
+# Absolute: the cases run from other directories.
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 VENV=$root/target/bench-throttle/venv
 KEY=benchkey-5d2e8a71c04f93b6 # a made-up key: the simulator does not check it
 mkdir -p "$OUT"

@@ -71,6 +71,10 @@ pub const LEASE_MS: u64 = 250;
 const LEASE_SENDS: u32 = 256;
 /// The shortest span between two reports that says something about other clients.
 const MIN_SPAN_MS: u64 = 200;
+/// Sends reserved this close together may reach the provider in either order (the send's own
+/// jitter on a loaded host is tens of milliseconds), so a head of one may or may not count the
+/// others: see `ThrottleState::observe`.
+const RACE_MS: u64 = 50;
 /// At most this share of a key is taken to be someone else's.
 const MAX_OUTSIDE: f64 = 0.8;
 /// The share of the first estimate (between what a refusal and its Retry-After bound) that
@@ -823,7 +827,7 @@ impl ThrottleState {
             if b.report_ms == 0 {
                 continue;
             }
-            let later = self.later_costs(b.report_seq, b.kind);
+            let later = self.uncounted_costs(b.report_seq, b.report_ms, b.kind);
             let b = &mut self.budgets[i];
             b.level = b.report_level;
             b.level_ms = b.report_ms;
@@ -930,9 +934,12 @@ impl ThrottleState {
         let head_ms = headers.at_ms.map_or(now_ms, |at| at.min(now_ms));
         // The provider charged the send when it arrived: its reserved instant, near enough.
         let charged_ms = self.sent(seq).map_or(head_ms, |s| s.at_ms.min(head_ms));
+        let races = |b: &Budget| b.report_ms.abs_diff(charged_ms) <= RACE_MS;
         for &o in &headers.observations {
             let idx = match self.budgets.iter().position(|b| b.kind == o.kind) {
-                Some(i) if self.budgets[i].report_seq > seq => continue,
+                // An older send's head is stale, unless the two raced: then the head that
+                // comes back later was charged later, and counts what the earlier one did not.
+                Some(i) if self.budgets[i].report_seq > seq && !races(&self.budgets[i]) => continue,
                 Some(i) => i,
                 None => {
                     self.budgets.push(Budget {
@@ -952,8 +959,10 @@ impl ThrottleState {
                     self.budgets.len() - 1
                 }
             };
-            let later = self.later_costs(seq, o.kind);
+            let later = self.uncounted_costs(seq, charged_ms, o.kind);
             let predicted = self.predicted_level(&self.budgets[idx], seq, charged_ms);
+            let older = self.budgets[idx].report_seq > seq;
+            let before = self.budgets[idx].clone();
             let b = &mut self.budgets[idx];
             set_from_report(b, &o, head_ms, charged_ms);
             if let (Some((predicted, span)), Some(per_ms)) = (predicted, b.per_ms)
@@ -968,6 +977,11 @@ impl ThrottleState {
             b.report_ms = charged_ms;
             for (at, cost) in later {
                 b.charge(at, cost);
+            }
+            // A racing older head that leaves more than the newer one did is one that was slow
+            // to come back (a long answer), not one charged later: the newer head stands.
+            if older && b.level_at(now_ms) > before.level_at(now_ms) {
+                *b = before;
             }
         }
         // A budget whose report lapsed (a daily quota past its horizon) is forgotten.
@@ -1003,11 +1017,22 @@ impl ThrottleState {
         Some((level, charged_ms - b.report_ms))
     }
 
-    /// The sends reserved after `seq` (not refused), with what each costs the budget `kind`.
-    fn later_costs(&self, seq: u64, kind: BudgetKind) -> Vec<(u64, f64)> {
+    /// The sends a head of the send `seq` (charged at `charged_ms`) may not count, with what
+    /// each costs the budget `kind`: the sends reserved after it, and those that raced it
+    /// (reserved within `RACE_MS`) and have not been answered yet. Of racing sends, arrival
+    /// order at the provider is unknown; answers come back in that order (the provider takes
+    /// about as long for each), so a racing send answered already was charged before this one
+    /// and is counted in its head, and one still in flight was charged after. Without this, a
+    /// burst released together would be charged once too few (two sends let through where the
+    /// bucket held one).
+    fn uncounted_costs(&self, seq: u64, charged_ms: u64, kind: BudgetKind) -> Vec<(u64, f64)> {
         self.ledger
             .iter()
-            .filter(|s| s.seq > seq && !s.refused && !s.voided)
+            .filter(|s| s.seq != seq && !s.refused && !s.voided)
+            .filter(|s| {
+                let racing = s.at_ms.abs_diff(charged_ms) <= RACE_MS;
+                if racing { !s.admitted } else { s.seq > seq }
+            })
             .map(|s| (s.at_ms, self.unit_cost(kind, s.prompt_tokens)))
             .collect()
     }
@@ -1335,6 +1360,55 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Issue 20 (the zoo's prompt-token shape, on the wire): sends released together reach the
+    /// provider in either order. The head that comes back first was charged first and does not
+    /// count the others still in flight; the mirror charges them, so a third send waits for
+    /// the tokens instead of being let through where the bucket holds none.
+    #[test]
+    fn issue20_a_head_does_not_count_the_sends_that_raced_it_and_are_still_in_flight() {
+        let s = settings(8);
+        let tokens = |remaining: u64, at_ms: u64| RateHeaders {
+            at_ms: Some(at_ms),
+            retry_after_ms: None,
+            observations: vec![Observation {
+                kind: BudgetKind::InputTokens,
+                limit: Some(60_000),
+                remaining,
+                // One token a millisecond: full again after what is missing.
+                reset_at_ms: at_ms + (10_000 - remaining),
+            }],
+        };
+        let big = Ask {
+            prompt_tokens: 4_000,
+            ..ask()
+        };
+        let mut st = ThrottleState::new();
+        let Admit::Go { seq: first, .. } = st.admit(&s, 0, &ask()) else {
+            panic!()
+        };
+        st.on_response(&s, first, ok(), &tokens(10_000, 0), 0);
+        let admit = |st: &mut ThrottleState, t| match st.admit(&s, t, &big) {
+            Admit::Go { seq, at_ms, .. } => (seq, at_ms),
+            other => panic!("{other:?}"),
+        };
+        let (a, at_a) = admit(&mut st, 10);
+        let (b, at_b) = admit(&mut st, 10);
+        assert_eq!((at_a, at_b), (10, 10), "the bucket holds both");
+        // The provider took b first: its head counts b only (10,000 - 4,000), and comes back
+        // first, with a still in flight.
+        st.on_response(&s, b, ok(), &tokens(6_000, 210), 210);
+        let (_, at_c) = admit(&mut st, 215);
+        assert!(
+            at_c >= 10 + 2_000,
+            "a third send waits for 4,000 tokens past a's charge (at {at_c})"
+        );
+        // a's head, charged after b's, comes back after it: it counts both and is kept,
+        // though its seq is older.
+        st.on_response(&s, a, ok(), &tokens(2_000, 212), 212);
+        let (_, at_d) = admit(&mut st, 220);
+        assert!(at_d > at_c, "{at_d} after {at_c}");
     }
 
     /// Issue 20: a provider that says nothing of its limits is probed, not flooded: 1, 1, 2, 4
