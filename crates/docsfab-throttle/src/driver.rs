@@ -201,76 +201,108 @@ impl Throttle {
         cancel: &CancellationToken,
         deadline: Option<Instant>,
     ) -> Result<Permit, AcquireError> {
-        let started = Instant::now();
-        let held_ms = || duration_ms(started.elapsed());
-        let settings = self.settings(provider);
+        let ask = Asking {
+            provider,
+            settings: self.settings(provider),
+            request,
+            cancel,
+            deadline,
+            started: Instant::now(),
+        };
         let mut held_for = None;
         if let Some(store) = self
             .inner
             .store
             .as_ref()
-            .filter(|_| settings.mode == Mode::Shared)
+            .filter(|_| ask.settings.mode == Mode::Shared)
         {
-            let mut waiting = WaitingHere {
-                throttle: self,
-                provider,
-                on: false,
-            };
-            loop {
-                if cancel.is_cancelled() {
-                    return Err(AcquireError::Cancelled { held_ms: held_ms() });
+            match self.admit_from_lease(store, &ask).await? {
+                FromLease::Admitted(permit) => return Ok(permit),
+                FromLease::Decide { waited_for } => held_for = waited_for,
+            }
+        }
+        self.admit_from_store(&ask, held_for).await
+    }
+
+    /// The fast path: a permit from this process's lease, waiting here for one of its slots
+    /// when they are all taken, until the lease says the store must decide.
+    async fn admit_from_lease(
+        &self,
+        store: &Mutex<Store>,
+        ask: &Asking<'_>,
+    ) -> Result<FromLease, AcquireError> {
+        let mut held_for = None;
+        let mut waiting = WaitingHere {
+            throttle: self,
+            provider: ask.provider,
+            on: false,
+        };
+        loop {
+            if ask.cancel.is_cancelled() {
+                return Err(AcquireError::Cancelled {
+                    held_ms: ask.held_ms(),
+                });
+            }
+            let released = self.inner.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let host_now_ms = unix_ms(self.inner.clock.now());
+            let step = self.inner.leases.step(
+                store,
+                ask.provider,
+                &ask.settings,
+                host_now_ms,
+                &mut waiting.on,
+            );
+            match step {
+                Step::Go { seq } => {
+                    let held = Held {
+                        throttle: self.clone(),
+                        provider: ask.provider.to_owned(),
+                        settings: ask.settings,
+                        kind: HeldKind::Lease {
+                            seq,
+                            prompt_tokens: ask.request.prompt_tokens,
+                        },
+                    };
+                    return Ok(FromLease::Admitted(Permit {
+                        held_ms: if held_for.is_some() { ask.held_ms() } else { 0 },
+                        held_for,
+                        ticket: Some(held),
+                    }));
                 }
-                let released = self.inner.released.notified();
-                tokio::pin!(released);
-                released.as_mut().enable();
-                let host_now_ms = unix_ms(self.inner.clock.now());
-                match self.inner.leases.step(
-                    store,
-                    provider,
-                    &settings,
-                    host_now_ms,
-                    &mut waiting.on,
-                ) {
-                    Step::Go { seq } => {
-                        let held = Held {
-                            throttle: self.clone(),
-                            provider: provider.to_owned(),
-                            settings,
-                            kind: HeldKind::Lease {
-                                seq,
-                                prompt_tokens: request.prompt_tokens,
-                            },
-                        };
-                        return Ok(Permit {
-                            held_ms: if held_for.is_some() { held_ms() } else { 0 },
-                            held_for,
-                            ticket: Some(held),
-                        });
-                    }
-                    Step::Full => {
-                        held_for = Some(Reason::Concurrency);
-                        tokio::select! {
-                            biased;
-                            _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: held_ms() }),
-                            _ = sleep_until_opt(deadline) => {
-                                return Err(AcquireError::Deadline { held_ms: held_ms(), reason: Reason::Concurrency });
-                            }
-                            _ = &mut released => {}
-                            _ = tokio::time::sleep(self.inner.poll) => {}
-                        }
-                    }
-                    Step::Slow => break,
+                Step::Full => {
+                    held_for = Some(Reason::Concurrency);
+                    self.wait_for_a_finish(ask, released, Reason::Concurrency)
+                        .await?;
+                }
+                Step::Slow => {
+                    return Ok(FromLease::Decide {
+                        waited_for: held_for,
+                    });
                 }
             }
         }
+    }
+
+    /// The slow path: the store decides, queueing the request for a slot and reserving its
+    /// instant; then it sleeps until that instant.
+    async fn admit_from_store(
+        &self,
+        ask: &Asking<'_>,
+        mut held_for: Option<Reason>,
+    ) -> Result<Permit, AcquireError> {
+        let (provider, settings) = (ask.provider, ask.settings);
         // This request's place in the shared queue once it has had to wait for a slot.
         let mut queued = Queued {
             throttle: self,
             waiter: None,
         };
         loop {
-            if cancel.is_cancelled() {
-                return Err(AcquireError::Cancelled { held_ms: held_ms() });
+            if ask.cancel.is_cancelled() {
+                return Err(AcquireError::Cancelled {
+                    held_ms: ask.held_ms(),
+                });
             }
             // Registered before the decision, so a finish between the two is not missed.
             let released = self.inner.released.notified();
@@ -278,18 +310,18 @@ impl Throttle {
             released.as_mut().enable();
             let now = Instant::now();
             let want = Want {
-                prompt_tokens: request.prompt_tokens,
-                patience_ms: duration_ms(request.patience.saturating_sub(started.elapsed())),
-                deadline_in_ms: deadline.map(|d| duration_ms(d.saturating_duration_since(now))),
+                prompt_tokens: ask.request.prompt_tokens,
+                patience_ms: duration_ms(
+                    ask.request.patience.saturating_sub(ask.started.elapsed()),
+                ),
+                deadline_in_ms: ask
+                    .deadline
+                    .map(|d| duration_ms(d.saturating_duration_since(now))),
             };
             let host_now_ms = unix_ms(self.inner.clock.now());
-            let (ticket, wait_ms, reason) = match self.try_admit(
-                provider,
-                &settings,
-                host_now_ms,
-                &want,
-                queued.waiter,
-            )? {
+            let decision =
+                self.try_admit(provider, &settings, host_now_ms, &want, queued.waiter)?;
+            let (ticket, wait_ms, reason) = match decision {
                 Decision::Go {
                     ticket,
                     wait_ms,
@@ -301,22 +333,14 @@ impl Throttle {
                 }
                 Decision::PastDeadline { reason } => {
                     return Err(AcquireError::Deadline {
-                        held_ms: held_ms(),
+                        held_ms: ask.held_ms(),
                         reason,
                     });
                 }
                 Decision::Full { reason, waiter } => {
                     queued.waiter = waiter;
                     held_for = Some(reason);
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => return Err(AcquireError::Cancelled { held_ms: held_ms() }),
-                        _ = sleep_until_opt(deadline) => {
-                            return Err(AcquireError::Deadline { held_ms: held_ms(), reason });
-                        }
-                        _ = &mut released => {}
-                        _ = tokio::time::sleep(self.inner.poll) => {}
-                    }
+                    self.wait_for_a_finish(ask, released, reason).await?;
                     continue;
                 }
             };
@@ -331,15 +355,41 @@ impl Throttle {
                 }),
             };
             if let (true, Some(seq)) = (wait_ms > 0, ticket.map(|t| t.seq)) {
-                let patience_end = started.checked_add(request.patience);
-                self.wait_out(provider, seq, wait_ms, patience_end, cancel, deadline)
-                    .await
-                    .map_err(|e| e.with_held(held_ms()))?;
+                let patience_end = ask.started.checked_add(ask.request.patience);
+                self.wait_out(
+                    provider,
+                    seq,
+                    wait_ms,
+                    patience_end,
+                    ask.cancel,
+                    ask.deadline,
+                )
+                .await
+                .map_err(|e| e.with_held(ask.held_ms()))?;
             }
             if permit.held_for.is_some() {
-                permit.held_ms = held_ms();
+                permit.held_ms = ask.held_ms();
             }
             return Ok(permit);
+        }
+    }
+
+    /// Waits for a finish in this process (`released`) or the next poll; a cancel or the
+    /// deadline ends the request, the deadline as held for `reason`.
+    async fn wait_for_a_finish(
+        &self,
+        ask: &Asking<'_>,
+        released: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+        reason: Reason,
+    ) -> Result<(), AcquireError> {
+        tokio::select! {
+            biased;
+            _ = ask.cancel.cancelled() => Err(AcquireError::Cancelled { held_ms: ask.held_ms() }),
+            _ = sleep_until_opt(ask.deadline) => {
+                Err(AcquireError::Deadline { held_ms: ask.held_ms(), reason })
+            }
+            _ = released => Ok(()),
+            _ = tokio::time::sleep(self.inner.poll) => Ok(()),
         }
     }
 
@@ -478,6 +528,32 @@ impl Throttle {
         self.inner.released.notify_waiters();
         result
     }
+}
+
+/// One request asking for a permit: what `acquire_for` was given, and when it began.
+struct Asking<'a> {
+    provider: &'a str,
+    settings: Settings,
+    request: &'a Request,
+    cancel: &'a CancellationToken,
+    deadline: Option<Instant>,
+    started: Instant,
+}
+
+impl Asking<'_> {
+    /// How long the request has been held so far.
+    fn held_ms(&self) -> u64 {
+        duration_ms(self.started.elapsed())
+    }
+}
+
+/// What the fast path made of a request.
+enum FromLease {
+    Admitted(Permit),
+    /// The store must decide; `waited_for` is why it waited here first, if it did.
+    Decide {
+        waited_for: Option<Reason>,
+    },
 }
 
 /// A request waiting for one of its process's lease slots: counted in the demand the process
@@ -940,6 +1016,28 @@ mod tests {
         let q2 = b.acquire("p", &cancel, later).await.unwrap();
         q1.finish(ok(), &RateHeaders::none()).unwrap();
         q2.finish(ok(), &RateHeaders::none()).unwrap();
+    }
+
+    /// Issue 25 (found by the fan-out spec tests): requests arriving together on an unpaced
+    /// provider all go at once, up to the cap, without waiting for a finish: the lease grows
+    /// with each one that wants in.
+    #[tokio::test]
+    async fn issue25_requests_arriving_together_grow_the_lease_without_waiting_for_a_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = throttle_real(dir.path(), 8);
+        open_up(&t).await;
+        let cancel = CancellationToken::new();
+        let soon = Some(Instant::now() + Duration::from_millis(500));
+        let mut held = vec![];
+        for i in 0..8 {
+            let p = t.acquire("p", &cancel, soon).await;
+            assert!(p.is_ok(), "request {i} waited: {:?}", p.err());
+            held.push(p.unwrap());
+        }
+        for p in held {
+            assert_eq!(p.held_ms(), 0);
+            p.finish(ok(), &RateHeaders::none()).unwrap();
+        }
     }
 
     /// Issue 25: two processes that together want more than the cap both keep admitting from

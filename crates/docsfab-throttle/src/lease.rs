@@ -50,8 +50,9 @@ struct Local {
     /// The last ask granted fewer slots than wanted: the lease does not ask to grow before
     /// this (it is renewed as usual when it lapses or runs out).
     grow_after: Option<Instant>,
-    /// A full lease asked once to grow since the last finish here: it waits for one now.
-    grow_asked: bool,
+    /// The demand a full lease last asked to grow to since the last finish here: it asks again
+    /// only when more requests want a slot, and otherwise waits for a finish.
+    grown_for: u32,
     /// Requests of this process waiting for one of its slots.
     waiting: u32,
     /// The demand the row records (see `RowAfter::want`).
@@ -129,7 +130,7 @@ impl Leases {
         let mut locals = self.locals.lock().unwrap_or_else(|p| p.into_inner());
         let local = locals.entry(provider.to_owned()).or_default();
         local.in_use = local.in_use.saturating_sub(1);
-        local.grow_asked = false;
+        local.grown_for = 0;
         if let Outcome::Success {
             input_tokens,
             output_tokens,
@@ -237,10 +238,11 @@ impl Local {
                 return Step::Go { seq };
             }
             self.peak = self.peak.max(demand);
-            // Full: ask once for what this process wants, then wait for a finish here.
+            // Full: ask for what this process wants (again whenever more want in), else wait
+            // for a finish here.
             let may_grow = self.grow_after.is_none_or(|t| now >= t);
-            if live.slots < demand && !self.grow_asked && may_grow {
-                self.grow_asked = true;
+            if live.slots < demand && demand > self.grown_for && may_grow {
+                self.grown_for = demand;
                 let grown = self.renew(store, provider, settings, host_now_ms, demand);
                 if let Some(seq) = grown.ok().and_then(|_| take(self, now)) {
                     return Step::Go { seq };
