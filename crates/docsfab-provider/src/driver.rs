@@ -246,87 +246,34 @@ pub async fn run_turn_gated(
     let deadline_ms = deadline.map(ms_since_start);
 
     let expected = payload.digest();
-    let mut turn = Turn {
-        started,
-        expected,
-        replays: Vec::new(),
-        past: Vec::new(),
-        requests: 0,
-        usage: Usage::default(),
-        held_ms: 0,
-    };
-
+    let mut turn = Turn::new(started, expected);
     let mut attempt: u32 = 1;
     let mut last_failure: Option<TransportFailure> = None;
     let mut last_window = Window::Throttle;
     loop {
         let bytes = payload.bytes_for_attempt(attempt);
-        let actual = PayloadDigest::of(&bytes);
-        if actual != expected {
-            return turn.finish(
-                TurnEnd::DigestMismatch { expected, actual },
-                Some(format!(
-                    "request {attempt} of the turn would not send the same bytes as the first (digest {actual} instead of {expected}); nothing was sent"
-                )),
-            );
-        }
-        if cancel.is_cancelled() {
-            return turn.finish(TurnEnd::Cancelled, None);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return turn.finish(
-                TurnEnd::DeadlineReached { last_failure },
-                Some("the attempt deadline passed before the request could be sent".into()),
-            );
+        if let Some((end, detail)) = refuse_to_send(
+            expected,
+            &bytes,
+            attempt,
+            cancel,
+            deadline,
+            &mut last_failure,
+        ) {
+            return turn.finish(end, detail);
         }
 
-        let patience = match turn.replays.last() {
-            None => gate.and_then(|g| g.first_patience),
-            Some(_) => None,
-        }
-        .unwrap_or_else(|| Duration::from_millis(turn.replay_patience_ms(limits, last_window)));
         let request = Request {
             prompt_tokens: estimated_prompt_tokens(&bytes),
-            patience,
+            patience: turn.patience(gate, limits, last_window),
         };
-        let permit = match gate {
-            None => None,
-            Some(gate) => match gate
-                .throttle
-                .acquire_for(gate.provider, &request, cancel, deadline)
-                .await
-            {
-                Ok(permit) => {
-                    turn.held(permit.held_ms());
-                    if let Some(reason) = permit.held_for() {
-                        on_event(DriverEvent::Held {
-                            held_ms: permit.held_ms(),
-                            reason: Some(reason),
-                        });
-                    }
-                    Some(permit)
-                }
-                Err(AcquireError::Cancelled { held_ms }) => {
-                    turn.held(held_ms);
-                    return turn.finish(TurnEnd::Cancelled, None);
-                }
-                Err(AcquireError::Deadline { held_ms, reason }) => {
-                    turn.held(held_ms);
-                    return turn.finish(
-                        TurnEnd::DeadlineReached { last_failure },
-                        Some(format!(
-                            "the provider throttle ({}) would not let the request go before the attempt deadline; it was not sent",
-                            reason.as_str()
-                        )),
-                    );
-                }
-                // Fail open: a broken shared file must not turn into a provider failure or a
-                // replay; the operator is told and the request goes as it would without one.
-                Err(AcquireError::Store(e)) => {
-                    on_event(DriverEvent::ThrottleUnavailable(&e.to_string()));
-                    None
-                }
-            },
+        let passed = pass_gate(gate, &request, cancel, deadline, &mut turn, on_event).await;
+        let permit = match passed {
+            Ok(permit) => permit,
+            Err(GateRefusal::Cancelled) => return turn.finish(TurnEnd::Cancelled, None),
+            Err(GateRefusal::Deadline(detail)) => {
+                return turn.finish(TurnEnd::DeadlineReached { last_failure }, Some(detail));
+            }
         };
 
         turn.requests = turn.requests.saturating_add(1);
@@ -355,33 +302,14 @@ pub async fn run_turn_gated(
             Err(f) => f,
         };
         turn.usage = turn.usage + failed.usage;
-
         let now_ms = ms_since_start(Instant::now());
-        let mut decision = decide(limits, &turn.past, &failed.failure, now_ms, deadline_ms);
-        // The policy already refuses this (REP-14); the driver holds the line too, because
-        // replaying a published stream would show the user an answer twice.
-        if failed.failure.content_published && matches!(decision, ReplayDecision::Replay { .. }) {
-            decision = ReplayDecision::Stop {
-                reason: StopReason::ContentPublished,
-            };
-        }
+        let decision = judge(limits, &turn.past, &failed, now_ms, deadline_ms);
 
-        let rate_limited = failed.failure.http_status == Some(429)
-            || failed.failure.class == ProviderErrorClass::RateLimit;
-        // Only the provider's own ask holds the other senders; this request's backoff is its
-        // own and is not reported.
-        let reported = if rate_limited {
-            ThrottleOutcome::RateLimited
-        } else {
-            ThrottleOutcome::Failed
-        };
-        // The hold takes the Retry-After the policy judged by (the head's own, or one a
-        // recognised gateway relayed), so both layers hear the same ask.
-        let mut head = failed.body.rate_headers.clone();
-        head.retry_after_ms = head.retry_after_ms.or(failed.failure.retry_after_ms);
+        // Before this turn's own wait, so other senders hold from now on.
+        let (reported, head) = throttle_report(&failed);
+        give_back(permit, reported, &head, on_event);
         let (wait_ms, window) = match decision {
             ReplayDecision::Stop { reason } => {
-                give_back(permit, reported, &head, on_event);
                 let detail = Some(failed.detail.clone());
                 return turn.finish(
                     TurnEnd::Failed {
@@ -393,28 +321,9 @@ pub async fn run_turn_gated(
             }
             ReplayDecision::Replay { wait_ms, window } => (wait_ms, window),
         };
-        // Before this turn's own wait, so other senders hold from now on.
-        give_back(permit, reported, &head, on_event);
 
-        let f = failed.failure;
-        let entry = ReplayEntry {
-            cause: match f.http_status {
-                Some(s) => ReplayCause::Status(s),
-                None => ReplayCause::Fault(f.fault),
-            },
-            provider_error_class: f.class,
-            wait_ms,
-            retry_after_ms: f.retry_after_ms,
-            window,
-            held_ms: 0,
-        };
+        turn.replay(failed.failure, wait_ms, window, on_event);
         last_window = window;
-        turn.replays.push(entry);
-        turn.past.push(PastReplay {
-            failure: f,
-            wait_ms,
-        });
-        on_event(DriverEvent::Replay(&entry));
 
         tokio::select! {
             biased;
@@ -424,6 +333,129 @@ pub async fn run_turn_gated(
         last_failure = Some(failed);
         attempt = attempt.saturating_add(1);
     }
+}
+
+/// The replay policy's decision on a failed send. The policy already refuses to replay a
+/// published stream (REP-14); the driver holds the line too, because replaying one would show
+/// the user an answer twice.
+fn judge(
+    limits: &ReplayLimits,
+    past: &[PastReplay],
+    failed: &TransportFailure,
+    now_ms: u64,
+    deadline_ms: Option<u64>,
+) -> ReplayDecision {
+    let decision = decide(limits, past, &failed.failure, now_ms, deadline_ms);
+    if failed.failure.content_published && matches!(decision, ReplayDecision::Replay { .. }) {
+        return ReplayDecision::Stop {
+            reason: StopReason::ContentPublished,
+        };
+    }
+    decision
+}
+
+/// Why a request is not sent at all: a payload that changed, a cancel, or a deadline already
+/// past. The end and its detail.
+fn refuse_to_send(
+    expected: PayloadDigest,
+    bytes: &[u8],
+    attempt: u32,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+    last_failure: &mut Option<TransportFailure>,
+) -> Option<(TurnEnd, Option<String>)> {
+    let actual = PayloadDigest::of(bytes);
+    if actual != expected {
+        return Some((
+            TurnEnd::DigestMismatch { expected, actual },
+            Some(format!(
+                "request {attempt} of the turn would not send the same bytes as the first (digest {actual} instead of {expected}); nothing was sent"
+            )),
+        ));
+    }
+    if cancel.is_cancelled() {
+        return Some((TurnEnd::Cancelled, None));
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some((
+            TurnEnd::DeadlineReached {
+                last_failure: last_failure.take(),
+            },
+            Some("the attempt deadline passed before the request could be sent".into()),
+        ));
+    }
+    None
+}
+
+/// Why the gate ended the turn instead of letting its request go.
+enum GateRefusal {
+    Cancelled,
+    /// The deadline would pass first; the detail for the turn's end.
+    Deadline(String),
+}
+
+/// Takes the throttle's permit for `request` when there is a gate, counting the time held on
+/// the turn and telling the caller of a hold. A throttle that cannot be used lets the request
+/// go without a permit.
+async fn pass_gate(
+    gate: Option<Gate<'_>>,
+    request: &Request,
+    cancel: &CancellationToken,
+    deadline: Option<Instant>,
+    turn: &mut Turn,
+    on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
+) -> Result<Option<Permit>, GateRefusal> {
+    let Some(gate) = gate else { return Ok(None) };
+    match gate
+        .throttle
+        .acquire_for(gate.provider, request, cancel, deadline)
+        .await
+    {
+        Ok(permit) => {
+            turn.held(permit.held_ms());
+            if let Some(reason) = permit.held_for() {
+                on_event(DriverEvent::Held {
+                    held_ms: permit.held_ms(),
+                    reason: Some(reason),
+                });
+            }
+            Ok(Some(permit))
+        }
+        Err(AcquireError::Cancelled { held_ms }) => {
+            turn.held(held_ms);
+            Err(GateRefusal::Cancelled)
+        }
+        Err(AcquireError::Deadline { held_ms, reason }) => {
+            turn.held(held_ms);
+            Err(GateRefusal::Deadline(format!(
+                "the provider throttle ({}) would not let the request go before the attempt deadline; it was not sent",
+                reason.as_str()
+            )))
+        }
+        // Fail open: a broken shared file must not turn into a provider failure or a replay;
+        // the operator is told and the request goes as it would without one.
+        Err(AcquireError::Store(e)) => {
+            on_event(DriverEvent::ThrottleUnavailable(&e.to_string()));
+            Ok(None)
+        }
+    }
+}
+
+/// What the throttle is told of a failed send: a refusal only for a rate limit (only the
+/// provider's own ask holds the other senders; this request's backoff is its own and is not
+/// reported), with the head carrying the Retry-After the policy judged by (the head's own, or
+/// one a recognised gateway relayed), so both layers hear the same ask.
+fn throttle_report(failed: &TransportFailure) -> (ThrottleOutcome, docsfab_throttle::RateHeaders) {
+    let rate_limited = failed.failure.http_status == Some(429)
+        || failed.failure.class == ProviderErrorClass::RateLimit;
+    let reported = if rate_limited {
+        ThrottleOutcome::RateLimited
+    } else {
+        ThrottleOutcome::Failed
+    };
+    let mut head = failed.body.rate_headers.clone();
+    head.retry_after_ms = head.retry_after_ms.or(failed.failure.retry_after_ms);
+    (reported, head)
 }
 
 /// The running account of a turn.
@@ -439,6 +471,57 @@ struct Turn {
 
 impl Turn {
     /// Counts a hold of the request about to go: the turn's total, and the replay's own.
+    /// Records a replay of the failed send: its entry (told to the caller) and the failure the
+    /// policy judges the next one by.
+    fn replay(
+        &mut self,
+        f: ProviderFailure,
+        wait_ms: u64,
+        window: Window,
+        on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
+    ) {
+        let entry = ReplayEntry {
+            cause: match f.http_status {
+                Some(s) => ReplayCause::Status(s),
+                None => ReplayCause::Fault(f.fault),
+            },
+            provider_error_class: f.class,
+            wait_ms,
+            retry_after_ms: f.retry_after_ms,
+            window,
+            held_ms: 0,
+        };
+        self.replays.push(entry);
+        self.past.push(PastReplay {
+            failure: f,
+            wait_ms,
+        });
+        on_event(DriverEvent::Replay(&entry));
+    }
+
+    /// How long the gate may hold the next send: for the turn's first, what the gate says
+    /// (a step retry's transport ceiling less its wait), else the replay policy's ceilings less
+    /// the wait already made.
+    fn patience(&self, gate: Option<Gate<'_>>, limits: &ReplayLimits, window: Window) -> Duration {
+        let first = match self.replays.last() {
+            None => gate.and_then(|g| g.first_patience),
+            Some(_) => None,
+        };
+        first.unwrap_or_else(|| Duration::from_millis(self.replay_patience_ms(limits, window)))
+    }
+
+    fn new(started: Instant, expected: PayloadDigest) -> Turn {
+        Turn {
+            started,
+            expected,
+            replays: Vec::new(),
+            past: Vec::new(),
+            requests: 0,
+            usage: Usage::default(),
+            held_ms: 0,
+        }
+    }
+
     fn held(&mut self, held_ms: u64) {
         self.held_ms = self.held_ms.saturating_add(held_ms);
         if let Some(last) = self.replays.last_mut() {

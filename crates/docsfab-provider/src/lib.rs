@@ -11,8 +11,8 @@
 //!   payload-digest check, producing a [`TurnAccount`].
 //! * [`gateway`]: recognising a gateway (LiteLLM's proxy) from a response head, and the
 //!   provider's Retry-After it relayed under another name.
-//! * [`scripted`]: an in-memory transport that plays a script, for paused-clock tests here and in
-//!   the runtime.
+//! * `scripted` (behind the `testing` feature): an in-memory transport that plays a script, for
+//!   paused-clock tests here and in the runtime.
 //!
 //! [`ProviderFailure`]: docsfab_policy::class::ProviderFailure
 
@@ -20,6 +20,7 @@ pub mod driver;
 pub mod gateway;
 pub mod outcome;
 pub mod request;
+#[cfg(any(test, feature = "testing"))]
 pub mod scripted;
 pub mod secret;
 pub mod transport;

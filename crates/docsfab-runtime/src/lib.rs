@@ -29,7 +29,6 @@ pub mod settlement;
 pub mod snapshot;
 pub mod stats;
 pub mod store;
-mod store_error;
 pub mod supervision;
 pub mod tools;
 pub mod workspace;

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -26,6 +27,14 @@ enum FileSnapshot {
         permissions: fs::Permissions,
     },
     Absent,
+    /// A regular file with more than one hard link: another name for the same content may be
+    /// outside the workspace, so only its hash and size are kept, never the content, and the
+    /// attempt cannot be undone (see [`RestoreError::HardLinked`]).
+    Linked {
+        sha256: String,
+        bytes: u64,
+        links: u64,
+    },
 }
 
 /// The pre-write state of everything one attempt wrote. Paths are relative to the workspace
@@ -49,9 +58,18 @@ pub struct WrittenFile {
     pub after: Option<Vec<u8>>,
     pub sha256_before: Option<String>,
     pub sha256_after: Option<String>,
+    /// The file had more than one hard link before the attempt: its size then; `before` is
+    /// `None` (its content is not kept).
+    pub linked_before: Option<u64>,
 }
 
 impl WrittenFile {
+    /// The size of the file before the attempt (0: it did not exist).
+    pub fn bytes_before(&self) -> u64 {
+        self.linked_before
+            .unwrap_or_else(|| self.before.as_ref().map_or(0, |b| b.len() as u64))
+    }
+
     /// The run record's entry for this file.
     pub fn record(&self) -> FileWritten {
         FileWritten {
@@ -70,6 +88,12 @@ pub enum RestoreError {
     Io { path: PathBuf, source: io::Error },
     #[error("{path} does not match its pre-attempt state after the restore: {detail}")]
     Mismatch { path: PathBuf, detail: String },
+    #[error(
+        "could not restore {path}: it had {links} hard links before the attempt wrote it, and \
+         docsfab keeps no copy of a hard-linked file's content (another name for it may be \
+         outside the workspace), so the attempt cannot be undone"
+    )]
+    HardLinked { path: PathBuf, links: u64 },
 }
 
 /// The SHA-256 of `bytes`, lowercase hex: what [`WriteSnapshots::verify`] compares.
@@ -89,13 +113,25 @@ impl WriteSnapshots {
     }
 
     /// Keeps the state of `rel` before the attempt's first write to it. Later calls for the
-    /// same file keep the first snapshot.
-    pub fn before_write(&mut self, rel: &Path) -> io::Result<()> {
-        if self.files.contains_key(rel) {
-            return Ok(());
+    /// same file keep the first snapshot. Returns the file's link count when it had more than
+    /// one (its content is not kept: see [`FileSnapshot::Linked`]).
+    pub fn before_write(&mut self, rel: &Path) -> io::Result<Option<u64>> {
+        if let Some(snapshot) = self.files.get(rel) {
+            return Ok(match snapshot {
+                FileSnapshot::Linked { links, .. } => Some(*links),
+                _ => None,
+            });
         }
         let path = self.root.join(rel);
         let snapshot = match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
+                let bytes = read_regular(&path, rel)?;
+                FileSnapshot::Linked {
+                    sha256: sha256_hex(&bytes),
+                    bytes: bytes.len() as u64,
+                    links: meta.nlink(),
+                }
+            }
             Ok(meta) if meta.is_file() => {
                 let bytes = read_regular(&path, rel)?;
                 FileSnapshot::Existed {
@@ -113,9 +149,13 @@ impl WriteSnapshots {
             Err(e) if e.kind() == io::ErrorKind::NotFound => FileSnapshot::Absent,
             Err(e) => return Err(e),
         };
+        let links = match &snapshot {
+            FileSnapshot::Linked { links, .. } => Some(*links),
+            _ => None,
+        };
         self.files.insert(rel.to_owned(), snapshot);
         self.order.push(rel.to_owned());
-        Ok(())
+        Ok(links)
     }
 
     /// Notes a directory the attempt created (parents before children).
@@ -139,11 +179,14 @@ impl WriteSnapshots {
     pub fn written_files(&self) -> Vec<WrittenFile> {
         let mut out = Vec::new();
         for rel in &self.order {
-            let (before, sha256_before) = match &self.files[rel] {
+            let (before, sha256_before, linked_before) = match &self.files[rel] {
                 FileSnapshot::Existed { bytes, sha256, .. } => {
-                    (Some(bytes.clone()), Some(sha256.clone()))
+                    (Some(bytes.clone()), Some(sha256.clone()), None)
                 }
-                FileSnapshot::Absent => (None, None),
+                FileSnapshot::Linked { sha256, bytes, .. } => {
+                    (None, Some(sha256.clone()), Some(*bytes))
+                }
+                FileSnapshot::Absent => (None, None, None),
             };
             // Gone or unreadable: nothing the attempt left there can be shown.
             let after = read_regular(&self.root.join(rel), rel).ok();
@@ -157,6 +200,7 @@ impl WriteSnapshots {
                 after,
                 sha256_before,
                 sha256_after,
+                linked_before,
             });
         }
         out
@@ -165,6 +209,16 @@ impl WriteSnapshots {
     /// Puts every written file back as it was and removes what the attempt created, then
     /// verifies the result.
     pub fn restore(&self) -> Result<(), RestoreError> {
+        // Refused before anything is touched: writing the content back would copy a file that
+        // may be outside the workspace into it, where the read tools would then read it.
+        for (rel, snapshot) in &self.files {
+            if let FileSnapshot::Linked { links, .. } = snapshot {
+                return Err(RestoreError::HardLinked {
+                    path: rel.clone(),
+                    links: *links,
+                });
+            }
+        }
         for (rel, snapshot) in &self.files {
             let path = self.root.join(rel);
             let io_err = |source| RestoreError::Io {
@@ -186,6 +240,8 @@ impl WriteSnapshots {
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) => return Err(io_err(e)),
                 },
+                // Refused above, before any file was touched.
+                FileSnapshot::Linked { .. } => {}
             }
         }
         for rel in self.created_dirs.iter().rev() {
@@ -215,6 +271,12 @@ impl WriteSnapshots {
                     if fs::symlink_metadata(&path).is_ok() {
                         return Err(mismatch("exists but did not before".to_owned()));
                     }
+                }
+                FileSnapshot::Linked { links, .. } => {
+                    return Err(RestoreError::HardLinked {
+                        path: rel.clone(),
+                        links: *links,
+                    });
                 }
             }
         }

@@ -714,18 +714,24 @@ impl<'w> StepTools<'w> {
                 }
             }
         }
-        self.snapshots
+        let links = self
+            .snapshots
             .before_write(rel)
             .map_err(|e| WriteStage::Snapshot.failed(e))?;
         write_atomically(&target.abs, content.as_bytes())
             .map_err(|e| WriteStage::Write.failed(e))?;
         self.supervisor.forget(&target.rel);
         self.supervisor.record_evidence();
-        Ok(ToolReply::ok(format!(
-            "wrote {} bytes to {}",
-            content.len(),
-            target.rel
-        )))
+        let mut reply = format!("wrote {} bytes to {}", content.len(), target.rel);
+        if let Some(links) = links {
+            reply.push_str(&format!(
+                " [it had {links} hard links: the write gave this name a file of its own and the \
+                 other names keep the old content, which docsfab neither read back nor kept (one \
+                 may be outside the workspace); this attempt cannot be undone, so a failure of \
+                 this step is not retried]"
+            ));
+        }
+        Ok(ToolReply::ok(reply))
     }
 }
 

@@ -1,5 +1,6 @@
 //! The contents a run's succeeded write attempts left behind, kept in the run store for
-//! `docsfab runs diff`.
+//! `docsfab runs diff`: what is kept of each file and why (the rows themselves are written by
+//! each backend in `store/`).
 //!
 //! Each file an attempt changed is one row of `written_files`, committed in the same transaction
 //! as the attempt's record (an attempt that is recorded has its contents). The contents are
@@ -12,12 +13,12 @@
 //! - a file holding text shaped like a credential keeps only its hashes and sizes
 //!   (`credential`): keys never reach the store;
 //! - once a run has stored [`MAX_RUN_BYTES`] of contents, further files keep only their hashes
-//!   and sizes (`run-cap`).
-
-use rusqlite::{Connection, params};
+//!   and sizes (`run-cap`);
+//! - a file that had more than one hard link before the write keeps only its hashes and sizes
+//!   (`hard-linked`): another name for its content may be outside the workspace, and what the
+//!   read tools refuse to read the store does not keep either.
 
 use crate::snapshot::WrittenFile;
-use crate::store_error::StoreError;
 
 /// The most one side (before or after) of a file may hold to be kept: 1 MiB.
 pub const MAX_SIDE_BYTES: usize = 1 << 20;
@@ -34,6 +35,8 @@ pub enum Kept {
     Credential,
     /// The run had stored [`MAX_RUN_BYTES`] already.
     RunCap,
+    /// The file had more than one hard link before the write.
+    HardLinked,
 }
 
 impl Kept {
@@ -44,6 +47,7 @@ impl Kept {
             Kept::TooLarge => "too-large",
             Kept::Credential => "credential",
             Kept::RunCap => "run-cap",
+            Kept::HardLinked => "hard-linked",
         }
     }
 
@@ -54,6 +58,7 @@ impl Kept {
             Kept::TooLarge,
             Kept::Credential,
             Kept::RunCap,
+            Kept::HardLinked,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
@@ -83,6 +88,9 @@ pub struct StoredWrite {
 /// How `file`'s contents would be kept, before the run's cap is applied. `holds_credential`
 /// is the run's redactor's judgement of a text.
 pub fn classify(file: &WrittenFile, holds_credential: impl Fn(&str) -> bool) -> Kept {
+    if file.linked_before.is_some() {
+        return Kept::HardLinked;
+    }
     let sides = [file.before.as_deref(), file.after.as_deref()];
     if sides.iter().flatten().any(|b| b.len() > MAX_SIDE_BYTES) {
         return Kept::TooLarge;
@@ -105,44 +113,6 @@ fn is_unsafe_control(c: char) -> bool {
     c.is_control() && !matches!(c, '\t' | '\n' | '\r' | '\x0c')
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS written_files (
-    run_id        TEXT NOT NULL,
-    step_index    INTEGER NOT NULL,
-    attempt       INTEGER NOT NULL,
-    seq           INTEGER NOT NULL,
-    path          TEXT NOT NULL,
-    kept          TEXT NOT NULL,
-    sha256_before TEXT,
-    sha256_after  TEXT,
-    bytes_before  INTEGER NOT NULL,
-    bytes_after   INTEGER NOT NULL,
-    before        BLOB,
-    after         BLOB,
-    PRIMARY KEY (run_id, step_index, attempt, seq),
-    FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
-);
-";
-
-/// Adds the table to a store made before it existed (older stores keep working; an older
-/// docsfab ignores the table).
-pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
-    let known: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'written_files'",
-        [],
-        |r| r.get(0),
-    )?;
-    if known == 0 {
-        let tx =
-            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
-        tx.execute_batch(SCHEMA)?;
-        tx.commit()?;
-    }
-    Ok(())
-}
-
-/// Stores the files of attempt `attempt`, inside the caller's transaction. A file's contents
-/// are kept when [`classify`] says text and the run stays within [`MAX_RUN_BYTES`].
 /// How each of an attempt's files is finally kept, given the bytes the run already keeps
 /// (`used`): text past the run's cap ([`MAX_RUN_BYTES`]) is kept as `RunCap` (digests only).
 /// Both store backends apply it, so they keep the same files.
@@ -164,99 +134,6 @@ pub(crate) fn under_run_cap(mut used: u64, files: &[(WrittenFile, Kept)]) -> Vec
         .collect()
 }
 
-pub(crate) fn insert(
-    conn: &Connection,
-    run_id: &str,
-    step_index: u32,
-    attempt: u32,
-    files: &[(WrittenFile, Kept)],
-) -> Result<(), StoreError> {
-    let used: u64 = conn.query_row(
-        "SELECT COALESCE(SUM(COALESCE(LENGTH(before), 0) + COALESCE(LENGTH(after), 0)), 0)
-         FROM written_files WHERE run_id = ?1",
-        [run_id],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
-    for (seq, ((file, _), kept)) in files.iter().zip(under_run_cap(used, files)).enumerate() {
-        let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
-        let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
-        conn.execute(
-            "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
-                 sha256_before, sha256_after, bytes_before, bytes_after, before, after)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                run_id,
-                step_index,
-                attempt,
-                seq as i64 + 1,
-                file.path,
-                kept.as_str(),
-                file.sha256_before,
-                file.sha256_after,
-                len(&file.before) as i64,
-                len(&file.after) as i64,
-                keep(&file.before),
-                keep(&file.after),
-            ],
-        )?;
-    }
-    Ok(())
-}
-
-/// Every stored file of the run, in the order the run wrote them (step, attempt, first write).
-pub(crate) fn load(conn: &Connection, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
-    let mut stmt = conn.prepare(
-        "SELECT step_index, attempt, path, kept, sha256_before, sha256_after, bytes_before,
-                bytes_after, before, after
-         FROM written_files WHERE run_id = ?1 ORDER BY step_index, attempt, seq",
-    )?;
-    let rows = stmt.query_map([run_id], |r| {
-        Ok((
-            (
-                r.get::<_, u32>(0)?,
-                r.get::<_, u32>(1)?,
-                r.get::<_, String>(2)?,
-            ),
-            r.get::<_, String>(3)?,
-            (
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, Option<String>>(5)?,
-            ),
-            (r.get::<_, i64>(6)?, r.get::<_, i64>(7)?),
-            (
-                r.get::<_, Option<Vec<u8>>>(8)?,
-                r.get::<_, Option<Vec<u8>>>(9)?,
-            ),
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let ((step_index, attempt, path), kept, (sha_b, sha_a), (len_b, len_a), (b, a)) = row?;
-        let kept = Kept::parse(&kept)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown written-file kind {kept:?}")))?;
-        let side = |sha256, bytes: i64, content: Option<Vec<u8>>| -> Result<Side, StoreError> {
-            let text = content
-                .map(String::from_utf8)
-                .transpose()
-                .map_err(|_| StoreError::Corrupt(format!("stored text of {path} is not UTF-8")))?;
-            Ok(Side {
-                sha256,
-                bytes: u64::try_from(bytes).unwrap_or(0),
-                text,
-            })
-        };
-        out.push(StoredWrite {
-            before: side(sha_b, len_b, b)?,
-            after: side(sha_a, len_a, a)?,
-            step_index,
-            attempt,
-            path,
-            kept,
-        });
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +145,7 @@ mod tests {
             after: after.map(<[u8]>::to_vec),
             sha256_before: before.map(|_| "b".repeat(64)),
             sha256_after: after.map(|_| "a".repeat(64)),
+            linked_before: None,
         }
     }
 

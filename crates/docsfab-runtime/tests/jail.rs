@@ -374,3 +374,56 @@ fn hardening_control_characters_in_a_written_name_are_refused() {
     ));
     assert_eq!(tree(&ws_path.join("docs")), Vec::<String>::new());
 }
+
+/// Issue 21: a write to a workspace name that is a hard link to a file outside leaves the
+/// outside file as it was, and docsfab keeps nothing of that file's content: the snapshot
+/// keeps its hash and size only, the diff store is told `hard-linked`, the tool result says
+/// why, and the attempt cannot be undone by copying the outside content into the workspace.
+#[test]
+fn issue21_a_write_through_a_hard_link_keeps_only_the_hash_and_size_of_the_outside_file() {
+    use docsfab_runtime::snapshot::RestoreError;
+    use docsfab_runtime::written::{Kept, classify};
+    let (d, ws_path) = fixture();
+    let outside = d.path().join("outside/secret.txt");
+    let secret = fs::read(&outside).unwrap();
+    fs::hard_link(&outside, ws_path.join("docs/hard.md")).unwrap();
+    let ws = Workspace::open(&ws_path).unwrap();
+    let mut tools = StepTools::for_attempt(&ws, write_step());
+
+    let reply = call(
+        &mut tools,
+        "write_file",
+        r##"{"path":"docs/hard.md","content":"# Mine\n"}"##,
+    );
+    assert_eq!(reply.result, CallResult::Ok, "{}", reply.text);
+    assert!(reply.text.contains("it had 2 hard links"), "{}", reply.text);
+    assert!(reply.text.contains("cannot be undone"), "{}", reply.text);
+    assert!(!reply.text.contains(SECRET), "{}", reply.text);
+    assert_eq!(
+        fs::read(&outside).unwrap(),
+        secret,
+        "the outside file is unchanged"
+    );
+    assert_eq!(fs::read(ws_path.join("docs/hard.md")).unwrap(), b"# Mine\n");
+
+    let files = tools.snapshots().written_files();
+    assert_eq!(files.len(), 1);
+    let file = &files[0];
+    assert_eq!(file.before, None, "no content of the outside file is kept");
+    assert_eq!(file.linked_before, Some(secret.len() as u64));
+    assert_eq!(file.bytes_before(), secret.len() as u64);
+    assert!(file.sha256_before.is_some());
+    assert_eq!(classify(file, |_| false), Kept::HardLinked);
+
+    let restored = tools.snapshots().restore();
+    assert!(
+        matches!(restored, Err(RestoreError::HardLinked { links: 2, .. })),
+        "{restored:?}"
+    );
+    assert_eq!(
+        fs::read(ws_path.join("docs/hard.md")).unwrap(),
+        b"# Mine\n",
+        "the refused restore copied nothing into the workspace"
+    );
+    assert_eq!(fs::read(&outside).unwrap(), secret);
+}

@@ -512,7 +512,41 @@ fn written(path: &str, before: Option<Vec<u8>>, after: Option<Vec<u8>>) -> Writt
         sha256_after: after.as_ref().map(sha),
         before,
         after,
+        linked_before: None,
     }
+}
+
+/// Issue 21: a file that was a hard link before the write keeps its size and hash in the store,
+/// never its content, and says why (`hard-linked`).
+#[test]
+fn issue21_a_hard_linked_file_keeps_its_size_and_hash_but_no_content() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = RunStore::open(&dir.path().join("runs.db")).unwrap();
+    let run = store.create_run("linked").unwrap();
+    let step = store.begin_step(&run, &step_start("pages")).unwrap();
+    let file = WrittenFile {
+        path: "docs/hard.md".into(),
+        before: None,
+        after: Some(b"# Mine\n".to_vec()),
+        sha256_before: Some("a".repeat(64)),
+        sha256_after: Some("b".repeat(64)),
+        linked_before: Some(24),
+    };
+    store
+        .record_attempt_with_files(
+            &run,
+            step,
+            &attempt(1, RetryDecision::None),
+            &[(file, Kept::HardLinked)],
+        )
+        .unwrap();
+    let rows = store.written_files(&run).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].kept, Kept::HardLinked);
+    assert_eq!(rows[0].before.bytes, 24);
+    assert_eq!(rows[0].before.sha256.as_deref(), Some(&*"a".repeat(64)));
+    assert_eq!(rows[0].before.text, None);
+    assert_eq!(rows[0].after.text, None, "neither side of it is kept");
 }
 
 /// Issue 11: a store made before `written_files` existed (and an attempt recorded without

@@ -50,6 +50,7 @@ fn written_file(path: &str, before: Option<&[u8]>, after: Option<&[u8]>) -> Writ
         sha256_after: after.map(sha),
         before: before.map(<[u8]>::to_vec),
         after: after.map(<[u8]>::to_vec),
+        linked_before: None,
     }
 }
 
@@ -60,6 +61,11 @@ fn files() -> Vec<(WrittenFile, Kept)> {
         written_file("docs/new.md", None, Some(b"fresh\n")),
         written_file("img/logo.bin", Some(b"\0\x01"), Some(b"\0\x02")),
         written_file("docs/key.md", None, Some(b"token sk-live-123")),
+        // Issue 21: a hard link before the write: its size and hash, no content.
+        WrittenFile {
+            linked_before: Some(24),
+            ..written_file("docs/hard.md", None, Some(b"# Mine\n"))
+        },
     ]
     .into_iter()
     .map(|f| {
@@ -286,8 +292,16 @@ fn issue15_postgres_records_equal_sqlites_for_the_same_calls() {
         .collect();
     assert_eq!(
         kinds,
-        [Kept::Text, Kept::Text, Kept::Binary, Kept::Credential]
+        [
+            Kept::Text,
+            Kept::Text,
+            Kept::Binary,
+            Kept::Credential,
+            Kept::HardLinked
+        ]
     );
+    let linked = &pg.written_files(&pg_run).unwrap()[4];
+    assert_eq!((linked.before.bytes, &linked.before.text), (24, &None));
 
     let shape = |rows: Vec<docsfab_runtime::store::RunListing>| -> Vec<_> {
         rows.into_iter()

@@ -1,36 +1,19 @@
-//! The docsfab command line. One module per command; each returns `Result<(), CliError>` and
+//! The docsfab command line: `commands` holds one module per command (or group) over the
+//! shared layer in `app`; each returns `Result<(), CliError>` and
 //! `main` turns the error into one sentence on stderr and an exit code (0 ok, 1 failed, 2 bad
 //! input or configuration, 130 cancelled).
 
-mod demo;
-mod doctor;
-mod env_names;
-mod error;
-mod gateway;
-mod goodput;
-mod goodput_plot;
-mod home;
-mod preflight;
-mod probe;
-mod progress;
-mod report_html;
-mod route_command;
-mod run;
-mod runs;
-mod runs_diff;
-mod runs_stats;
-mod serve;
-mod setup;
-mod sim;
-mod telemetry;
-mod throttle;
+mod app;
+mod commands;
 
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::error::CliError;
+use crate::app::error::CliError;
+use crate::app::{error, progress, telemetry};
+use crate::commands::{demo, doctor, route, run, runs, serve, setup, sim};
 
 /// Run multi-step documentation workflows against LLM providers, with auditable retries.
 #[derive(Debug, Parser)]
@@ -73,7 +56,7 @@ enum Commands {
     Sim(sim::SimArgs),
     /// The composition route: OpenAI- and Anthropic-compatible endpoints on loopback that forward
     /// to the composition's provider with in-turn replay and the response boundary.
-    Route(route_command::RouteArgs),
+    Route(route::RouteArgs),
     /// The job service: an HTTP API and web page that queue runs in the run store and run them,
     /// at most --jobs at once. Prints `listening on http://ADDR` first; SIGTERM drains.
     Serve(serve::ServeArgs),
@@ -94,7 +77,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Runs(args) => runs::run(&args, cli.store.as_deref()),
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
-        Commands::Route(args) => route_command::run(&args, cli.store.as_deref()),
+        Commands::Route(args) => route::run(&args, cli.store.as_deref()),
         Commands::Serve(args) => serve::run(&args, cli.store.as_deref()),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),

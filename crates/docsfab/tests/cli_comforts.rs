@@ -281,6 +281,22 @@ fn hardening_runs_list_table_has_header_duration_counts_and_limit() {
     let v: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v.len(), 1);
     assert_eq!(v[0]["runId"], ids[1].as_str());
+    // Issue 21: a cut list says so on stderr (stdout stays the JSON), and a whole one does not.
+    let note = text(&json.stderr);
+    assert!(
+        note.contains("the list stops at --limit 1") && note.contains("pass a larger --limit N"),
+        "{note}"
+    );
+    let whole = s
+        .docsfab()
+        .args(["runs", "list", "--json", "--limit", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        !text(&whole.stderr).contains("the list stops"),
+        "{}",
+        text(&whole.stderr)
+    );
     let mut keys: Vec<&str> = v[0]
         .as_object()
         .unwrap()

@@ -40,7 +40,7 @@ use docsfab_throttle::Throttle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{self, AttemptInput, AttemptReport, TurnEvent};
+use crate::agent::{self, Answer, AttemptInput, AttemptReport, TurnEvent};
 use crate::batch::{BeforeWrite, WriteVeto};
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::fanout::WriteClaims;
@@ -502,12 +502,7 @@ async fn run_begun_step(
                 let files = ctx.kept_contents(&report);
                 store.record_attempt_with_files(ctx.run_id, step_index, &record, &files)?;
                 emit_finished(ctx, step, &record);
-                let end = StepEnd {
-                    status: RunStatus::Succeeded,
-                    failure: None,
-                    output: answer.record_output(),
-                };
-                break (end, Some(answer.as_output_text()));
+                break (succeeded(answer), Some(answer.as_output_text()));
             }
             Err(f) => f.clone(),
         };
@@ -533,14 +528,9 @@ async fn run_begun_step(
                 ));
             }
             StepDecision::End { failure: f, .. } => {
-                let end = if matches!(failure, AttemptFailure::Cancelled) {
-                    ctx.cancelled_end()
-                } else {
-                    StepEnd {
-                        status: RunStatus::Failed,
-                        failure: Some(f),
-                        output: None,
-                    }
+                let end = match failure {
+                    AttemptFailure::Cancelled => ctx.cancelled_end(),
+                    _ => failed(f),
                 };
                 break (end, None);
             }
@@ -548,6 +538,24 @@ async fn run_begun_step(
     };
     store.finish_step(ctx.run_id, step_index, &end)?;
     Ok((end.status, output_text))
+}
+
+/// A step's end when an attempt's answer was accepted.
+fn succeeded(answer: &Answer) -> StepEnd {
+    StepEnd {
+        status: RunStatus::Succeeded,
+        failure: None,
+        output: answer.record_output(),
+    }
+}
+
+/// A step's end when the policy ended it on `failure`.
+fn failed(failure: StepFailure) -> StepEnd {
+    StepEnd {
+        status: RunStatus::Failed,
+        failure: Some(failure),
+        output: None,
+    }
 }
 
 /// One step as it runs: what every attempt of it shares.

@@ -1,5 +1,4 @@
-//! The run store's error: its own module so that the store and the modules it is built from
-//! (`written`) share it without importing each other.
+//! The run store's error, shared by both backends.
 
 use rusqlite::ErrorCode;
 

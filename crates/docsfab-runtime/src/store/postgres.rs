@@ -967,7 +967,7 @@ fn insert_written(
                 &kept.as_str(),
                 &file.sha256_before,
                 &file.sha256_after,
-                &bytes(&file.before),
+                &i64::try_from(file.bytes_before()).unwrap_or(i64::MAX),
                 &bytes(&file.after),
                 &keep(&file.before),
                 &keep(&file.after),

@@ -38,7 +38,7 @@ use crate::record::{
     WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
-use crate::written::{self, Kept, StoredWrite};
+use crate::written::{Kept, Side, StoredWrite, under_run_cap};
 
 use super::{
     BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
@@ -135,7 +135,7 @@ impl SqliteStore {
                 tx.commit()?;
             }
             add_run_columns(conn)?;
-            crate::written::migrate(conn)?;
+            migrate_written(conn)?;
             Ok(())
         })?;
         store.interrupted = store.mark_orphans_interrupted()?;
@@ -513,7 +513,7 @@ impl SqliteStore {
     }
 
     /// [`SqliteStore::record_attempt`], keeping in the same transaction the contents of the files
-    /// the attempt changed, each as [`written::classify`] judged it (bounded: see
+    /// the attempt changed, each as [`crate::written::classify`] judged it (bounded: see
     /// [`crate::written`]). `docsfab runs diff` reads them back with
     /// [`SqliteStore::written_files`].
     pub fn record_attempt_with_files(
@@ -548,7 +548,7 @@ impl SqliteStore {
                     json
                 ],
             )?;
-            written::insert(&tx, run_id, step_index, attempt.attempt, files)?;
+            insert_written(&tx, run_id, step_index, attempt.attempt, files)?;
             tx.commit()?;
             Ok(())
         })
@@ -678,7 +678,7 @@ impl SqliteStore {
     /// The files the run's succeeded write attempts changed, with their kept contents, in the
     /// order the run wrote them.
     pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
-        self.retrying("reading written files", |conn| written::load(conn, run_id))
+        self.retrying("reading written files", |conn| load_written(conn, run_id))
     }
 
     /// The full record of one run, or `None` when there is no such run.
@@ -1018,6 +1018,138 @@ fn load_step_row(
             step_index,
         }),
     }
+}
+
+const WRITTEN_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS written_files (
+    run_id        TEXT NOT NULL,
+    step_index    INTEGER NOT NULL,
+    attempt       INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    path          TEXT NOT NULL,
+    kept          TEXT NOT NULL,
+    sha256_before TEXT,
+    sha256_after  TEXT,
+    bytes_before  INTEGER NOT NULL,
+    bytes_after   INTEGER NOT NULL,
+    before        BLOB,
+    after         BLOB,
+    PRIMARY KEY (run_id, step_index, attempt, seq),
+    FOREIGN KEY (run_id, step_index) REFERENCES steps (run_id, step_index)
+);
+";
+
+/// Adds the table to a store made before it existed (older stores keep working; an older
+/// docsfab ignores the table).
+fn migrate_written(conn: &Connection) -> Result<(), StoreError> {
+    let known: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'written_files'",
+        [],
+        |r| r.get(0),
+    )?;
+    if known == 0 {
+        let tx =
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute_batch(WRITTEN_SCHEMA)?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+/// Stores the files of attempt `attempt`, inside the caller's transaction. A file's contents
+/// are kept when [`crate::written::classify`] says text and the run stays within
+/// [`crate::written::MAX_RUN_BYTES`].
+fn insert_written(
+    conn: &Connection,
+    run_id: &str,
+    step_index: u32,
+    attempt: u32,
+    files: &[(WrittenFile, Kept)],
+) -> Result<(), StoreError> {
+    let used: u64 = conn.query_row(
+        "SELECT COALESCE(SUM(COALESCE(LENGTH(before), 0) + COALESCE(LENGTH(after), 0)), 0)
+         FROM written_files WHERE run_id = ?1",
+        [run_id],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    for (seq, ((file, _), kept)) in files.iter().zip(under_run_cap(used, files)).enumerate() {
+        let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
+        let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
+        conn.execute(
+            "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
+                 sha256_before, sha256_after, bytes_before, bytes_after, before, after)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+            params![
+                run_id,
+                step_index,
+                attempt,
+                seq as i64 + 1,
+                file.path,
+                kept.as_str(),
+                file.sha256_before,
+                file.sha256_after,
+                file.bytes_before() as i64,
+                len(&file.after) as i64,
+                keep(&file.before),
+                keep(&file.after),
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Every stored file of the run, in the order the run wrote them (step, attempt, first write).
+fn load_written(conn: &Connection, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT step_index, attempt, path, kept, sha256_before, sha256_after, bytes_before,
+                bytes_after, before, after
+         FROM written_files WHERE run_id = ?1 ORDER BY step_index, attempt, seq",
+    )?;
+    let rows = stmt.query_map([run_id], |r| {
+        Ok((
+            (
+                r.get::<_, u32>(0)?,
+                r.get::<_, u32>(1)?,
+                r.get::<_, String>(2)?,
+            ),
+            r.get::<_, String>(3)?,
+            (
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ),
+            (r.get::<_, i64>(6)?, r.get::<_, i64>(7)?),
+            (
+                r.get::<_, Option<Vec<u8>>>(8)?,
+                r.get::<_, Option<Vec<u8>>>(9)?,
+            ),
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let ((step_index, attempt, path), kept, (sha_b, sha_a), (len_b, len_a), (b, a)) = row?;
+        let kept = Kept::parse(&kept)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown written-file kind {kept:?}")))?;
+        let side = |sha256, bytes: i64, content: Option<Vec<u8>>| -> Result<Side, StoreError> {
+            let text = content
+                .map(String::from_utf8)
+                .transpose()
+                .map_err(|_| StoreError::Corrupt(format!("stored text of {path} is not UTF-8")))?;
+            Ok(Side {
+                sha256,
+                bytes: u64::try_from(bytes).unwrap_or(0),
+                text,
+            })
+        };
+        out.push(StoredWrite {
+            before: side(sha_b, len_b, b)?,
+            after: side(sha_a, len_a, a)?,
+            step_index,
+            attempt,
+            path,
+            kept,
+        });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -184,6 +184,12 @@ fn not_shown_line(c: &PathChange<'_>, kept: Kept) -> String {
             c.path,
             MAX_RUN_BYTES >> 20
         ),
+        Kept::HardLinked => format!(
+            "File {}: not shown, it had more than one hard link before the write (another name \
+             for it may be outside the workspace), so docsfab keeps only its hashes and sizes \
+             ({sizes}).",
+            c.path
+        ),
         Kept::Text => unreachable!("only called for contents that were not kept"),
     }
 }

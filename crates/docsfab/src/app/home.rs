@@ -11,7 +11,7 @@ use docsfab_policy::host::{HostConfig, MAX_CONFIG_BYTES, ProviderConfig, shown_l
 use docsfab_policy::rules::{OPERATOR_FILE_NAME, RulesTable};
 use docsfab_runtime::composition::Composition;
 
-use crate::error::{CliError, plain_reason};
+use crate::app::error::{CliError, plain_reason};
 
 /// The file name of the host configuration inside `DOCSFAB_HOME`.
 pub const HOST_FILE_NAME: &str = "host.yaml";
@@ -156,7 +156,7 @@ pub fn validate_run_inputs(
         let selected = ctx.select_provider(&composition, composition_path)?;
         check_transport(&selected)?;
     }
-    crate::telemetry::check_env()?;
+    crate::app::telemetry::check_env()?;
     Ok((ctx, composition))
 }
 
@@ -285,7 +285,7 @@ impl HostContext {
             .values()
             .map(|p| p.api_key_env.as_str())
             .collect();
-        crate::env_names::unknown_warnings(self.env.keys().map(String::as_str), &key_vars)
+        crate::app::env_names::unknown_warnings(self.env.keys().map(String::as_str), &key_vars)
     }
 }
 

@@ -8,7 +8,7 @@ use std::net::ToSocketAddrs as _;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::error::CliError;
+use crate::app::error::CliError;
 
 /// How long the resolver may take before the pre-flight gives up and lets the run go on.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -221,7 +221,7 @@ mod tests {
             "failed to lookup address information: Name or service not known",
         );
         let e = refusal("default", "/h/host.yaml", &r);
-        assert_eq!(e.kind, crate::error::ErrorKind::BadInput);
+        assert_eq!(e.kind, crate::app::error::ErrorKind::BadInput);
         assert_eq!(
             e.message,
             "provider \"default\" points at host docsfab-test.invalid (providers.default.baseUrl in /h/host.yaml), which does not exist (the resolver says: Name or service not known); correct the host name in baseUrl, or check this machine's DNS settings."

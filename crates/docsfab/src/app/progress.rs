@@ -297,7 +297,7 @@ impl Reporter {
     /// share a terminal line. A closed stdout is not an error here: the run goes on regardless.
     pub fn stdout(&self, text: &str) {
         let write = || {
-            let _ = crate::error::emit(text);
+            let _ = crate::app::error::emit(text);
         };
         match &self.screen {
             Some(screen) => screen.multi.suspend(write),

@@ -27,30 +27,32 @@ use docsfab_runtime::executor::{ProviderSettings, RunConfig};
 use docsfab_sim::{Scenario, SimServer};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{CliError, emit};
-use crate::home::Home;
-use crate::progress::ColorChoice;
-use crate::run::{conclude, execute, load_record, runtime};
-use crate::runs::{open_store_url, render_run, store_place, store_url};
+use crate::app::error::{CliError, emit};
+use crate::app::execute::{conclude, execute, runtime};
+use crate::app::home::Home;
+use crate::app::print::render_run;
+use crate::app::progress::ColorChoice;
+use crate::app::store::load_record;
+use crate::app::store::{open_store_url, store_place, store_url};
 
-const COMPOSITION: &str = include_str!("../quickstart/composition.yaml");
-const SCENARIO: &str = include_str!("../quickstart/scenario.yaml");
+const COMPOSITION: &str = include_str!("../../quickstart/composition.yaml");
+const SCENARIO: &str = include_str!("../../quickstart/scenario.yaml");
 const WORKSPACE: [(&str, &str); 4] = [
     (
         "Cargo.toml",
-        include_str!("../quickstart/workspace/Cargo.toml"),
+        include_str!("../../quickstart/workspace/Cargo.toml"),
     ),
     (
         "src/lib.rs",
-        include_str!("../quickstart/workspace/src/lib.rs"),
+        include_str!("../../quickstart/workspace/src/lib.rs"),
     ),
     (
         "src/count.rs",
-        include_str!("../quickstart/workspace/src/count.rs"),
+        include_str!("../../quickstart/workspace/src/count.rs"),
     ),
     (
         "src/report.rs",
-        include_str!("../quickstart/workspace/src/report.rs"),
+        include_str!("../../quickstart/workspace/src/report.rs"),
     ),
 ];
 
@@ -66,7 +68,7 @@ const DEMO_MODEL: &str = "demo-model";
 const DEMO_PROVIDER: &str = "demo-simulator";
 
 pub fn run(color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
-    crate::telemetry::check_env()?;
+    crate::app::telemetry::check_env()?;
     // The embedded files are part of the binary; a problem with them is a build defect.
     let bug = |what: &str, e: &dyn std::fmt::Display| {
         CliError::failed(format!(

@@ -8,11 +8,11 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use docsfab_route::{RouteError, ServerLimits, Upstream};
 
-use crate::throttle::ThrottlePlan;
+use crate::app::throttle::ThrottlePlan;
 use docsfab_runtime::composition::Composition;
 
-use crate::error::CliError;
-use crate::home::{HostContext, read_optional};
+use crate::app::error::CliError;
+use crate::app::home::{HostContext, read_optional};
 
 #[derive(Debug, Args)]
 pub struct RouteArgs {
@@ -96,7 +96,7 @@ fn serve_command(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> 
         timeout: Duration::from_millis(composition.limits.timeout_ms),
         throttle: ThrottlePlan::for_store_url(
             &ctx.home.dir,
-            &crate::runs::store_url(&ctx.home.dir, store)?,
+            &crate::app::store::store_url(&ctx.home.dir, store)?,
             &ctx.host,
         )
         .open(),

@@ -21,8 +21,8 @@ use docsfab_policy::host::{
     check_model, check_throttle_mode,
 };
 
-use crate::error::{CliError, emit};
-use crate::home::{Home, load_host};
+use crate::app::error::{CliError, emit};
+use crate::app::home::{Home, load_host};
 
 /// The provider `setup` writes.
 const PROVIDER: &str = "default";
@@ -411,7 +411,7 @@ mod tests {
             args(None, None, Some(key), None),
         ] {
             let e = check_args(&a).unwrap_err();
-            assert_eq!(e.kind, crate::error::ErrorKind::BadInput);
+            assert_eq!(e.kind, crate::app::error::ErrorKind::BadInput);
             assert!(!e.message.contains("Abc123"), "{}", e.message);
         }
         assert!(check_args(&args(None, Some("https://h/v1"), Some("m"), Some("MY_KEY"))).is_ok());

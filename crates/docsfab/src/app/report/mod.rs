@@ -14,10 +14,10 @@ use std::path::Path;
 use docsfab_runtime::record::RunRecord;
 use serde::Serialize;
 
-use crate::error::{CliError, emit};
+use crate::app::error::{CliError, emit};
 
-const STYLE: &str = include_str!("report/report.css");
-const SCRIPT: &str = include_str!("report/report.js");
+const STYLE: &str = include_str!("report.css");
+const SCRIPT: &str = include_str!("report.js");
 
 /// One file the run changed and its part of `runs diff`.
 #[derive(Serialize)]
@@ -35,7 +35,7 @@ pub fn render(record: &RunRecord, diffs: &[(String, String)]) -> Result<String, 
         .collect();
     let diffs_json = data_block(&files)?;
     // What the run's gateway may have bent, in the words `runs show` uses (issue 24).
-    let gateway_json = data_block(&crate::gateway::RunGateway::of_run(record))?;
+    let gateway_json = data_block(&crate::app::gateway::RunGateway::of_run(record))?;
     // The run id is docsfab's own format, but the title goes through the same escape as the rest.
     let title = escape_text(&format!("docsfab run {}", record.run_id));
     Ok(format!(
@@ -111,7 +111,7 @@ pub fn write(page: &str, target: &Path) -> Result<(), CliError> {
         CliError::bad_input(format!(
             "cannot write the HTML report to {} ({}); name a file in an existing, writable directory, or `-` for standard output.",
             target.display(),
-            crate::error::plain_reason(&e.to_string(), "the file cannot be written")
+            crate::app::error::plain_reason(&e.to_string(), "the file cannot be written")
         ))
     };
     if target.is_dir() {

@@ -34,7 +34,7 @@ use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider,
 };
 
-use crate::error::CliError;
+use crate::app::error::CliError;
 use plan::{MetricPoints, PlannedSpan, RunFacts, Timeline};
 
 /// Which signals go out, read from the standard `OTEL_` variables.

@@ -583,7 +583,7 @@ mod tests {
 
     /// The demo's golden record, its placeholders filled in.
     fn demo_record() -> RunRecord {
-        let text = include_str!("../../tests/fixtures/demo-record.golden.json");
+        let text = include_str!("../../../tests/fixtures/demo-record.golden.json");
         let mut value: serde_json::Value = serde_json::from_str(text).unwrap();
         fill(&mut value);
         serde_json::from_value(value).unwrap()

@@ -2,9 +2,9 @@
 //! environment, the rules table and optionally a composition), then print every effective limit
 //! with its source, the transport retry budget and the retry envelope of one read-only step.
 //!
-//! Each provider's host is resolved (the DNS pre-flight `run` makes, see [`crate::preflight`]);
+//! Each provider's host is resolved (the DNS pre-flight `run` makes, see [`crate::app::preflight`]);
 //! a host that does not exist is bad configuration. `--probe` then sends one real request to one
-//! provider (see [`crate::probe`]).
+//! provider (see [`probe`]).
 //!
 //! The run store (`--store`, `DOCSFAB_STORE`, else the home's `runs.db`) is opened as `run`
 //! opens it: credentials or a database the server refuses are bad configuration; a server that
@@ -14,6 +14,8 @@
 //! Exit 0 when the configuration is valid, even with warnings; exit 2 with one sentence on
 //! stderr at the first problem. Secrets are never printed: for each provider doctor says only
 //! whether the variable it names is set.
+
+pub mod probe;
 
 use std::path::PathBuf;
 
@@ -27,10 +29,10 @@ use docsfab_runtime::record::RunStatus;
 use docsfab_runtime::store::{RunStore, StoreUrl};
 use serde_json::{Value, json};
 
-use crate::error::{CliError, emit};
-use crate::home::{HostContext, Selected, validate_run_inputs};
-use crate::preflight::{RESOLVE_TIMEOUT, Resolution, resolve};
-use crate::probe::{ProbeReport, Target, probe};
+use self::probe::{ProbeReport, Target, probe};
+use crate::app::error::{CliError, emit};
+use crate::app::home::{HostContext, Selected, validate_run_inputs};
+use crate::app::preflight::{RESOLVE_TIMEOUT, Resolution, resolve};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
@@ -118,6 +120,53 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
         None => None,
     };
 
+    warnings.extend(host_warnings(&ctx));
+
+    let timer_ms = composition
+        .as_ref()
+        .map_or(DEFAULT_TIMEOUT_MS, |(_, c, _)| c.limits.timeout_ms);
+    let envelope = RetryEnvelope::for_limits(&ctx.limits, timer_ms);
+    if envelope.exceeds_deadline {
+        warnings.push(format!(
+            "one read-only step may take up to {}ms, more than runtime.deadlineMilliseconds={}, so a hosted job deadline could cancel the run first; lower DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES (or DOCSFAB_READ_ONLY_MAX_RETRIES), or seal a shorter limits.timeoutMs in the composition.",
+            envelope.total_ms, envelope.deadline_ms
+        ));
+    }
+
+    let selected = composition.as_ref().map(|(_, c, _)| c.provider.as_str());
+    let dns = resolve_hosts(&ctx, selected)?;
+    warnings.extend(dns.iter().filter_map(|(name, r)| dns_warning(name, r)));
+    let store = crate::app::store::store_url(&ctx.home.dir, store)?;
+    let (store, opened) = check_store(&store)?;
+    if let StoreState::Unreachable(why) = &store.state {
+        warnings.push(why.clone());
+    }
+    let probe = if args.probe {
+        let (name, model) = probe_choice(args, &ctx, composition.as_ref().map(|(_, c, _)| c))?;
+        Some(probe_provider(&ctx, &name, &model, &dns)?)
+    } else {
+        None
+    };
+
+    let goodput = opened
+        .and_then(|open| crate::app::fault_model::doctor_line(&ctx, &open, &store.url, timer_ms));
+    Ok(Report {
+        goodput,
+        store,
+        ctx,
+        composition,
+        timer_ms,
+        envelope,
+        dns,
+        probe,
+        warnings,
+    })
+}
+
+/// What doctor warns of in the host's own configuration: a missing or empty host file, keys
+/// not set, an environment variable an override shadows, and unknown `DOCSFAB_` variables.
+fn host_warnings(ctx: &HostContext) -> Vec<String> {
+    let mut warnings = Vec::new();
     if !ctx.host_file_exists {
         warnings.push(format!(
             "{} does not exist, so the catalog defaults apply and no provider is configured; run `docsfab setup` to create it.",
@@ -150,46 +199,7 @@ fn check(args: &DoctorArgs, store: Option<&str>) -> Result<Report, CliError> {
         ));
     }
     warnings.extend(ctx.unknown_env_warnings());
-
-    let timer_ms = composition
-        .as_ref()
-        .map_or(DEFAULT_TIMEOUT_MS, |(_, c, _)| c.limits.timeout_ms);
-    let envelope = RetryEnvelope::for_limits(&ctx.limits, timer_ms);
-    if envelope.exceeds_deadline {
-        warnings.push(format!(
-            "one read-only step may take up to {}ms, more than runtime.deadlineMilliseconds={}, so a hosted job deadline could cancel the run first; lower DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES (or DOCSFAB_READ_ONLY_MAX_RETRIES), or seal a shorter limits.timeoutMs in the composition.",
-            envelope.total_ms, envelope.deadline_ms
-        ));
-    }
-
-    let selected = composition.as_ref().map(|(_, c, _)| c.provider.as_str());
-    let dns = resolve_hosts(&ctx, selected)?;
-    warnings.extend(dns.iter().filter_map(|(name, r)| dns_warning(name, r)));
-    let store = crate::runs::store_url(&ctx.home.dir, store)?;
-    let (store, opened) = check_store(&store)?;
-    if let StoreState::Unreachable(why) = &store.state {
-        warnings.push(why.clone());
-    }
-    let probe = if args.probe {
-        let (name, model) = probe_choice(args, &ctx, composition.as_ref().map(|(_, c, _)| c))?;
-        Some(probe_provider(&ctx, &name, &model, &dns)?)
-    } else {
-        None
-    };
-
-    let goodput =
-        opened.and_then(|open| crate::goodput::doctor_line(&ctx, &open, &store.url, timer_ms));
-    Ok(Report {
-        goodput,
-        store,
-        ctx,
-        composition,
-        timer_ms,
-        envelope,
-        dns,
-        probe,
-        warnings,
-    })
+    warnings
 }
 
 /// The run store as doctor found it.
@@ -219,8 +229,8 @@ fn check_store(url: &StoreUrl) -> Result<(StoreCheck, Option<RunStore>), CliErro
         let state = StoreState::NotCreated;
         return Ok((StoreCheck { url, state }, None));
     }
-    let (state, opened) = match crate::runs::open_store_url(&url) {
-        Err(e) if e.kind == crate::error::ErrorKind::BadInput => return Err(e),
+    let (state, opened) = match crate::app::store::open_store_url(&url) {
+        Err(e) if e.kind == crate::app::error::ErrorKind::BadInput => return Err(e),
         Err(e) => (StoreState::Unreachable(e.message), None),
         Ok(store) => match store.count_by_status() {
             Ok(counts) => (
@@ -230,7 +240,7 @@ fn check_store(url: &StoreUrl) -> Result<(StoreCheck, Option<RunStore>), CliErro
                 Some(store),
             ),
             Err(e) => (
-                StoreState::Unreachable(crate::runs::read_failed(&url, e).message),
+                StoreState::Unreachable(crate::app::store::read_failed(&url, e).message),
                 None,
             ),
         },
@@ -248,7 +258,7 @@ impl StoreCheck {
 
     /// `Run store: PLACE (WHAT)`.
     fn line(&self) -> String {
-        let place = crate::runs::store_place(&self.url);
+        let place = crate::app::store::store_place(&self.url);
         let what = match &self.state {
             StoreState::NotCreated => "SQLite, not created yet: the first run creates it".into(),
             StoreState::Open { counts } => {
@@ -289,7 +299,7 @@ impl StoreCheck {
             StoreState::Unreachable(_) => ("unreachable", Value::Null),
         };
         json!({
-            "place": crate::runs::store_place(&self.url),
+            "place": crate::app::store::store_place(&self.url),
             "backend": self.backend(),
             "state": state,
             "runs": runs,
@@ -308,7 +318,7 @@ fn resolve_hosts(
     for (name, p) in &ctx.host.providers {
         let r = resolve(&p.base_url, RESOLVE_TIMEOUT);
         if matches!(r, Resolution::NoSuchHost { .. }) && selected == Some(name.as_str()) {
-            return Err(crate::preflight::refusal(name, &ctx.host.path, &r));
+            return Err(crate::app::preflight::refusal(name, &ctx.host.path, &r));
         }
         out.push((name.clone(), r));
     }
@@ -321,7 +331,7 @@ fn dns_warning(name: &str, r: &Resolution) -> Option<String> {
         Resolution::NoSuchHost { host, said } => Some(format!(
             "the host {host} of provider {name:?} does not exist (the resolver says: {said}); a run on this provider would be refused, so correct providers.{name}.baseUrl or check this machine's DNS settings."
         )),
-        _ => crate::preflight::warning(name, r),
+        _ => crate::app::preflight::warning(name, r),
     }
 }
 
@@ -372,7 +382,7 @@ fn probe_provider(
         provider,
         model,
     };
-    let key = crate::run::read_key(&selected)?;
+    let key = crate::app::execute::read_key(&selected)?;
     let resolution = dns
         .iter()
         .find(|(n, _)| n == name)
@@ -380,7 +390,11 @@ fn probe_provider(
         .unwrap_or_else(|| resolve(&provider.base_url, RESOLVE_TIMEOUT));
     // Sending would only meet the resolver's answer again: refused as `run` refuses it.
     if matches!(resolution, Resolution::NoSuchHost { .. }) {
-        return Err(crate::preflight::refusal(name, &ctx.host.path, &resolution));
+        return Err(crate::app::preflight::refusal(
+            name,
+            &ctx.host.path,
+            &resolution,
+        ));
     }
     probe(
         Target {
@@ -470,35 +484,60 @@ pub fn envelope_line(e: &RetryEnvelope) -> String {
 }
 
 fn to_text(r: &Report) -> String {
+    let mut lines = host_lines(r);
+    lines.push(rules_line(&r.ctx));
+    lines.extend(composition_lines(r));
+    lines.extend(limit_lines(&r.ctx.limits));
+    lines.push(envelope_line(&r.envelope));
+    // The envelope line is fixed byte for byte; its times read in human units on the next line.
+    let e = &r.envelope;
+    lines.push(format!(
+        "  = contract {}, transport {}, total {}; deadline {}",
+        human_duration(e.contract_ms),
+        human_duration(e.transport_ms),
+        human_duration(e.total_ms),
+        human_duration(e.deadline_ms)
+    ));
+    lines.push(r.store.line());
+    lines.extend(r.goodput.clone());
+    lines.extend(r.probe.iter().flat_map(ProbeReport::lines));
+    lines.extend(r.warnings.iter().map(|w| format!("warning: {w}")));
+    lines.push(match &r.probe {
+        Some(p) if p.conclusion().is_err() => {
+            "Configuration is valid, but the probe failed (see the error on stderr).".to_string()
+        }
+        _ => "Configuration is valid.".to_string(),
+    });
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The home, the host file, and each provider with its host and throttle.
+fn host_lines(r: &Report) -> Vec<String> {
     let ctx = &r.ctx;
-    let l = &ctx.limits;
-    let mut out = String::new();
-    let mut line = |s: String| {
-        out.push_str(&s);
-        out.push('\n');
-    };
-    line(format!(
-        "Home: {} ({})",
-        ctx.home.dir.display(),
-        if ctx.home.from_env {
-            "DOCSFAB_HOME"
-        } else {
-            "default $HOME/.docsfab"
-        }
-    ));
-    line(format!(
-        "Host file: {} ({})",
-        ctx.host.path,
-        if ctx.host_file_empty {
-            "empty: no providers are configured"
-        } else if ctx.host_file_exists {
-            "valid"
-        } else {
-            "absent: catalog defaults"
-        }
-    ));
+    let mut lines = vec![
+        format!(
+            "Home: {} ({})",
+            ctx.home.dir.display(),
+            if ctx.home.from_env {
+                "DOCSFAB_HOME"
+            } else {
+                "default $HOME/.docsfab"
+            }
+        ),
+        format!(
+            "Host file: {} ({})",
+            ctx.host.path,
+            if ctx.host_file_empty {
+                "empty: no providers are configured"
+            } else if ctx.host_file_exists {
+                "valid"
+            } else {
+                "absent: catalog defaults"
+            }
+        ),
+    ];
     for (name, p) in &ctx.host.providers {
-        line(format!(
+        lines.push(format!(
             "Provider {name}: api={} baseUrl={} model={} apiKeyEnv={} ({})",
             p.api,
             p.base_url,
@@ -511,14 +550,18 @@ fn to_text(r: &Report) -> String {
             }
         ));
         if let Some((_, dns)) = r.dns.iter().find(|(n, _)| n == name) {
-            line(format!(
+            lines.push(format!(
                 "Provider {name} host: {} {}",
                 dns.host(),
                 dns.describe()
             ));
         }
-        line(throttle_line(name, &p.throttle));
+        lines.push(throttle_line(name, &p.throttle));
     }
+    lines
+}
+
+fn rules_line(ctx: &HostContext) -> String {
     let rules = &ctx.rules;
     let counts = format!(
         "{} class rules, {} condition rules, {} text rules",
@@ -526,7 +569,7 @@ fn to_text(r: &Report) -> String {
         rules.condition_rules().len(),
         rules.text_rules().len()
     );
-    line(match &ctx.rules_path {
+    match &ctx.rules_path {
         Some(p) => format!(
             "Rules table: {} (operator copy, valid: {counts})",
             p.display()
@@ -535,7 +578,11 @@ fn to_text(r: &Report) -> String {
             "Rules table: embedded {} (valid: {counts})",
             docsfab_policy::rules::EMBEDDED_NAME
         ),
-    });
+    }
+}
+
+/// The composition checked, if any, and the attempt timer it (or the default) sets.
+fn composition_lines(r: &Report) -> Vec<String> {
     match &r.composition {
         Some((path, c, selected)) => {
             let model = match selected {
@@ -545,26 +592,32 @@ fn to_text(r: &Report) -> String {
                     .clone()
                     .unwrap_or_else(|| "(the provider's model)".to_string()),
             };
-            line(format!(
-                "Composition: {} ({}) steps={} provider={} model={model} (valid)",
-                c.name,
-                path.display(),
-                c.steps.len(),
-                c.provider,
-            ));
-            line(format!(
-                "Attempt timer: {}ms = {} (composition limits.timeoutMs)",
-                r.timer_ms,
-                human_duration(r.timer_ms)
-            ));
+            vec![
+                format!(
+                    "Composition: {} ({}) steps={} provider={} model={model} (valid)",
+                    c.name,
+                    path.display(),
+                    c.steps.len(),
+                    c.provider,
+                ),
+                format!(
+                    "Attempt timer: {}ms = {} (composition limits.timeoutMs)",
+                    r.timer_ms,
+                    human_duration(r.timer_ms)
+                ),
+            ]
         }
-        None => line(format!(
+        None => vec![format!(
             "Attempt timer: {}ms = {} (default; pass --composition FILE to use its limits.timeoutMs)",
             r.timer_ms,
             human_duration(r.timer_ms)
-        )),
+        )],
     }
-    line("Limits:".to_string());
+}
+
+/// Every effective limit with its source (and variable), then the transport line.
+fn limit_lines(l: &EffectiveLimits) -> Vec<String> {
+    let mut lines = vec!["Limits:".to_string()];
     for (limit, e) in l.iter() {
         let via = limit
             .env_var()
@@ -579,41 +632,15 @@ fn to_text(r: &Report) -> String {
         } else {
             String::new()
         };
-        line(format!(
+        lines.push(format!(
             "  {}={} ({}){extra}{via}",
             limit.key(),
             e.value,
             e.source
         ));
     }
-    line(transport_line(l));
-    line(envelope_line(&r.envelope));
-    // The envelope line is fixed byte for byte; its times read in human units on the next line.
-    let e = &r.envelope;
-    line(format!(
-        "  = contract {}, transport {}, total {}; deadline {}",
-        human_duration(e.contract_ms),
-        human_duration(e.transport_ms),
-        human_duration(e.total_ms),
-        human_duration(e.deadline_ms)
-    ));
-    line(r.store.line());
-    if let Some(g) = &r.goodput {
-        line(g.clone());
-    }
-    for l in r.probe.iter().flat_map(ProbeReport::lines) {
-        line(l);
-    }
-    for w in &r.warnings {
-        line(format!("warning: {w}"));
-    }
-    line(match &r.probe {
-        Some(p) if p.conclusion().is_err() => {
-            "Configuration is valid, but the probe failed (see the error on stderr).".to_string()
-        }
-        _ => "Configuration is valid.".to_string(),
-    });
-    out
+    lines.push(transport_line(l));
+    lines
 }
 
 fn to_json(r: &Report) -> Value {

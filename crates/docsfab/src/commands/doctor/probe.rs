@@ -17,8 +17,8 @@ use docsfab_provider::{
 };
 use serde_json::{Value, json};
 
-use crate::error::CliError;
-use crate::preflight::Resolution;
+use crate::app::error::CliError;
+use crate::app::preflight::Resolution;
 
 /// The probe waits this long for the answer; a provider slower than that on a one-token ping is
 /// reported as unreachable (request-timeout).
@@ -113,7 +113,7 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
     })?;
     let started = Instant::now();
     // `send` is one request: the transport never retries, and no replay driver is involved.
-    let sent = crate::run::runtime()?.block_on(transport.send(payload.bytes().clone()));
+    let sent = crate::app::execute::runtime()?.block_on(transport.send(payload.bytes().clone()));
     let rtt_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut report = ProbeReport {
         provider: target.provider.to_owned(),
@@ -229,7 +229,7 @@ impl ProbeReport {
                 g.describe()
             ));
             lines.extend(
-                crate::gateway::weakened(g.name, self.api)
+                crate::app::gateway::weakened(g.name, self.api)
                     .iter()
                     .map(|w| format!("  - {}", w.line())),
             );
@@ -255,7 +255,7 @@ impl ProbeReport {
             "gateway": self.gateway.as_ref().map(|g| json!({
                 "name": g.name.as_str(),
                 "version": g.version,
-                "weakens": crate::gateway::weakened(g.name, self.api)
+                "weakens": crate::app::gateway::weakened(g.name, self.api)
                     .iter()
                     .map(|w| json!({
                         "rule": w.rule,

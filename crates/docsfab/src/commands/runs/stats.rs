@@ -1,5 +1,5 @@
 //! `docsfab runs stats`: the pure parts of the command — its `--since` flag and the readable
-//! rendering. The figures are `docsfab_runtime::stats`; `runs.rs` reads the records from the
+//! rendering. The figures are `docsfab_runtime::stats`; `runs` reads the records from the
 //! store (one read per admitted run: thousands of runs take a moment, and no second copy of the
 //! figures has to be kept in step with the records).
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::stats::{Counts, Stats, UNKNOWN_PROVIDER};
 
-use crate::error::CliError;
+use crate::app::error::CliError;
 
 /// `--since`: `7d`, `24h`, `90m` or `30s`, a whole positive number and one unit.
 pub fn parse_since(text: &str) -> Result<Duration, CliError> {

@@ -119,7 +119,7 @@ async fn submit(State(shared): State<Arc<Shared>>, req: Request) -> ApiResult {
             StatusCode::BAD_REQUEST,
             format!(
                 "the request body is not a run submission ({}); {SUBMISSION_SHAPE}.",
-                crate::error::plain_reason(&e.to_string(), "not JSON")
+                crate::app::error::plain_reason(&e.to_string(), "not JSON")
             ),
         )
     })?;
@@ -254,7 +254,7 @@ async fn record_of(
 /// `GET /api/runs/{id}`: exactly `docsfab runs show ID --json`.
 async fn show(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
     let record = record_of(&shared, &id).await?;
-    let text = crate::runs::to_json(&record)?;
+    let text = crate::app::print::to_json(&record)?;
     Ok((
         [(header::CONTENT_TYPE, "application/json")],
         format!("{text}\n"),
@@ -331,7 +331,7 @@ async fn diff(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiR
     let (record, rows) = record_and_writes(&shared, &id).await?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        crate::runs_diff::render(&record, &rows, false),
+        crate::app::diff::render(&record, &rows, false),
     )
         .into_response())
 }
@@ -339,7 +339,7 @@ async fn diff(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiR
 /// `GET /api/runs/{id}/report`: the HTML timeline of `runs show --html`.
 async fn report(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
     let (record, rows) = record_and_writes(&shared, &id).await?;
-    let page = crate::report_html::render(&record, &crate::runs_diff::per_file(&rows))?;
+    let page = crate::app::report::render(&record, &crate::app::diff::per_file(&rows))?;
     Ok((
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),

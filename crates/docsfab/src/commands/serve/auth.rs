@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq as _;
 
 use super::Shared;
 use super::reply::error_response;
-use crate::error::CliError;
+use crate::app::error::CliError;
 
 /// The cookie the web page stores the token in.
 pub const COOKIE: &str = "docsfab_token";

@@ -44,7 +44,7 @@ fn diff(seen: &mut Seen, record: &RunRecord) -> (Vec<Event>, bool) {
             out.push(event(
                 "attempt",
                 json!({"runId": id, "step": index, "stepId": step.step_id, "attempt": a.attempt,
-                       "budget": a.budget.as_str(), "status": crate::runs::name_of(&a.status)}),
+                       "budget": a.budget.as_str(), "status": crate::app::print::name_of(&a.status)}),
             ));
         }
         *seen_attempts = step.attempts.len();

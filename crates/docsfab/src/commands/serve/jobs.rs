@@ -247,7 +247,7 @@ fn prepare_and_run(
     }
     config.throttle = throttle.open();
     // The settings were checked at startup; a run that cannot set them up runs untraced.
-    let telemetry = crate::telemetry::Telemetry::from_env(&config)
+    let telemetry = crate::app::telemetry::Telemetry::from_env(&config)
         .ok()
         .flatten();
     config.progress = Some(progress_sink(id, telemetry.clone()));
@@ -279,7 +279,7 @@ fn prepare_and_run(
 /// the run's id in front (runs interleave), and into its OpenTelemetry timeline when exported.
 fn progress_sink(
     id: &str,
-    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    telemetry: Option<Arc<crate::app::telemetry::Telemetry>>,
 ) -> docsfab_runtime::progress::ProgressSink {
     let id = id.to_owned();
     Arc::new(move |p| {

@@ -31,8 +31,8 @@ use docsfab_route::ServerLimits;
 use docsfab_runtime::store::{RunStore, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::CliError;
-use crate::home::HostContext;
+use crate::app::error::CliError;
+use crate::app::home::HostContext;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -85,13 +85,13 @@ pub struct StoreAt {
 impl StoreAt {
     fn locate(home: &Path, flag: Option<&str>) -> Result<StoreAt, CliError> {
         Ok(StoreAt {
-            url: crate::runs::store_url(home, flag)?,
+            url: crate::app::store::store_url(home, flag)?,
         })
     }
 
     /// A store of its own (the API shares one; each job opens its own).
     pub fn open(&self) -> Result<RunStore, CliError> {
-        crate::runs::open_store_url(&self.url)
+        crate::app::store::open_store_url(&self.url)
     }
 
     pub fn url(&self) -> &StoreUrl {
@@ -155,10 +155,12 @@ pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
         .map(|p| p.api_key_env.as_str())
         .collect();
     read.extend(args.token_env.as_deref());
-    for warning in crate::env_names::unknown_warnings(ctx.env.keys().map(String::as_str), &read) {
+    for warning in
+        crate::app::env_names::unknown_warnings(ctx.env.keys().map(String::as_str), &read)
+    {
         let _ = writeln!(std::io::stderr(), "warning: {warning}");
     }
-    crate::telemetry::check_env()?;
+    crate::app::telemetry::check_env()?;
     let token = auth::read_token(args.token_env.as_deref())?;
     if token.is_none() && !args.listen.ip().is_loopback() {
         return Err(CliError::bad_input(format!(
@@ -183,7 +185,7 @@ pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
         stopping: CancellationToken::new(),
         body_timeout: limits.body_timeout,
     });
-    let runtime = crate::run::runtime()?;
+    let runtime = crate::app::execute::runtime()?;
     runtime.block_on(serve(args, shared, limits))
 }
 
@@ -198,7 +200,7 @@ fn check_root(dir: &Path) -> Result<PathBuf, CliError> {
         Err(e) => Err(CliError::bad_input(format!(
             "the workspace root {} cannot be used ({}); pass --workspace-root with an existing directory.",
             dir.display(),
-            crate::error::plain_reason(&e.to_string(), "unknown reason")
+            crate::app::error::plain_reason(&e.to_string(), "unknown reason")
         ))),
     }
 }
@@ -217,13 +219,13 @@ async fn serve(
             CliError::bad_input(format!(
                 "cannot listen on {} ({}); pick another address or port 0 for a free one.",
                 args.listen,
-                crate::error::plain_reason(&e.to_string(), "unknown reason")
+                crate::app::error::plain_reason(&e.to_string(), "unknown reason")
             ))
         })?;
     let addr = listener
         .local_addr()
         .map_err(|e| CliError::failed(format!("cannot read the listening address ({e}).")))?;
-    crate::error::emit(&format!("listening on http://{addr}\n"))?;
+    crate::app::error::emit(&format!("listening on http://{addr}\n"))?;
     let _ = writeln!(
         std::io::stderr(),
         "serve: up to {} runs at once; store {}",

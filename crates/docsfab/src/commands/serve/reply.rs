@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::error::ErrorKind;
+use crate::app::error::ErrorKind;
 
 /// `{"error": message}` with `status`.
 pub fn error_response(status: StatusCode, message: &str) -> Response {
@@ -46,8 +46,8 @@ impl IntoResponse for ApiError {
     }
 }
 
-impl From<crate::error::CliError> for ApiError {
-    fn from(e: crate::error::CliError) -> ApiError {
+impl From<crate::app::error::CliError> for ApiError {
+    fn from(e: crate::app::error::CliError) -> ApiError {
         let status = match e.kind {
             ErrorKind::BadInput => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

@@ -12,9 +12,9 @@ use docsfab_runtime::executor::{ProviderSettings, RunConfig};
 use docsfab_runtime::store::{JobSpec, JobWorkspace, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::CliError;
-use crate::home::{HostContext, validate_run_inputs};
-use crate::throttle::ThrottlePlan;
+use crate::app::error::CliError;
+use crate::app::home::{HostContext, validate_run_inputs};
+use crate::app::throttle::ThrottlePlan;
 
 /// How a submitted composition is named in messages (never by the temporary file it is checked
 /// from).
@@ -89,7 +89,7 @@ pub fn check(
 ) -> Result<JobSpec, CliError> {
     let (ctx, composition) = validate_composition(home, yaml)?;
     let selected = ctx.select_provider(&composition, Path::new(SUBMITTED))?;
-    crate::run::read_key(&selected).map_err(|e| CliError {
+    crate::app::execute::read_key(&selected).map_err(|e| CliError {
         kind: e.kind,
         message: e
             .message
@@ -120,7 +120,7 @@ pub fn path_workspace(root: Option<&Path>, path: &str) -> Result<PathBuf, CliErr
     let canonical = std::fs::canonicalize(&given).map_err(|e| {
         CliError::bad_input(format!(
             "the workspace {path:?} cannot be used ({}); submit an existing directory under the workspace root {}.",
-            crate::error::plain_reason(&e.to_string(), "unknown reason"),
+            crate::app::error::plain_reason(&e.to_string(), "unknown reason"),
             root.display()
         ))
     })?;
@@ -169,8 +169,8 @@ pub fn prepare(
     let selected = ctx
         .select_provider(&composition, Path::new(SUBMITTED))
         .map_err(|e| e.message)?;
-    let api_key = crate::run::read_key(&selected).map_err(|e| e.message)?;
-    crate::preflight::check_provider(
+    let api_key = crate::app::execute::read_key(&selected).map_err(|e| e.message)?;
+    crate::app::preflight::check_provider(
         selected.provider_name,
         &selected.provider.base_url,
         &ctx.host.path,
@@ -186,7 +186,7 @@ pub fn prepare(
             clone(home, run_id, git, reference, &bound)?
         }
     };
-    crate::run::check_workspace(&workspace).map_err(|e| e.message)?;
+    crate::app::execute::check_workspace(&workspace).map_err(|e| e.message)?;
     let config = RunConfig {
         provider: ProviderSettings {
             name: selected.provider_name.to_owned(),

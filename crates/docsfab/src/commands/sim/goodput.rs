@@ -1,23 +1,20 @@
 //! `docsfab sim goodput`: the Monte Carlo of docsfab's retry policy and the peers' defaults
 //! against a fault model (docs/budgets.md). The simulation itself is `docsfab-goodput`.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use clap::Args;
-use docsfab_goodput::model::{FaultModel, Observed};
+use docsfab_goodput::model::FaultModel;
 use docsfab_goodput::policy::{DocsfabPolicy, PEERS, Policy, peer};
 use docsfab_goodput::report::{Summary, simulate};
 use docsfab_runtime::composition::DEFAULT_TIMEOUT_MS;
-use docsfab_runtime::record::RunRecord;
-use docsfab_runtime::stats::{Filter, Stats};
-use docsfab_runtime::store::{RunStore, StoreUrl};
 
 use docsfab_policy::catalog::{Limit, resolve};
 use docsfab_policy::host::{RawKind, RawValue};
 
-use crate::error::{CliError, emit, plain_reason};
-use crate::home::HostContext;
+use crate::app::error::{CliError, emit, plain_reason};
+use crate::app::fault_model::{MIN_RUNS, fit_store};
+use crate::app::home::HostContext;
 
 #[derive(Debug, Args)]
 pub struct GoodputArgs {
@@ -71,7 +68,7 @@ pub fn run(args: &GoodputArgs, store: Option<&str>) -> Result<(), CliError> {
         .map(|(name, p)| simulate(name, p, &model, args.steps, args.seed))
         .collect();
     if let (Some(path), Some(sw)) = (&args.plot, &sweep) {
-        let svg = crate::goodput_plot::svg(sw.limit.key(), &sw.values, &summaries);
+        let svg = super::plot::svg(sw.limit.key(), &sw.values, &summaries);
         std::fs::write(path, svg).map_err(|e| {
             CliError::bad_input(format!(
                 "cannot write the plot {} ({}); pass a writable path.",
@@ -107,92 +104,17 @@ fn fault_model(arg: &str, store: Option<&str>) -> Result<FaultModel, CliError> {
     }
 }
 
-/// Runs the store must hold before a fit means anything.
-const MIN_RUNS: u64 = 3;
-
 /// The model fitted from the run store's figures (the ones `runs stats` prints).
 fn store_model(store: Option<&str>) -> Result<FaultModel, CliError> {
-    let home = crate::home::Home::locate()?;
-    let path = crate::runs::store_url(&home.dir, store)?;
+    let home = crate::app::home::Home::locate()?;
+    let path = crate::app::store::store_url(&home.dir, store)?;
     let (fitted, runs) = fit_store(&path)?;
     fitted.ok_or_else(|| {
         CliError::bad_input(format!(
             "--fault-model store needs at least {MIN_RUNS} recorded runs with provider requests and {} has {runs}; run some compositions first, or pass --fault-model seed or a YAML file.",
-            crate::runs::store_place(&path)
+            crate::app::store::store_place(&path)
         ))
     })
-}
-
-/// The fitted model (when the store holds enough runs) and the number of runs read.
-fn fit_store(path: &StoreUrl) -> Result<(Option<FaultModel>, u64), CliError> {
-    let filter = Filter::default();
-    Ok(fit(&crate::runs::load_records(path, &filter)?, &filter))
-}
-
-/// The fitted model of `records` (when there are enough runs) and the number of runs.
-fn fit(records: &[RunRecord], filter: &Filter) -> (Option<FaultModel>, u64) {
-    let stats = Stats::from_records(records, filter);
-    let fitted = (stats.runs >= MIN_RUNS)
-        .then(|| FaultModel::fit(&observed(&stats)))
-        .flatten();
-    (fitted, stats.runs)
-}
-
-/// `doctor`'s line: the expected step success of this host's policy under the model fitted
-/// from the store doctor opened at `path`; `None` until the store holds enough runs (or cannot
-/// be read: doctor reports the store elsewhere, and this line is advice).
-pub fn doctor_line(
-    ctx: &HostContext,
-    store: &RunStore,
-    path: &StoreUrl,
-    attempt_timer_ms: u64,
-) -> Option<String> {
-    let filter = Filter::default();
-    let records = crate::runs::records_of(store, path, &filter).ok()?;
-    let (Some(model), runs) = fit(&records, &filter) else {
-        return None;
-    };
-    let p = DocsfabPolicy::from_limits(&ctx.limits, ctx.rules.clone(), attempt_timer_ms);
-    let s = simulate(
-        "effective",
-        &Policy::Docsfab(Box::new(p)),
-        &model,
-        DOCTOR_STEPS,
-        1,
-    );
-    Some(format!(
-        "Expected step success: {:.2}% (95% CI {:.2}%..{:.2}%) under the fault model fitted from {runs} recorded runs; details: docsfab sim goodput --fault-model store",
-        s.success_rate * 100.0,
-        s.success_ci95.low * 100.0,
-        s.success_ci95.high * 100.0
-    ))
-}
-
-/// Enough steps for a two-decimal figure, few enough to keep `doctor` instant.
-const DOCTOR_STEPS: u64 = 20_000;
-
-/// The store's figures in the fit's terms; wait buckets start at their lower edge.
-fn observed(s: &Stats) -> Observed {
-    let mut bursts: BTreeMap<u32, u64> = s.fault_bursts.before_success.clone();
-    for (len, n) in &s.fault_bursts.before_give_up {
-        *bursts.entry(*len).or_default() += n;
-    }
-    let floor = |label: &str| match label {
-        "1-5s" => 1_000,
-        "5-20s" => 5_000,
-        ">=20s" => 20_000,
-        _ => 0,
-    };
-    Observed {
-        requests: s.requests,
-        bursts: bursts.into_iter().collect(),
-        faults_by_class: s.replays.by_class.clone().into_iter().collect(),
-        repeats_after_429: s
-            .rate_limit_repeats
-            .iter()
-            .map(|b| (floor(b.wait), b.probability))
-            .collect(),
-    }
 }
 
 fn load_model(path: &Path) -> Result<FaultModel, CliError> {

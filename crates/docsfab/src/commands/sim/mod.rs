@@ -1,13 +1,16 @@
 //! `docsfab sim serve`: the fault-injecting provider simulator as a foreground process.
 
+pub mod goodput;
+pub mod plot;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use docsfab_sim::SimError;
 
-use crate::error::CliError;
-use crate::run::runtime;
+use crate::app::error::CliError;
+use crate::app::execute::runtime;
 
 #[derive(Debug, Args)]
 pub struct SimArgs {
@@ -22,7 +25,7 @@ pub enum SimCommand {
     Serve(ServeArgs),
     /// Monte Carlo of the retry policy (and peers' defaults) against a fault model: step
     /// success with a 95% interval, step time, requests and waits per policy (docs/budgets.md).
-    Goodput(crate::goodput::GoodputArgs),
+    Goodput(goodput::GoodputArgs),
 }
 
 #[derive(Debug, Args)]
@@ -48,7 +51,7 @@ pub fn run(args: &SimArgs, store: Option<&str>) -> Result<(), CliError> {
                 serve.log.as_deref(),
             ))
             .map_err(to_cli_error),
-        SimCommand::Goodput(g) => crate::goodput::run(g, store),
+        SimCommand::Goodput(g) => goodput::run(g, store),
     }
 }
 

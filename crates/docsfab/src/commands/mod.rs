@@ -1,0 +1,11 @@
+//! One module per command or command group: each parses its arguments, does its work through
+//! `crate::app` and prints. No command imports another.
+
+pub mod demo;
+pub mod doctor;
+pub mod route;
+pub mod run;
+pub mod runs;
+pub mod serve;
+pub mod setup;
+pub mod sim;
