@@ -230,43 +230,61 @@ impl Chunk {
     /// A member named `field` of an object in `parent`: forgets what an earlier member of the
     /// same name said (the last one wins) and gives the slot of its value.
     pub(crate) fn member(&mut self, parent: Slot, field: Field) -> Slot {
-        match (parent, field) {
-            (Slot::Top, Field::Error) => {
+        match parent {
+            Slot::Top => self.top_member(field),
+            Slot::Usage | Slot::Choice | Slot::ChoiceDelta | Slot::ToolCall | Slot::Function => {
+                self.choice_member(parent, field)
+            }
+            _ => self.anthropic_member(parent, field),
+        }
+    }
+
+    /// A member of the event object itself.
+    fn top_member(&mut self, field: Field) -> Slot {
+        match field {
+            Field::Error => {
                 self.error = true;
                 Slot::Error
             }
-            (Slot::Top, Field::Type) => {
+            Field::Type => {
                 self.kind = None;
                 Slot::Type
             }
-            (Slot::Top, Field::Model) => {
+            Field::Model => {
                 self.model = None;
                 Slot::Model
             }
-            (Slot::Top, Field::Usage) => {
+            Field::Usage => {
                 self.usage = None;
                 Slot::Usage
             }
-            (Slot::Top, Field::Choices) => {
+            Field::Choices => {
                 self.choices = None;
                 Slot::Choices
             }
-            (Slot::Top, Field::Message) => {
+            Field::Message => {
                 self.message = MessageFacts::default();
                 Slot::Message
             }
-            (Slot::Top, Field::Index) => {
+            Field::Index => {
                 self.index = None;
                 Slot::Index
             }
-            (Slot::Top, Field::ContentBlock) => {
+            Field::ContentBlock => {
                 self.content_block = Block::default();
                 Slot::Block
             }
-            (Slot::Top, Field::Delta) => {
+            Field::Delta => {
                 self.delta = Delta::default();
                 Slot::Delta
             }
+            _ => Slot::None,
+        }
+    }
+
+    /// A member inside an OpenAI chunk's usage or choice (its delta, tool calls, function).
+    fn choice_member(&mut self, parent: Slot, field: Field) -> Slot {
+        match (parent, field) {
             (Slot::Usage, Field::Tok(t)) => {
                 if let Some(u) = &mut self.usage {
                     set(u, t, None);
@@ -329,6 +347,13 @@ impl Chunk {
                 }
                 Slot::FunctionArguments
             }
+            _ => Slot::None,
+        }
+    }
+
+    /// A member inside an Anthropic event's message, content block or delta.
+    fn anthropic_member(&mut self, parent: Slot, field: Field) -> Slot {
+        match (parent, field) {
             (Slot::Message, Field::Model) => {
                 self.message.model = None;
                 Slot::MessageModel
