@@ -122,6 +122,54 @@ fn one_of<T: Copy>(
         })
 }
 
+/// The capacity's named choices (`limitHeader`, `headers`, `retryAfter`, `tokens`), each one
+/// of its words or its default.
+fn named_choices(
+    spec: &CapacitySpec,
+) -> Result<(LimitHeader, HeaderFamily, RetryAfter, TokenCharge), String> {
+    let limit_header = one_of(
+        "limitHeader",
+        spec.limit_header.as_deref(),
+        LimitHeader::PerMinute,
+        &[
+            ("perMinute", LimitHeader::PerMinute),
+            ("bucket", LimitHeader::Bucket),
+        ],
+    )?;
+    let headers = one_of(
+        "headers",
+        spec.headers.as_deref(),
+        HeaderFamily::Api,
+        &[
+            ("api", HeaderFamily::Api),
+            ("openai", HeaderFamily::Openai),
+            ("anthropic", HeaderFamily::Anthropic),
+            ("none", HeaderFamily::None),
+        ],
+    )?;
+    let retry_after = one_of(
+        "retryAfter",
+        spec.retry_after.as_deref(),
+        RetryAfter::Both,
+        &[
+            ("both", RetryAfter::Both),
+            ("seconds", RetryAfter::Seconds),
+            ("milliseconds", RetryAfter::Milliseconds),
+            ("none", RetryAfter::None),
+        ],
+    )?;
+    let tokens = one_of(
+        "tokens",
+        spec.tokens.as_deref(),
+        TokenCharge::Total,
+        &[
+            ("total", TokenCharge::Total),
+            ("prompt", TokenCharge::Prompt),
+        ],
+    )?;
+    Ok((limit_header, headers, retry_after, tokens))
+}
+
 impl Capacity {
     /// Checks the scenario's values; the message names the field and the allowed range.
     pub(crate) fn check(spec: CapacitySpec) -> Result<Capacity, String> {
@@ -151,46 +199,7 @@ impl Capacity {
                 "capacity.timeScale must be between {MIN_TIME_SCALE} and {MAX_TIME_SCALE}, not {time_scale}"
             ));
         }
-        let limit_header = one_of(
-            "limitHeader",
-            spec.limit_header.as_deref(),
-            LimitHeader::PerMinute,
-            &[
-                ("perMinute", LimitHeader::PerMinute),
-                ("bucket", LimitHeader::Bucket),
-            ],
-        )?;
-        let headers = one_of(
-            "headers",
-            spec.headers.as_deref(),
-            HeaderFamily::Api,
-            &[
-                ("api", HeaderFamily::Api),
-                ("openai", HeaderFamily::Openai),
-                ("anthropic", HeaderFamily::Anthropic),
-                ("none", HeaderFamily::None),
-            ],
-        )?;
-        let retry_after = one_of(
-            "retryAfter",
-            spec.retry_after.as_deref(),
-            RetryAfter::Both,
-            &[
-                ("both", RetryAfter::Both),
-                ("seconds", RetryAfter::Seconds),
-                ("milliseconds", RetryAfter::Milliseconds),
-                ("none", RetryAfter::None),
-            ],
-        )?;
-        let tokens = one_of(
-            "tokens",
-            spec.tokens.as_deref(),
-            TokenCharge::Total,
-            &[
-                ("total", TokenCharge::Total),
-                ("prompt", TokenCharge::Prompt),
-            ],
-        )?;
+        let (limit_header, headers, retry_after, tokens) = named_choices(&spec)?;
         if let Some(n) = spec.token_burst_seconds
             && !(1..=MAX_TOKEN_BURST_SECONDS).contains(&n)
         {

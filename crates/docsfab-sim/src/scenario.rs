@@ -713,6 +713,68 @@ struct Invalid {
 
 type Checked<T> = Result<T, Invalid>;
 
+/// The one response kind an entry gives (status, drop, answer, stream_error or random), taken
+/// out of it.
+fn one_kind(entry: &mut RawEntry, line: u64) -> Checked<Kind> {
+    let mut kinds: Vec<Kind> = Vec::with_capacity(1);
+    kinds.extend(entry.status.take().map(Kind::Status));
+    kinds.extend(entry.drop.take().map(Kind::Drop));
+    kinds.extend(entry.answer.take().map(|a| Kind::Answer(Box::new(a))));
+    kinds.extend(entry.stream_error.take().map(Kind::StreamError));
+    if entry.random.is_some() {
+        kinds.push(Kind::Random);
+    }
+    match kinds.len() {
+        1 => Ok(kinds.remove(0)),
+        0 => invalid(
+            line,
+            "the entry has no response kind: give exactly one of status, drop, answer, stream_error, random",
+        ),
+        _ => {
+            let names: Vec<&str> = kinds.iter().map(Kind::name).collect();
+            invalid(
+                line,
+                format!(
+                    "the entry has several response kinds ({}); give exactly one",
+                    names.join(", ")
+                ),
+            )
+        }
+    }
+}
+
+/// A status entry's body: one text (chunked or not) or timed chunks.
+fn status_body(
+    status: u16,
+    body: Option<String>,
+    chunks: Option<Vec<String>>,
+    chunked: Option<bool>,
+    chunk_delay_ms: Option<u64>,
+    line: u64,
+) -> Checked<StatusBody> {
+    if !(200..=999).contains(&status) {
+        return invalid(
+            line,
+            format!("status {status} is not a final HTTP status (200..999)"),
+        );
+    }
+    match (body, chunks) {
+        (Some(_), Some(_)) => invalid(line, "give body or chunks, not both"),
+        (_, Some(_)) if chunked == Some(false) => {
+            invalid(line, "chunks are always sent chunked; drop chunked: false")
+        }
+        (_, Some(items)) => Ok(StatusBody::Chunks {
+            items,
+            delay_ms: chunk_delay_ms.unwrap_or(0),
+        }),
+        (_, None) if chunk_delay_ms.is_some() => invalid(line, "chunk_delay_ms needs chunks"),
+        (text, None) => Ok(StatusBody::Single {
+            text,
+            chunked: chunked.unwrap_or(false),
+        }),
+    }
+}
+
 /// A response header: name and value.
 type Header = (String, String);
 
@@ -889,33 +951,7 @@ impl Resolver {
 
     /// Checks a non-random entry and builds what it does.
     fn step(&mut self, mut entry: RawEntry, line: u64) -> Checked<Step> {
-        let mut kinds: Vec<Kind> = Vec::with_capacity(1);
-        kinds.extend(entry.status.take().map(Kind::Status));
-        kinds.extend(entry.drop.take().map(Kind::Drop));
-        kinds.extend(entry.answer.take().map(|a| Kind::Answer(Box::new(a))));
-        kinds.extend(entry.stream_error.take().map(Kind::StreamError));
-        if entry.random.is_some() {
-            kinds.push(Kind::Random);
-        }
-        let kind = match kinds.len() {
-            1 => kinds.remove(0),
-            0 => {
-                return invalid(
-                    line,
-                    "the entry has no response kind: give exactly one of status, drop, answer, stream_error, random",
-                );
-            }
-            _ => {
-                let names: Vec<&str> = kinds.iter().map(Kind::name).collect();
-                return invalid(
-                    line,
-                    format!(
-                        "the entry has several response kinds ({}); give exactly one",
-                        names.join(", ")
-                    ),
-                );
-            }
-        };
+        let kind = one_kind(&mut entry, line)?;
         let name = kind.name();
         if !matches!(kind, Kind::Status(_)) {
             for (field, set) in [
@@ -956,34 +992,14 @@ impl Resolver {
                 });
             }
             Kind::Status(status) => {
-                if !(200..=999).contains(&status) {
-                    return invalid(
-                        line,
-                        format!("status {status} is not a final HTTP status (200..999)"),
-                    );
-                }
-                let body = match (entry.body, entry.chunks) {
-                    (Some(_), Some(_)) => {
-                        return invalid(line, "give body or chunks, not both");
-                    }
-                    (_, Some(_)) if entry.chunked == Some(false) => {
-                        return invalid(
-                            line,
-                            "chunks are always sent chunked; drop chunked: false",
-                        );
-                    }
-                    (_, Some(items)) => StatusBody::Chunks {
-                        items,
-                        delay_ms: entry.chunk_delay_ms.unwrap_or(0),
-                    },
-                    (_, None) if entry.chunk_delay_ms.is_some() => {
-                        return invalid(line, "chunk_delay_ms needs chunks");
-                    }
-                    (text, None) => StatusBody::Single {
-                        text,
-                        chunked: entry.chunked.unwrap_or(false),
-                    },
-                };
+                let body = status_body(
+                    status,
+                    entry.body.take(),
+                    entry.chunks.take(),
+                    entry.chunked,
+                    entry.chunk_delay_ms,
+                    line,
+                )?;
                 Reply::Status(StatusReply { status, body })
             }
             Kind::Answer(answer) => Reply::Answer(Box::new(
@@ -1030,29 +1046,7 @@ impl Resolver {
         label: &str,
         out: &mut Vec<Slot>,
     ) -> Checked<()> {
-        let others = [
-            ("repeat", entry.repeat.is_some()),
-            ("delay_ms", entry.delay_ms.is_some()),
-            ("status", entry.status.is_some()),
-            ("drop", entry.drop.is_some()),
-            ("answer", entry.answer.is_some()),
-            ("stream_error", entry.stream_error.is_some()),
-            ("body", entry.body.is_some()),
-            ("chunked", entry.chunked.is_some()),
-            ("chunks", entry.chunks.is_some()),
-            ("chunk_delay_ms", entry.chunk_delay_ms.is_some()),
-            ("headers", entry.headers.is_some()),
-            ("stall", entry.stall.is_some()),
-            ("cut", entry.cut.is_some()),
-        ];
-        if let Some((field, _)) = others.iter().find(|(_, set)| *set) {
-            return invalid(
-                line,
-                format!(
-                    "{field} is not allowed next to random (use episodes, and put responses in random.then)"
-                ),
-            );
-        }
+        alone_with_random(&entry, line)?;
         if random.episodes == 0 {
             return invalid(line, "random.episodes must be at least 1");
         }
@@ -1084,23 +1078,7 @@ impl Resolver {
             Arc::clone(
                 fault_steps
                     .entry((status, header.clone()))
-                    .or_insert_with(|| {
-                        Arc::new(Step {
-                            delay_ms: 0,
-                            action: Action::Respond(Response {
-                                reply: Reply::Status(StatusReply {
-                                    status,
-                                    body: StatusBody::Single {
-                                        text: None,
-                                        chunked: false,
-                                    },
-                                }),
-                                headers: header.into_iter().collect(),
-                                stall: None,
-                                cut: None,
-                            }),
-                        })
-                    }),
+                    .or_insert_with(|| Arc::new(bare_status(status, header))),
             )
         };
         for episode in 0..random.episodes {
@@ -1152,6 +1130,53 @@ impl Resolver {
             )?;
         }
         Ok(())
+    }
+}
+
+/// A random model's entry holds nothing else: its responses go in `random.then`.
+fn alone_with_random(entry: &RawEntry, line: u64) -> Checked<()> {
+    let others = [
+        ("repeat", entry.repeat.is_some()),
+        ("delay_ms", entry.delay_ms.is_some()),
+        ("status", entry.status.is_some()),
+        ("drop", entry.drop.is_some()),
+        ("answer", entry.answer.is_some()),
+        ("stream_error", entry.stream_error.is_some()),
+        ("body", entry.body.is_some()),
+        ("chunked", entry.chunked.is_some()),
+        ("chunks", entry.chunks.is_some()),
+        ("chunk_delay_ms", entry.chunk_delay_ms.is_some()),
+        ("headers", entry.headers.is_some()),
+        ("stall", entry.stall.is_some()),
+        ("cut", entry.cut.is_some()),
+    ];
+    match others.iter().find(|(_, set)| *set) {
+        Some((field, _)) => invalid(
+            line,
+            format!(
+                "{field} is not allowed next to random (use episodes, and put responses in random.then)"
+            ),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// A fault a random model draws: the status with an empty body, and its Retry-After if any.
+fn bare_status(status: u16, header: Option<Header>) -> Step {
+    Step {
+        delay_ms: 0,
+        action: Action::Respond(Response {
+            reply: Reply::Status(StatusReply {
+                status,
+                body: StatusBody::Single {
+                    text: None,
+                    chunked: false,
+                },
+            }),
+            headers: header.into_iter().collect(),
+            stall: None,
+            cut: None,
+        }),
     }
 }
 
