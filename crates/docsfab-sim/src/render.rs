@@ -734,59 +734,7 @@ fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
             }
         }),
     );
-    let mut block = 0usize;
-    if let Some(content) = &answer.content {
-        emit(
-            &mut sse,
-            "content_block_start",
-            json!({
-                "type": "content_block_start", "index": block, "content_block": {"type": "text", "text": ""}
-            }),
-        );
-        emit(&mut sse, "ping", json!({"type": "ping"}));
-        for piece in split_text(content, answer.deltas.get()) {
-            emit(
-                &mut sse,
-                "content_block_delta",
-                json!({
-                    "type": "content_block_delta", "index": block, "delta": {"type": "text_delta", "text": piece}
-                }),
-            );
-        }
-        emit(
-            &mut sse,
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": block}),
-        );
-        block += 1;
-    }
-    for (k, call) in answer.tool_calls.iter().enumerate() {
-        emit(
-            &mut sse,
-            "content_block_start",
-            json!({
-                "type": "content_block_start", "index": block,
-                "content_block": {"type": "tool_use", "id": tool_call_id(call, Api::AnthropicMessages, req, k),
-                    "name": call.name, "input": {}}
-            }),
-        );
-        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
-            emit(
-                &mut sse,
-                "content_block_delta",
-                json!({
-                    "type": "content_block_delta", "index": block,
-                    "delta": {"type": "input_json_delta", "partial_json": piece}
-                }),
-            );
-        }
-        emit(
-            &mut sse,
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": block}),
-        );
-        block += 1;
-    }
+    anthropic_blocks(answer, req, &mut sse, &mut pieces);
     if let Some(event) = &faults.error_event {
         pieces.push(sse.event(
             Some("error"),
@@ -811,6 +759,67 @@ fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
         emit(&mut sse, "message_stop", json!({"type": "message_stop"}));
     }
     stream_reply(sse, pieces, faults)
+}
+
+/// An Anthropic answer's content blocks: its text, then each tool call, each as start, deltas
+/// and stop.
+fn anthropic_blocks(answer: &Answer, req: &RequestInfo, sse: &mut Sse, pieces: &mut Vec<Vec<u8>>) {
+    let mut emit = |sse: &mut Sse, name: &str, data: Value| {
+        pieces.push(sse.event(Some(name), &data.to_string()))
+    };
+    let mut block = 0usize;
+    if let Some(content) = &answer.content {
+        emit(
+            sse,
+            "content_block_start",
+            json!({
+                "type": "content_block_start", "index": block, "content_block": {"type": "text", "text": ""}
+            }),
+        );
+        emit(sse, "ping", json!({"type": "ping"}));
+        for piece in split_text(content, answer.deltas.get()) {
+            emit(
+                sse,
+                "content_block_delta",
+                json!({
+                    "type": "content_block_delta", "index": block, "delta": {"type": "text_delta", "text": piece}
+                }),
+            );
+        }
+        emit(
+            sse,
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        );
+        block += 1;
+    }
+    for (k, call) in answer.tool_calls.iter().enumerate() {
+        emit(
+            sse,
+            "content_block_start",
+            json!({
+                "type": "content_block_start", "index": block,
+                "content_block": {"type": "tool_use", "id": tool_call_id(call, Api::AnthropicMessages, req, k),
+                    "name": call.name, "input": {}}
+            }),
+        );
+        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
+            emit(
+                sse,
+                "content_block_delta",
+                json!({
+                    "type": "content_block_delta", "index": block,
+                    "delta": {"type": "input_json_delta", "partial_json": piece}
+                }),
+            );
+        }
+        emit(
+            sse,
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": block}),
+        );
+        block += 1;
+    }
 }
 
 /// The non-streamed answer (`stream` false or absent). Stream faults do not apply.

@@ -241,40 +241,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         "/v1/messages" => Some(Api::AnthropicMessages),
         _ => None,
     };
-    let routed = api.filter(|_| request.method == "POST");
-    let sha256 = hex::encode(Sha256::digest(&request.body));
     let facts = BodyFacts::read(&request.body);
-    let (index, route) = {
-        let mut state = shared.lock();
-        let index = state.entries.len();
-        let lane = shared.scenario.lane_for(&request.body);
-        let route = route(&shared.scenario, &mut state, api, routed, &facts, lane);
-        let entry = RequestLogEntry {
-            index,
-            time_unix_ms: unix_ms(),
-            method: request.method.clone(),
-            path: request.path.clone(),
-            sha256,
-            model: facts.model.clone(),
-            stream: facts.stream,
-            entry: match &route {
-                Route::Unserved(_) => "no-route".to_owned(),
-                Route::Refused(..) => CAPACITY_ENTRY.to_owned(),
-                Route::Script(_, pick, _) => pick.label.clone(),
-            },
-            prompt_tokens: render::input_estimate(&facts),
-        };
-        if let Some(file) = state.file.as_mut() {
-            // The log is a test aid: a full disk must not take the simulator down with it.
-            if let Ok(line) = serde_json::to_string(&entry) {
-                let _ = writeln!(file, "{line}").and_then(|()| file.flush());
-            }
-        }
-        // No subscriber is the common case, not an error.
-        let _ = shared.feed.send(entry.clone());
-        state.entries.push(entry);
-        (index, route)
-    };
+    let (index, route) = route_and_log(&shared, &request, api, &facts);
 
     let (api, pick, limits) = match route {
         Route::Unserved(served) => {
@@ -324,6 +292,46 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         Ending::Cut(CloseHow::Reset) => reset(stream),
         Ending::PeerGone => {}
     }
+}
+
+/// Routes the request and logs it, under the log's lock: its number and its route.
+fn route_and_log(
+    shared: &Shared,
+    request: &http::Request,
+    api: Option<Api>,
+    facts: &BodyFacts,
+) -> (usize, Route) {
+    let routed = api.filter(|_| request.method == "POST");
+    let sha256 = hex::encode(Sha256::digest(&request.body));
+    let mut state = shared.lock();
+    let index = state.entries.len();
+    let lane = shared.scenario.lane_for(&request.body);
+    let route = route(&shared.scenario, &mut state, api, routed, facts, lane);
+    let entry = RequestLogEntry {
+        index,
+        time_unix_ms: unix_ms(),
+        method: request.method.clone(),
+        path: request.path.clone(),
+        sha256,
+        model: facts.model.clone(),
+        stream: facts.stream,
+        entry: match &route {
+            Route::Unserved(_) => "no-route".to_owned(),
+            Route::Refused(..) => CAPACITY_ENTRY.to_owned(),
+            Route::Script(_, pick, _) => pick.label.clone(),
+        },
+        prompt_tokens: render::input_estimate(facts),
+    };
+    if let Some(file) = state.file.as_mut() {
+        // The log is a test aid: a full disk must not take the simulator down with it.
+        if let Ok(line) = serde_json::to_string(&entry) {
+            let _ = writeln!(file, "{line}").and_then(|()| file.flush());
+        }
+    }
+    // No subscriber is the common case, not an error.
+    let _ = shared.feed.send(entry.clone());
+    state.entries.push(entry);
+    (index, route)
 }
 
 /// Picks the answer for a numbered request and, when the scenario has a capacity, charges it.
