@@ -434,7 +434,19 @@ impl Route {
         )
         .await;
         let requests = result.record.requests;
-        let reply = match result.end {
+        let reply = self.reply_for(client_api, result.end, requests);
+        let reply = reply.scrubbed(self.key.expose());
+        self.log(
+            n,
+            path,
+            &format!("{} ({requests} request(s) upstream)", reply.summary()),
+        );
+        reply
+    }
+
+    /// What the client is answered for how the turn ended after `requests` upstream requests.
+    fn reply_for(&self, client_api: Api, end: TurnEnd, requests: u32) -> Reply {
+        match end {
             TurnEnd::Completed(outcome) => {
                 // The transport judged the body as it read it (one parse per line).
                 let verdict = outcome.verdict_under(&self.boundary);
@@ -479,14 +491,7 @@ impl Route {
                 "route-shutting-down",
                 "the composition route is shutting down",
             ),
-        };
-        let reply = reply.scrubbed(self.key.expose());
-        self.log(
-            n,
-            path,
-            &format!("{} ({requests} request(s) upstream)", reply.summary()),
-        );
-        reply
+        }
     }
 
     /// BND-1: the whole 200 body is judged before any byte of it is sent.
