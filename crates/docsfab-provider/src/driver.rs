@@ -290,15 +290,7 @@ pub async fn run_turn_gated(
         };
 
         let failed = match sent {
-            Ok(outcome) => {
-                turn.usage = turn.usage + outcome.usage;
-                let reported = ThrottleOutcome::Success {
-                    input_tokens: Some(outcome.usage.input_tokens),
-                    output_tokens: Some(outcome.usage.output_tokens),
-                };
-                give_back(permit, reported, &outcome.rate_headers, on_event);
-                return turn.finish(TurnEnd::Completed(outcome), None);
-            }
+            Ok(outcome) => return turn.completed(outcome, permit, on_event),
             Err(f) => f,
         };
         turn.usage = turn.usage + failed.usage;
@@ -508,6 +500,22 @@ impl Turn {
             Some(_) => None,
         };
         first.unwrap_or_else(|| Duration::from_millis(self.replay_patience_ms(limits, window)))
+    }
+
+    /// The turn's answer came: the throttle hears its usage and head, and the turn ends.
+    fn completed(
+        mut self,
+        outcome: StreamOutcome,
+        permit: Option<Permit>,
+        on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
+    ) -> TurnResult {
+        self.usage = self.usage + outcome.usage;
+        let reported = ThrottleOutcome::Success {
+            input_tokens: Some(outcome.usage.input_tokens),
+            output_tokens: Some(outcome.usage.output_tokens),
+        };
+        give_back(permit, reported, &outcome.rate_headers, on_event);
+        self.finish(TurnEnd::Completed(outcome), None)
     }
 
     fn new(started: Instant, expected: PayloadDigest) -> Turn {
