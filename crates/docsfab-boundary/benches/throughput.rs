@@ -3,7 +3,8 @@
 //! serde_json. Run: `cargo bench -p docsfab-boundary -- --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use docsfab_boundary::{Api, BoundaryConfig, EventReader, Pass, Secret, Verdict};
+use docsfab_boundary::{BoundaryConfig, EventReader, Pass, Secret, Verdict};
+use docsfab_record::Api;
 use std::hint::black_box;
 
 const MODEL: &str = "gpt-4o-mini-2024-07-18";

@@ -12,7 +12,7 @@ use crate::verdict::{Pass, Reason, Refusal, Verdict};
 /// Which wire format the body is in; it decides where the model's identity is read (BND-4):
 /// Chat Completions names its model in every chunk's top-level `model`, Anthropic Messages only
 /// in `message_start`'s `message.model`.
-pub use docsfab_record::Api;
+use docsfab_record::Api;
 
 /// The default for [`BoundaryConfig::max_line_bytes`]: far above any real event, low enough that
 /// a body that never ends a line cannot hold unbounded memory.

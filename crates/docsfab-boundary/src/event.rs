@@ -162,7 +162,8 @@ impl EventReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Api, SseDecoder};
+    use crate::SseDecoder;
+    use docsfab_record::Api;
 
     fn both(body: &[u8], cut: usize) -> (Vec<SseEvent>, Vec<SseEvent>, Option<Verdict>) {
         let mut d = SseDecoder::new();

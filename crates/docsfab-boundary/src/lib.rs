@@ -5,7 +5,8 @@
 //! `docs/boundary.md` for the rules as implemented.
 //!
 //! ```
-//! use docsfab_boundary::{Api, BoundaryConfig, Pass, Verdict};
+//! use docsfab_record::Api;
+//! use docsfab_boundary::{BoundaryConfig, Pass, Verdict};
 //!
 //! let config = BoundaryConfig::new(Api::OpenaiChat, "gpt-4o", &[]).unwrap();
 //! let mut boundary = config.start();
@@ -24,7 +25,7 @@ mod scan;
 pub mod sse;
 mod verdict;
 
-pub use boundary::{Api, Boundary, BoundaryConfig, ConfigError, DEFAULT_MAX_LINE_BYTES};
+pub use boundary::{Boundary, BoundaryConfig, ConfigError, DEFAULT_MAX_LINE_BYTES};
 pub use chunk::Chunk;
 pub use event::{Event, EventReader};
 pub use lines::{BOM, LineSplitter, strip_boms};

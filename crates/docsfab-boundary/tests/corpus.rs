@@ -1,7 +1,8 @@
 //! The crafted corpus (tests/corpus/manifest.json): every body gets its expected verdict, read
 //! whole, read in the cuts the manifest names, and re-cut at random.
 
-use docsfab_boundary::{Api, BoundaryConfig, Pass, Reason, Secret, Verdict};
+use docsfab_boundary::{BoundaryConfig, Pass, Reason, Secret, Verdict};
+use docsfab_record::Api;
 use proptest::prelude::*;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! No panics on any input, verdicts that never depend on the reads, and linear time on bodies
 //! built to be slow.
 
-use docsfab_boundary::{Api, BoundaryConfig, Pass, Secret, SseDecoder, Verdict};
+use docsfab_boundary::{BoundaryConfig, Pass, Secret, SseDecoder, Verdict};
+use docsfab_record::Api;
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 

@@ -1,8 +1,7 @@
 //! One rule at a time, each test naming the requirement it proves.
 
-use docsfab_boundary::{
-    Api, BoundaryConfig, CredentialKind, Pass, Reason, Refusal, Secret, Verdict,
-};
+use docsfab_boundary::{BoundaryConfig, CredentialKind, Pass, Reason, Refusal, Secret, Verdict};
+use docsfab_record::Api;
 
 const M: &str = "gpt-4o-mini";
 

@@ -28,9 +28,10 @@
 //! `docs/compat-results.md` from this run.
 
 use docsfab_boundary::{
-    Api, BOM, BoundaryConfig, LineSplitter, Pass, Secret, SseDecoder, SseEvent, Verdict,
+    BOM, BoundaryConfig, LineSplitter, Pass, Secret, SseDecoder, SseEvent, Verdict,
 };
 use docsfab_compat::{compat_dir, install_clients, repo_root};
+use docsfab_record::Api;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;

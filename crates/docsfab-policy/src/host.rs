@@ -19,7 +19,7 @@ use serde_saphyr::Spanned;
 use crate::indent;
 
 /// The wire protocol a provider speaks: the one `Api` of docsfab, owned by the record crate.
-pub use docsfab_record::Api;
+use docsfab_record::Api;
 
 /// One entry of `providers:`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

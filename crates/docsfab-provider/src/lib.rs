@@ -32,7 +32,7 @@ pub use driver::{
 pub use gateway::{Gateway, GatewayName};
 pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
 pub use request::{
-    Api, AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,
+    AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ToolSpec, TurnRequest,
     endpoint_path,
 };
 pub use secret::ApiKey;

@@ -22,7 +22,7 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use crate::request::Api;
+use docsfab_record::Api;
 
 /// Why the model stopped, normalized across both APIs.
 #[derive(Debug, Clone, PartialEq, Eq)]

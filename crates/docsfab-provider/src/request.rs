@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 /// Which provider API a payload is written for: the policy's `host.yaml` type, re-exported
 /// here so the runtime passes one value from configuration to transport.
-pub use docsfab_policy::host::Api;
+use docsfab_record::Api;
 
 /// The path appended to the provider's `baseUrl` (which already holds the version prefix).
 pub fn endpoint_path(api: Api) -> &'static str {

@@ -21,8 +21,9 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 
 use crate::gateway;
 use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words};
-use crate::request::{Api, endpoint_path};
+use crate::request::endpoint_path;
 use crate::secret::ApiKey;
+use docsfab_record::Api;
 
 /// Sends one request's bytes and reads the answer. Object-safe, so the runtime can hold a
 /// `Box<dyn Transport>` and tests can drive the replay driver with a scripted one.

@@ -5,7 +5,8 @@ use bytes::Bytes;
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_provider::driver::run_turn;
-use docsfab_provider::{Api, HttpConfig, HttpTransport, Payload, TurnEnd};
+use docsfab_provider::{HttpConfig, HttpTransport, Payload, TurnEnd};
+use docsfab_record::Api;
 use docsfab_sim::{Scenario, SimServer};
 use tokio_util::sync::CancellationToken;
 

@@ -10,8 +10,9 @@ use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason, Window};
 use docsfab_provider::driver::{ReplayCause, TurnEnd, TurnResult, TurnStatus, run_turn};
 use docsfab_provider::{
-    Api, ApiKey, FinishReason, HttpConfig, HttpTransport, Message, Payload, TurnRequest,
+    ApiKey, FinishReason, HttpConfig, HttpTransport, Message, Payload, TurnRequest,
 };
+use docsfab_record::Api;
 use support::{Act, End, FaultServer, Resp, refused_base_url};
 use tokio_util::sync::CancellationToken;
 

@@ -16,9 +16,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
-    Api, GatewayName, HttpConfig, HttpTransport, Message, Payload, StreamOutcome, Transport as _,
+    GatewayName, HttpConfig, HttpTransport, Message, Payload, StreamOutcome, Transport as _,
     TransportFailure, TurnRequest,
 };
+use docsfab_record::Api;
 use docsfab_sim::{Scenario, SimServer};
 
 fn payload() -> Bytes {

@@ -9,9 +9,10 @@
 //! and oversized numbers, escaped names, error members, multi-line events, lines that are not
 //! JSON and bytes that are not UTF-8.
 
-use docsfab_boundary::{Api as BoundaryApi, BoundaryConfig, EventReader, SseDecoder};
-use docsfab_provider::Api;
+use docsfab_boundary::{BoundaryConfig, EventReader, SseDecoder};
 use docsfab_provider::outcome::{StreamOutcome, StreamReader, TransportFailure};
+use docsfab_record::Api as BoundaryApi;
+use docsfab_record::Api;
 use proptest::prelude::*;
 
 type Read = Result<StreamOutcome, TransportFailure>;

@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
-use docsfab_provider::{Api, HttpConfig, HttpTransport, Transport, TransportFailure};
+use docsfab_provider::{HttpConfig, HttpTransport, Transport, TransportFailure};
+use docsfab_record::Api;
 use docsfab_sim::{Scenario, SimServer};
 
 async fn send(scenario: &str, keep_raw_body: bool) -> TransportFailure {

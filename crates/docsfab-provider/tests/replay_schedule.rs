@@ -10,7 +10,8 @@ use docsfab_provider::driver::{
     EndKind, PayloadSource, ReplayCause, TurnEnd, TurnStatus, run_turn, run_turn_observed,
 };
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
-use docsfab_provider::{Api, Message, Payload, PayloadDigest, TurnRequest};
+use docsfab_provider::{Message, Payload, PayloadDigest, TurnRequest};
+use docsfab_record::Api;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

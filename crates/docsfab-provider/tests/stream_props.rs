@@ -2,8 +2,8 @@
 //! outcome never depends on how the body was split into reads.
 
 use docsfab_boundary::SseDecoder;
-use docsfab_provider::Api;
 use docsfab_provider::outcome::{StreamOutcome, StreamReader, TransportFailure};
+use docsfab_record::Api;
 use proptest::prelude::*;
 
 fn read(api: Api, reads: &[&[u8]]) -> Result<StreamOutcome, TransportFailure> {

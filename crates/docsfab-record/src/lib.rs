@@ -13,7 +13,7 @@
 //! - [`replay`]: an in-turn replay and its cause.
 //! - [`usage`]: tokens spent.
 //! - [`run`]: the run record itself (`docsfab runs show --json`).
-pub mod api;
+mod api;
 pub mod class;
 pub mod gateway;
 pub mod lease;

@@ -32,9 +32,8 @@ use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Secret, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
 use docsfab_provider::driver::{DriverEvent, Gate, run_turn_gated};
-use docsfab_provider::{
-    Api, ApiKey, HttpConfig, HttpTransport, Payload, TransportFailure, TurnEnd,
-};
+use docsfab_provider::{ApiKey, HttpConfig, HttpTransport, Payload, TransportFailure, TurnEnd};
+use docsfab_record::Api;
 use docsfab_throttle::Throttle;
 use serde_json::{Value, json};
 use tokio::time::Instant;

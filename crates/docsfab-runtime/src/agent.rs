@@ -56,10 +56,11 @@ use docsfab_policy::rules::Feedback;
 use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
-    Api, AssistantToolCall, Gateway, Message, Payload, ReplayEntry, ToolSpec, Transport,
+    AssistantToolCall, Gateway, Message, Payload, ReplayEntry, ToolSpec, Transport,
     TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
     driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
+use docsfab_record::Api;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -1334,7 +1335,7 @@ mod tests {
         let workspace = Workspace::open(dir.path()).expect("workspace");
         let transport = ScriptedTransport::new([]);
         let boundary =
-            BoundaryConfig::new(docsfab_boundary::Api::OpenaiChat, "m", &[]).expect("boundary");
+            BoundaryConfig::new(docsfab_record::Api::OpenaiChat, "m", &[]).expect("boundary");
         let step = Step {
             id: "write".to_owned(),
             access: Access::Write,

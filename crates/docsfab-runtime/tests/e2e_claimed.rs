@@ -4,7 +4,8 @@
 mod support;
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::{Api, ApiKey};
+use docsfab_provider::ApiKey;
+use docsfab_record::Api;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig, RunError, run_claimed};
 use docsfab_runtime::record::{RunStatus, validate_against_schema};

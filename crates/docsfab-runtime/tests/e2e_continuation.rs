@@ -7,7 +7,7 @@
 mod support;
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::Api;
+use docsfab_record::Api;
 use docsfab_runtime::agent::{CONTINUE_INSTRUCTION, MAX_CONTINUATIONS};
 use docsfab_runtime::record::RunStatus;
 use serde_json::{Value, json};

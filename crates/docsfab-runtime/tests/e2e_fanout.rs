@@ -9,7 +9,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::Api;
+use docsfab_record::Api;
 use docsfab_runtime::executor::Progress;
 use docsfab_runtime::record::RunStatus;
 use serde_json::{Value, json};

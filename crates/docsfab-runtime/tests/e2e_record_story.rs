@@ -9,7 +9,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::{Api, ApiKey};
+use docsfab_provider::ApiKey;
+use docsfab_record::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{Progress, ProviderSettings, RunConfig, run_composition};

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::Api;
+use docsfab_record::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::{Progress, RunOutcome};
 use docsfab_runtime::record::RunStatus;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::Api;
+use docsfab_record::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{

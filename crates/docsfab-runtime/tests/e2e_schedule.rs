@@ -11,8 +11,9 @@ use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
+use docsfab_provider::ApiKey;
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
-use docsfab_provider::{Api, ApiKey};
+use docsfab_record::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{

@@ -4,8 +4,9 @@
 
 mod support;
 
-use docsfab_boundary::{Api as BApi, BoundaryConfig, Pass, Verdict};
+use docsfab_boundary::{BoundaryConfig, Pass, Verdict};
 use docsfab_policy::class::{ProviderErrorClass, classify_error_event};
+use docsfab_record::Api as BApi;
 use docsfab_sim::{Scenario, SimServer};
 use support::route::{KEY, KEY_VAR, MODEL, Setup, path_of, post, request};
 

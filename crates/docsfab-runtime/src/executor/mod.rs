@@ -33,9 +33,8 @@ use docsfab_policy::step::{
     self, AttemptFailure, PastAttempt, StepAccess::ReadOnly, StepBudgets, StepDecision,
     WriteDecision, WritePlan, WriteSettlement as PolicySettlement,
 };
-use docsfab_provider::{
-    Api, ApiKey, Gate, HttpConfig, HttpTransport, Transport, TransportBuildError,
-};
+use docsfab_provider::{ApiKey, Gate, HttpConfig, HttpTransport, Transport, TransportBuildError};
+use docsfab_record::Api;
 use docsfab_throttle::Throttle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

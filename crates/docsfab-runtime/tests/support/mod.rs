@@ -12,7 +12,8 @@ use std::time::Duration;
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
-use docsfab_provider::{Api, ApiKey};
+use docsfab_provider::ApiKey;
+use docsfab_record::Api;
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use docsfab_policy::catalog::resolve;
-use docsfab_policy::host::{Api, HostConfig};
+use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
+use docsfab_record::Api;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig};
 use docsfab_sim::{Scenario, SimServer};

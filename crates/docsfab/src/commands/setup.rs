@@ -16,10 +16,11 @@ use std::path::Path;
 
 use clap::{Args, ValueEnum};
 use docsfab_policy::host::{
-    Api, DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderThrottle,
-    ThrottleMode, UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests,
-    check_model, check_throttle_mode,
+    DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderThrottle, ThrottleMode,
+    UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests, check_model,
+    check_throttle_mode,
 };
+use docsfab_record::Api;
 
 use crate::app::error::{CliError, emit};
 use crate::app::home::{Home, load_host};

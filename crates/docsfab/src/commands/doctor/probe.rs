@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use docsfab_boundary::redact::Redactor;
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
-    Api, ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _,
-    TransportFailure, TurnRequest,
+    ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
+    TurnRequest,
 };
+use docsfab_record::Api;
 use serde_json::{Value, json};
 
 use crate::app::error::CliError;
