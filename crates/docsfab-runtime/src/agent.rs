@@ -67,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::{self, BatchOutcome, CallReply, RequestedCall, ToolUse};
 use crate::composition::{Access, ModelLimits, Step, Tool};
-use crate::contract::Contract;
+use crate::contract::CompiledContract;
 use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
@@ -1254,7 +1254,7 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
     }
     // A read-only step without a schema still answers one JSON object.
     let contract = match &step.contract {
-        Some(c) => match Contract::new(&c.schema) {
+        Some(c) => match CompiledContract::new(&c.schema) {
             Ok(contract) => contract,
             Err(e) => {
                 return fail(
@@ -1265,7 +1265,7 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
                 );
             }
         },
-        None => Contract::any_object(),
+        None => CompiledContract::any_object(),
     };
     match contract.judge(text) {
         Ok(map) => (Ok(Answer::Object(Value::Object(map))), None),

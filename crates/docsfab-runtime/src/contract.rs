@@ -55,24 +55,24 @@ pub struct ContractSchemaError(pub String);
 
 /// A compiled contract.
 #[derive(Debug)]
-pub struct Contract {
+pub struct CompiledContract {
     /// `None`: any object will do.
     validator: Option<jsonschema::Validator>,
 }
 
-impl Contract {
+impl CompiledContract {
     /// Compiles `schema` (its `$schema` picks the draft; 2020-12 when absent).
-    pub fn new(schema: &Value) -> Result<Contract, ContractSchemaError> {
+    pub fn new(schema: &Value) -> Result<CompiledContract, ContractSchemaError> {
         let validator =
             jsonschema::validator_for(schema).map_err(|e| ContractSchemaError(e.to_string()))?;
-        Ok(Contract {
+        Ok(CompiledContract {
             validator: Some(validator),
         })
     }
 
     /// The contract of a read-only step that names no schema: any JSON object.
-    pub fn any_object() -> Contract {
-        Contract { validator: None }
+    pub fn any_object() -> CompiledContract {
+        CompiledContract { validator: None }
     }
 
     /// Judges a final answer.

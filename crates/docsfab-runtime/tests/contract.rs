@@ -1,10 +1,10 @@
 //! Contract validation of read-only answers (STP-9).
 
-use docsfab_runtime::contract::{Contract, ContractFailure, feedback, parse_object};
+use docsfab_runtime::contract::{CompiledContract, ContractFailure, feedback, parse_object};
 use serde_json::json;
 
-fn contract() -> Contract {
-    Contract::new(&json!({
+fn contract() -> CompiledContract {
+    CompiledContract::new(&json!({
         "type": "object",
         "required": ["modules"],
         "properties": {"modules": {"type": "array", "items": {"type": "string"}}}
@@ -97,7 +97,7 @@ fn each_kind_has_its_own_feedback_stp_9() {
 
 #[test]
 fn a_contract_without_schema_takes_any_object() {
-    let any = Contract::any_object();
+    let any = CompiledContract::any_object();
     assert!(any.judge("{}").is_ok());
     assert_eq!(any.judge("[]").unwrap_err().kind, ContractFailure::Array);
     assert!(parse_object("{\"a\": 1}").is_ok());
@@ -106,7 +106,7 @@ fn a_contract_without_schema_takes_any_object() {
 #[test]
 fn a_remote_ref_is_refused_not_fetched() {
     let remote = json!({"$ref": "https://example.invalid/schema.json"});
-    assert!(Contract::new(&remote).is_err());
+    assert!(CompiledContract::new(&remote).is_err());
     let local = json!({"$defs": {"m": {"type": "object"}}, "$ref": "#/$defs/m"});
-    assert!(Contract::new(&local).unwrap().judge("{}").is_ok());
+    assert!(CompiledContract::new(&local).unwrap().judge("{}").is_ok());
 }

@@ -95,13 +95,6 @@ pub fn open_store_url(url: &StoreUrl) -> Result<RunStore, CliError> {
     Ok(store)
 }
 
-/// [`open_store_url`] for a SQLite file: `docsfab serve` (h15-serve) opens its store this way
-/// until the lead hands it the `--store` URL at merge.
-#[allow(dead_code)]
-pub fn open_store(path: &Path) -> Result<RunStore, CliError> {
-    open_store_url(&StoreUrl::Sqlite(path.to_owned()))
-}
-
 pub(crate) fn read_failed(url: &StoreUrl, e: impl std::fmt::Display) -> CliError {
     let reason = plain_reason(&e.to_string(), "it is damaged or not a docsfab run store");
     CliError::failed(format!(
