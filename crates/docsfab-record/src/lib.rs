@@ -32,8 +32,9 @@ pub use replay::{ReplayCause, ReplayRecord};
 pub use run::ForEach;
 pub use run::{
     ANSWER_EXCERPT_MAX_BYTES, AttemptRecord, AttemptStatus, FileWritten, InterruptedAttempt,
-    LeaseRecord, Retry, RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
-    StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore, rfc3339_utc,
+    LeaseRecord, Retry, RunContext, RunLink, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
+    StepInput, StepLink, StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore,
+    rfc3339_utc,
 };
 pub use step::{
     Access, Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,

@@ -65,7 +65,55 @@ pub struct RunRecord {
     /// marked `interrupted`. `null` for a run that ended through its steps.
     #[serde(default)]
     pub end_reason: Option<String>,
+    /// Set on a run started by `docsfab runs resume`: the run it carried finished steps over
+    /// from. Absent on any other run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<RunLink>,
     pub steps: Vec<StepRecord>,
+}
+
+/// A run another run names (its lineage).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunLink {
+    pub run_id: String,
+}
+
+/// The step of an earlier run whose accepted result a step reused instead of running.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepLink {
+    pub run_id: String,
+    /// The step's id in that run (`STEP[INDEX]` for a fan-out instance).
+    pub step_id: String,
+}
+
+/// Something of the workspace a step's accepted attempt looked at, as it was then: what
+/// decides whether that result still holds for today's tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum StepInput {
+    /// A file that was read or searched: its SHA-256 (lowercase hex), `null` when no regular
+    /// file was there.
+    File {
+        path: String,
+        sha256: Option<String>,
+    },
+    /// A directory that was listed or searched: every entry under it as `list_files` walks
+    /// them (directories end in `/`), `null` when no directory was there.
+    Listing {
+        path: String,
+        entries: Option<Vec<String>>,
+    },
+}
+
+impl StepInput {
+    /// The workspace-relative path the input is about.
+    pub fn path(&self) -> &str {
+        match self {
+            StepInput::File { path, .. } | StepInput::Listing { path, .. } => path,
+        }
+    }
 }
 
 /// What a run is started with and keeps from its first moment: where it worked, which provider
@@ -77,6 +125,9 @@ pub struct RunContext {
     pub provider: RunProvider,
     pub model: String,
     pub docsfab_version: String,
+    /// The run a resumed run carries finished steps over from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<RunLink>,
 }
 
 /// The provider of a run as host.yaml names it. `host` is the base URL's host and port only:
@@ -174,6 +225,25 @@ pub struct StepRecord {
     /// turns when the record is read.
     #[serde(default)]
     pub held_ms: u64,
+    /// A digest (SHA-256, hex) of everything the step was asked with: its rendered
+    /// instructions, its settings, the provider, the model and the docsfab version. Two steps
+    /// with the same fingerprint and unchanged inputs would be asked the same question. Set when
+    /// the step succeeded; absent in records written before docsfab kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// What the accepted attempt looked at (files read or searched, directories listed), as it
+    /// was then. Set when the step succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<Vec<StepInput>>,
+    /// Set when the step was not run but carried over from an earlier run (`runs resume`,
+    /// `run --reuse`): its output and files are that step's, and its attempts stay in that
+    /// run's record (this step has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused_from: Option<StepLink>,
+    /// The files a reused step's accepted attempt wrote, as that attempt recorded them. Absent
+    /// on a step that ran (its attempts hold them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_written: Option<Vec<FileWritten>>,
     pub attempts: Vec<AttemptRecord>,
 }
 
@@ -480,6 +550,18 @@ impl TurnRecord {
 }
 
 impl StepRecord {
+    /// The files the step's result stands on: a reused step's own list, else its last
+    /// attempt's (a succeeded step's accepted attempt is its last).
+    pub fn result_files(&self) -> &[FileWritten] {
+        if let Some(files) = &self.files_written {
+            return files;
+        }
+        self.attempts
+            .last()
+            .and_then(|a| a.files_written.as_deref())
+            .unwrap_or(&[])
+    }
+
     /// The throttle's hold over every turn of every attempt: the step's `heldMs`.
     pub fn turns_held_ms(&self) -> u64 {
         self.attempts

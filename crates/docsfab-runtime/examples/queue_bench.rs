@@ -33,6 +33,8 @@ fn main() {
         workspace: JobWorkspace::Path {
             path: "/tmp".into(),
         },
+        resume: None,
+        resume_from: None,
     };
     for _ in 0..jobs {
         store.enqueue(&spec).expect("enqueue");

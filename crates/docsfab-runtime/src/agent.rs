@@ -72,7 +72,8 @@ use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
 use crate::record::{
-    ANSWER_EXCERPT_MAX_BYTES, LeaseRecord, ReplayRecord, TurnRecord, TurnStatus, Usage, rfc3339_utc,
+    ANSWER_EXCERPT_MAX_BYTES, LeaseRecord, ReplayRecord, StepInput, TurnRecord, TurnStatus, Usage,
+    rfc3339_utc,
 };
 use crate::snapshot::{WriteSnapshots, WrittenFile};
 use crate::tools::{self, StepTools, ToolPolicy};
@@ -207,6 +208,8 @@ pub struct AttemptReport {
     pub snapshots: WriteSnapshots,
     /// The files the attempt changed, as it left them (taken before any restore).
     pub written: Vec<WrittenFile>,
+    /// What the attempt's tools looked at, as it was when they looked.
+    pub inputs: Vec<StepInput>,
 }
 
 /// The tool specs the model sees for a step.
@@ -311,6 +314,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
     }
     let answer = state.final_answer.as_deref();
     let written = written_files(&tools, redactor);
+    let inputs = tools.observed().inputs().to_vec();
     AttemptReport {
         result,
         message,
@@ -325,6 +329,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         snapshots: tools.into_snapshots(),
         written,
+        inputs,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::agent::TurnEvent;
 use crate::batch::ToolUse;
 use crate::composition::Access;
 use crate::ledger::{CallOutcome, CallResult, RejectReason};
-use crate::record::{AttemptStatus, Budget, RetryDecision, RunStatus, TurnStatus};
+use crate::record::{AttemptStatus, Budget, RetryDecision, RunStatus, StepLink, TurnStatus};
 
 /// Something to tell the operator while the run goes.
 #[derive(Debug, Clone)]
@@ -21,6 +21,11 @@ pub enum Progress {
     StepStarted {
         step_id: String,
         access: Access,
+    },
+    /// A step was not run: an earlier run's result for it was carried over (docs/resume.md).
+    StepReused {
+        step_id: String,
+        from: StepLink,
     },
     AttemptStarted {
         step_id: String,
@@ -64,6 +69,10 @@ impl Progress {
             Progress::StepStarted { step_id, access } => {
                 format!("step {step_id} ({})", access.as_str())
             }
+            Progress::StepReused { step_id, from } => format!(
+                "step {step_id} reused from run {} ({}): its inputs are unchanged, no request sent",
+                from.run_id, from.step_id
+            ),
             Progress::AttemptStarted {
                 attempt, budget, ..
             } => format!("  attempt {attempt} ({})", budget.label()),
@@ -261,6 +270,7 @@ impl Progress {
         match self {
             Progress::RunStarted { .. } => None,
             Progress::StepStarted { step_id, .. }
+            | Progress::StepReused { step_id, .. }
             | Progress::AttemptStarted { step_id, .. }
             | Progress::Turn { step_id, .. }
             | Progress::AttemptFinished { step_id, .. }

@@ -10,9 +10,9 @@ pub use docsfab_record::ForEach;
 pub use docsfab_record::{
     ANSWER_EXCERPT_MAX_BYTES, Access, AttemptRecord, AttemptStatus, Budget, FileWritten,
     InterruptedAttempt, LeaseRecord, RecordedSettlement, ReplayCause, ReplayRecord, Retry,
-    RetryDecision, RunContext, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA, StepFailure,
-    StepRecord, StepStatus, TimeoutKind, TransportRetry, TurnRecord, TurnStatus, Usage,
-    WriteIntent, WriteRestore, rfc3339_utc,
+    RetryDecision, RunContext, RunLink, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
+    StepFailure, StepInput, StepLink, StepRecord, StepStatus, TimeoutKind, TransportRetry,
+    TurnRecord, TurnStatus, Usage, WriteIntent, WriteRestore, rfc3339_utc,
 };
 
 /// Why a value failed [`validate_against_schema`].

@@ -439,7 +439,12 @@ mod tests {
                 for_each: None,
                 held_ms: 0,
                 attempts,
+                fingerprint: None,
+                inputs: None,
+                reused_from: None,
+                files_written: None,
             }],
+            resumed_from: None,
         }
     }
 

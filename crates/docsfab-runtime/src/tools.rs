@@ -33,6 +33,7 @@ use serde_json::{Value, json};
 use crate::composition::Tool;
 use crate::contract::schema_violations;
 use crate::ledger::{CallResult, RejectReason};
+use crate::observed::Observed;
 use crate::snapshot::{WriteSnapshots, write_atomically};
 use crate::supervision::{ReadSupervisor, ReadVerdict};
 use crate::workspace::{PathRefusal, Resolved, Workspace};
@@ -305,6 +306,8 @@ pub struct StepTools<'w> {
     budget: SourceBudget,
     supervisor: ReadSupervisor,
     snapshots: WriteSnapshots,
+    /// What the attempt looked at, for reusing its result later.
+    observed: Observed,
 }
 
 impl<'w> StepTools<'w> {
@@ -315,6 +318,7 @@ impl<'w> StepTools<'w> {
             budget: SourceBudget::new(policy.source_read_bytes),
             supervisor: ReadSupervisor::default(),
             snapshots: WriteSnapshots::new(workspace.root()),
+            observed: Observed::default(),
             policy,
         }
     }
@@ -338,6 +342,10 @@ impl<'w> StepTools<'w> {
     /// The attempt's write snapshots, for a restore after it ends.
     pub fn into_snapshots(self) -> WriteSnapshots {
         self.snapshots
+    }
+    /// What the attempt's reads, listings and searches looked at.
+    pub fn observed(&self) -> &Observed {
+        &self.observed
     }
 
     /// The host preflight for this step (LSE-2).
@@ -453,13 +461,23 @@ impl<'w> StepTools<'w> {
     /// Stage 3: runs an authorized call.
     pub fn execute(&mut self, call: Authorized) -> Result<ToolReply, HostFailure> {
         match call.op {
-            Op::List { target } => self.list(&target),
+            Op::List { target } => {
+                self.observed.listing(self.workspace, &target.rel);
+                self.list(&target)
+            }
             Op::Read {
                 target,
                 offset,
                 length,
-            } => self.read(&target, offset, length),
-            Op::Search { pattern, target } => self.search(&pattern, &target),
+            } => {
+                self.observed.file(self.workspace, &target.rel);
+                self.read(&target, offset, length)
+            }
+            Op::Search { pattern, target } => {
+                // Noted even when nothing is there, so a file that appears later is seen.
+                self.observed.file(self.workspace, &target.rel);
+                self.search(&pattern, &target)
+            }
             Op::Write { target, content } => self.write(&target, &content),
         }
     }
@@ -603,6 +621,12 @@ impl<'w> StepTools<'w> {
         } else {
             vec![(target.rel.clone(), target.abs.clone())]
         };
+        if is_dir {
+            self.observed.listing(self.workspace, &target.rel);
+        }
+        for (rel, _) in &files {
+            self.observed.file(self.workspace, rel);
+        }
         let found = find_matches(&regex, files, single);
         if !self.budget.try_spend(found.source_bytes) {
             return Ok(ToolReply::error(format!(
@@ -996,7 +1020,11 @@ fn cut_utf8(line: &[u8], max: usize) -> String {
 /// Walks `dir` depth-first in name order, calling `visit(rel, is_dir)` for each entry until it
 /// returns false. Symlinks are listed as files and never followed; [`SKIPPED_DIRS`] are skipped.
 /// Returns whether the walk completed.
-fn walk(dir: &Path, root: &Path, visit: &mut dyn FnMut(String, bool) -> bool) -> io::Result<bool> {
+pub(crate) fn walk(
+    dir: &Path,
+    root: &Path,
+    visit: &mut dyn FnMut(String, bool) -> bool,
+) -> io::Result<bool> {
     let mut names: Vec<_> = fs::read_dir(dir)?
         .filter_map(Result::ok)
         .map(|e| e.path())

@@ -94,6 +94,8 @@ async fn run(api: Api, scenario: &str, rules: RulesTable) -> Ran {
             job_deadline: None,
             progress: Some(sink),
             throttle: None,
+            carry: None,
+            spec: None,
         },
         &mut store,
     )

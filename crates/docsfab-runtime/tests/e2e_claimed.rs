@@ -46,6 +46,8 @@ fn config(h: &Harness, workspace: std::path::PathBuf) -> RunConfig {
         job_deadline: None,
         progress: None,
         throttle: None,
+        carry: None,
+        spec: None,
     }
 }
 
@@ -57,6 +59,8 @@ fn queue_one(h: &Harness, store: &mut RunStore) -> String {
             workspace: JobWorkspace::Path {
                 path: h.workspace.to_string_lossy().into_owned(),
             },
+            resume: None,
+            resume_from: None,
         })
         .unwrap();
     let claimed = store.claim_next().unwrap().unwrap();

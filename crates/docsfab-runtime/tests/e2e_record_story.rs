@@ -58,6 +58,8 @@ async fn issue11_the_recorded_host_never_holds_userinfo_or_query() {
             job_deadline: None,
             progress: None,
             throttle: None,
+            carry: None,
+            spec: None,
         },
         &mut store,
     )

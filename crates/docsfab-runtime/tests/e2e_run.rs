@@ -533,6 +533,8 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
             job_deadline: None,
             progress: None,
             throttle: None,
+            carry: None,
+            spec: None,
         },
         &mut store,
     )

@@ -133,6 +133,8 @@ fn scripted_config(
         job_deadline: None,
         progress,
         throttle: None,
+        carry: None,
+        spec: None,
     }
 }
 

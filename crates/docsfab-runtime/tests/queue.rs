@@ -82,6 +82,8 @@ fn spec(name: &str) -> JobSpec {
         workspace: JobWorkspace::Path {
             path: format!("/srv/{name}"),
         },
+        resume: None,
+        resume_from: None,
     }
 }
 
@@ -274,6 +276,8 @@ fn issue15_job_spec_round_trips_with_its_json_shape(place: &Place) {
             git: "file:///srv/repo.git".into(),
             reference: "main".into(),
         },
+        resume: None,
+        resume_from: None,
     };
     assert_eq!(
         serde_json::to_value(&git).unwrap(),

@@ -152,7 +152,12 @@ fn sample_run() -> RunRecord {
             for_each: None,
             held_ms: 2400,
             attempts: vec![transport_attempt(), second],
+            fingerprint: None,
+            inputs: None,
+            reused_from: None,
+            files_written: None,
         }],
+        resumed_from: None,
     }
 }
 

@@ -34,6 +34,7 @@ fn full_run_round_trips_and_meets_the_schema_ops_1() {
                 status: RunStatus::Succeeded,
                 failure: None,
                 output: Some(json!({"modules": []})),
+                basis: None,
             },
         )
         .unwrap();
@@ -240,6 +241,7 @@ fn a_finished_step_takes_no_more_attempts_and_a_fresh_home_is_created() {
             remediation: "tighten the instructions".into(),
         }),
         output: None,
+        basis: None,
     };
     store.finish_step(&run, step, &end).unwrap();
     assert!(matches!(
@@ -427,6 +429,7 @@ fn sample_context() -> RunContext {
         },
         model: "sim-model".into(),
         docsfab_version: "0.1.0".into(),
+        resumed_from: None,
     }
 }
 

@@ -39,6 +39,7 @@ fn context() -> RunContext {
         },
         model: "sim-model".into(),
         docsfab_version: "0.1.0".into(),
+        resumed_from: None,
     }
 }
 
@@ -82,6 +83,8 @@ fn spec(name: &str) -> JobSpec {
         workspace: JobWorkspace::Path {
             path: format!("/srv/ws/{name}"),
         },
+        resume: None,
+        resume_from: None,
     }
 }
 
@@ -139,7 +142,8 @@ macro_rules! record_scenario {
             status: RunStatus::Succeeded,
             failure: None,
             output: Some(json!({"modules": ["a", "b"]})),
-        };
+        basis: None,
+};
         store.finish_step(&run, outline, &end).unwrap();
         assert!(matches!(
             store.record_attempt(&run, outline, &attempt(3, RetryDecision::None)),

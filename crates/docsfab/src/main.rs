@@ -74,7 +74,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args, cli.store.as_deref()),
         Commands::Run(args) => run::run(&args, cli.color, cli.store.as_deref()),
-        Commands::Runs(args) => runs::run(&args, cli.store.as_deref()),
+        Commands::Runs(args) => runs::run(&args, cli.store.as_deref(), cli.color),
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
         Commands::Route(args) => route::run(&args, cli.store.as_deref()),

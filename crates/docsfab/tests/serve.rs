@@ -611,13 +611,9 @@ fn issue15_jobs_1_is_fifo_and_cancel_works_queued_and_running_and_rerun_requeues
         .unwrap()
         .to_owned();
     let server = Server::start(&s2, &[]);
+    // `docsfab run` keeps its composition too (issue 22), so its run can be queued again.
     let r = server.post(&format!("/api/runs/{cli_id}/rerun"), &json!({}));
-    assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let error = r.json::<Value>().unwrap()["error"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    assert!(error.contains("docsfab run"), "{error}");
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
 }
 
 /// The server-sent events of `GET /api/runs/{id}/events`, read to the end: (event, data).
@@ -1194,4 +1190,119 @@ fn issue15_two_servers_on_one_store_claim_each_run_once() {
             .sum();
         assert_eq!(claims, 1, "run {id} claimed {claims} times:\n{logs:#?}");
     }
+}
+
+/// Two read-only steps; the second names the first's answer.
+const TWO_STEPS: &str = "name: two\nlimits:\n  timeoutMs: 600000\n  maxTurns: 6\nsteps:\n  - id: survey\n    access: read-only\n    instructions: Survey the code.\n    contract:\n      schema: {type: object, required: [modules]}\n  - id: outline\n    access: read-only\n    instructions: \"Outline {{steps.survey.output}}.\"\n    contract:\n      schema: {type: object, required: [modules]}\n";
+
+/// Points host.yaml's provider at `base_url` (the served runs read it at claim time).
+fn repoint(s: &Setup, base_url: &str) {
+    let host = s.home().join("host.yaml");
+    let text = std::fs::read_to_string(&host).unwrap();
+    let start = text.find("baseUrl: ").unwrap() + "baseUrl: ".len();
+    let end = start + text[start..].find('\n').unwrap();
+    std::fs::write(
+        &host,
+        format!("{}{base_url}{}", &text[..start], &text[end..]),
+    )
+    .unwrap();
+}
+
+/// Issue 22: a job submitted with `resume: auto` whose worker is killed (`kill -9`) mid-run is
+/// resumed, once, by the next worker: the resume carries the finished step over and sends only
+/// the unfinished step's request. `POST /api/runs/{id}/resume` queues the same by hand, and
+/// refuses a succeeded run with one sentence.
+#[test]
+fn issue22_serve_resumes_a_dead_workers_run_once_with_resume_auto_and_on_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let stalls = "responses:\n  - answer: {json: {modules: [lib]}}\n  - answer: {json: {modules: [x]}}\n    delay_ms: 600000\n";
+    let sim = Sim::start(tmp.path(), stalls);
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let mut server = Server::start(&s, &[]);
+    let r = server.post(
+        "/api/runs",
+        &json!({"composition": TWO_STEPS, "workspace": ws(), "resume": "auto"}),
+    );
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    server.wait_claimed(&id);
+    let end = Instant::now() + WAIT;
+    while server.json(&format!("/api/runs/{id}"))["steps"][0]["status"] != "succeeded" {
+        assert!(Instant::now() < end, "the first step never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+    drop(sim);
+
+    let dir = tmp.path().join("second");
+    std::fs::create_dir(&dir).unwrap();
+    let log = dir.join("requests.jsonl");
+    let quick = "responses:\n  - answer: {json: {modules: [outlined]}}\n";
+    let sim = Sim::start_logging(&dir, quick, &log);
+    repoint(&s, &sim.base_url);
+    let server = Server::start(&s, &[]);
+    server.wait_status(&id, "interrupted");
+    let resumed = {
+        let end = Instant::now() + WAIT;
+        loop {
+            let runs = server.json("/api/runs");
+            let found = runs["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["runId"].as_str().unwrap().to_owned())
+                .find(|r| *r != id);
+            if let Some(found) = found {
+                break found;
+            }
+            assert!(Instant::now() < end, "no resume was queued: {runs}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let record = server.wait_status(&resumed, "succeeded");
+    assert_eq!(record["resumedFrom"]["runId"], id.as_str(), "{record}");
+    assert_eq!(record["steps"][0]["reusedFrom"]["runId"], id.as_str());
+    assert!(record["steps"][1]["reusedFrom"].is_null());
+    let sent = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        sent.lines().count(),
+        1,
+        "only the unfinished step asked: {sent}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        server.json("/api/runs")["runs"].as_array().unwrap().len(),
+        2,
+        "resumed once"
+    );
+
+    // A succeeded run has nothing to resume: 400, one sentence.
+    let r = server.post(&format!("/api/runs/{resumed}/resume"), &json!({}));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let error = r.json::<Value>().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(error.contains("nothing to resume"), "{error}");
+    // The interrupted one can be resumed again by hand.
+    let r = server.post(&format!("/api/runs/{id}/resume"), &json!({}));
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let again = r.json::<Value>().unwrap()["runId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let record = server.wait_status(&again, "succeeded");
+    assert_eq!(record["resumedFrom"]["runId"], id.as_str());
+    assert_eq!(record["steps"][0]["reusedFrom"]["runId"], id.as_str());
+    let sent = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        sent.lines().count(),
+        2,
+        "each resume asked only for the second step: {sent}"
+    );
 }

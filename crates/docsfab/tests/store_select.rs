@@ -175,6 +175,8 @@ fn issue15_runs_list_shows_a_queued_run() {
             workspace: JobWorkspace::Path {
                 path: s.workspace().to_string_lossy().into_owned(),
             },
+            resume: None,
+            resume_from: None,
         })
         .unwrap();
     let out = s

@@ -23,6 +23,7 @@ use super::{Ctx, Progress, RunError, run_begun_step, step_start};
 use crate::composition::{FanOut, Step};
 use crate::fanout::{WriteClaims, instance_id, output_array, render_instructions, resolve_items};
 use crate::record::{AttemptRecord, ForEach, RunStatus, StepFailure};
+use crate::reuse::Looks;
 use crate::snapshot::WrittenFile;
 use crate::store::{RunStore, StepEnd, StepStart, StoreError};
 use crate::written::Kept;
@@ -180,11 +181,15 @@ pub(super) async fn run_fan_out(
             status: RunStatus::Succeeded,
             failure: None,
             output: None,
+            basis: None,
         };
         store.finish_step(ctx.run_id, index, &end)?;
         return Ok((RunStatus::Succeeded, Some(output_array(Vec::new()))));
     }
 
+    // Which instances an earlier run answers, judged once before any instance runs, so a
+    // sibling's writes never sway the judgement.
+    let reused = reusable_instances(ctx, step, &items, outputs);
     let claims = WriteClaims::default();
     let shared = Mutex::new(store);
     let mut answers: Vec<Option<Value>> = vec![None; items.len()];
@@ -209,6 +214,13 @@ pub(super) async fn run_fan_out(
             };
             // Begun in the store now, in element order, so the record keeps that order.
             let begun = launched.begin(&mut Shared(&shared))?;
+            if let Some(at) = reused[next] {
+                let (_, text) =
+                    ctx.carry_over(&mut Shared(&shared), &begun.step, begun.step_index, at)?;
+                answers[next] = Some(answer_value(&begun.step, text.unwrap_or_default()));
+                next += 1;
+                continue;
+            }
             running.push(launched.run(Shared(&shared), begun));
             next += 1;
         }
@@ -285,6 +297,7 @@ impl Launch<'_, '_> {
                         status: RunStatus::Failed,
                         failure: Some(member_failure(self.fan, &step.id, &why)),
                         output: None,
+                        basis: None,
                     };
                     store.finish_step(ctx.run_id, step_index, &end)?;
                     ctx.emit(Progress::StepFinished {
@@ -307,13 +320,39 @@ impl Launch<'_, '_> {
             step_id: step.id.clone(),
             status,
         });
-        let answer = text.map(|t| match step.contract {
-            // A step with a contract answers an object; any other answer is its text.
-            Some(_) => serde_json::from_str(&t).unwrap_or(Value::String(t)),
-            None => Value::String(t),
-        });
+        let answer = text.map(|t| answer_value(&step, t));
         Ok(ended(status, answer))
     }
+}
+
+/// An instance's answer as the fan-out's output array holds it: a step with a contract
+/// answers an object; any other answer is its text.
+fn answer_value(step: &Step, text: String) -> Value {
+    match step.contract {
+        Some(_) => serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        None => Value::String(text),
+    }
+}
+
+/// Per element, the reference step that stands in for its instance, if any.
+fn reusable_instances(
+    ctx: &Ctx<'_>,
+    step: &Step,
+    items: &[Value],
+    outputs: &BTreeMap<String, String>,
+) -> Vec<Option<usize>> {
+    if ctx.cfg.carry.is_none() {
+        return vec![None; items.len()];
+    }
+    let mut looks = Looks::default();
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let text = render_instructions(&step.instructions, item, index, outputs).ok()?;
+            ctx.reusable(&step.id, &ctx.fingerprint(step, &text), &mut looks)
+        })
+        .collect()
 }
 
 /// The end of a fan-out step whose array could not be read from the earlier answer.
@@ -332,6 +371,7 @@ fn failed_end(step_id: &str, fan: &FanOut, why: &str) -> StepEnd {
             ),
         }),
         output: None,
+        basis: None,
     }
 }
 

@@ -20,7 +20,7 @@
 //! requests, replay backoffs, step backoffs) races it, so the run ends at once and is recorded
 //! `cancelled` with the reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,12 +44,13 @@ use crate::batch::{BeforeWrite, WriteVeto};
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::fanout::WriteClaims;
 use crate::record::{
-    AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunContext, RunProvider, RunStatus,
-    StepFailure, WriteRestore,
+    AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunContext, RunLink, RunProvider,
+    RunStatus, StepFailure, WriteRestore,
 };
+use crate::reuse::{Asking, Looks, Reference, fingerprint};
 use crate::settlement::settle_attempt;
 use crate::snapshot::{RestoreError, WrittenFile};
-use crate::store::{RunStore, StepEnd, StepStart, StoreError};
+use crate::store::{JobSpec, ResultBasis, RunStore, StepEnd, StepStart, StoreError};
 use crate::workspace::Workspace;
 use crate::written::{Kept, classify};
 
@@ -105,6 +106,20 @@ pub struct RunConfig {
     /// The shared provider throttle (`DOCSFAB_HOME/throttle.db`) every provider request of the
     /// run passes, fan-out instances included; `None` sends at once.
     pub throttle: Option<Throttle>,
+    /// An earlier run whose results this run may carry over instead of asking again
+    /// (`runs resume`, `run --reuse`); `None` runs every step.
+    pub carry: Option<Carry>,
+    /// The composition as submitted, kept with the run so `runs resume` can start it again;
+    /// `None` keeps none (a claimed job has its own already).
+    pub spec: Option<JobSpec>,
+}
+
+/// The earlier run a run carries results over from (crate::reuse, docs/resume.md).
+#[derive(Debug, Clone)]
+pub struct Carry {
+    pub reference: Reference,
+    /// Set by `runs resume`: the record names the reference run as `resumedFrom`.
+    pub resume: bool,
 }
 
 /// Why a run was cancelled.
@@ -229,7 +244,10 @@ async fn run_into(
             store.set_context(&run_id, &context)?;
             run_id
         }
-        None => store.create_run_with_context(&cfg.composition.name, &context)?,
+        None => match &cfg.spec {
+            Some(spec) => store.create_run_from(&context, spec)?,
+            None => store.create_run_with_context(&cfg.composition.name, &context)?,
+        },
     };
     let cancel = cfg.cancel.child_token();
     let deadline_ms = cfg.job_deadline.map_or(cfg.limits.deadline_ms(), |d| {
@@ -247,7 +265,11 @@ async fn run_into(
     };
 
     let boundary = boundary_config(&cfg.provider, &selected_model(&cfg));
+    let model = selected_model(&cfg);
     let ctx = Ctx {
+        model: &model,
+        taken: Mutex::new(HashSet::new()),
+        text_needed: text_needed(&cfg.composition),
         cfg: &cfg,
         workspace,
         transport,
@@ -294,6 +316,9 @@ fn run_context(cfg: &RunConfig, workspace: &Workspace) -> RunContext {
         },
         model: selected_model(cfg),
         docsfab_version: env!("CARGO_PKG_VERSION").to_owned(),
+        resumed_from: cfg.carry.as_ref().filter(|c| c.resume).map(|c| RunLink {
+            run_id: c.reference.run_id().to_owned(),
+        }),
     }
 }
 
@@ -307,6 +332,11 @@ fn selected_model(cfg: &RunConfig) -> String {
 
 struct Ctx<'a> {
     cfg: &'a RunConfig,
+    model: &'a str,
+    /// The reference steps already carried over into this run (each stands in once).
+    taken: Mutex<HashSet<usize>>,
+    /// The steps whose answer text a later step inserts or fans out over.
+    text_needed: HashSet<String>,
     workspace: &'a Workspace,
     transport: &'a dyn Transport,
     boundary: &'a Result<BoundaryConfig, String>,
@@ -317,6 +347,79 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The fingerprint of `step` asked with `instructions` in this run.
+    fn fingerprint(&self, step: &Step, instructions: &str) -> String {
+        let asking = Asking {
+            provider: &self.cfg.provider.name,
+            api: self.cfg.provider.api,
+            model: self.model,
+        };
+        fingerprint(step, instructions, &self.cfg.composition.limits, asking)
+    }
+
+    /// The reference step that can stand in for `step` of group `group` (asked with
+    /// `fingerprint`), taken so no other step uses it; judged against the workspace as `looks`
+    /// reads it.
+    fn reusable(&self, group: &str, fingerprint: &str, looks: &mut Looks) -> Option<usize> {
+        let reference = &self.cfg.carry.as_ref()?.reference;
+        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = reference.candidate(group, fingerprint, &taken)?;
+        let step = reference.step(at);
+        // An answer the record does not keep (a text answer) can stand in only where no later
+        // step needs its text.
+        if step.output.is_none() && self.text_needed.contains(group) {
+            return None;
+        }
+        if !reference.changed(self.workspace, at, looks).is_empty() {
+            return None;
+        }
+        taken.insert(at);
+        Some(at)
+    }
+
+    /// Records begun step `step_index` as carried over from reference step `at`, and returns
+    /// its output text as later steps see it.
+    fn carry_over(
+        &self,
+        store: &mut (dyn StepLog + Send),
+        step: &Step,
+        step_index: u32,
+        at: usize,
+    ) -> Result<(RunStatus, Option<String>), RunError> {
+        let reference = &self
+            .cfg
+            .carry
+            .as_ref()
+            .expect("a carried step has a reference")
+            .reference;
+        let from = reference.step(at);
+        let end = StepEnd {
+            status: RunStatus::Succeeded,
+            failure: None,
+            output: from.output.clone(),
+            basis: Some(ResultBasis {
+                fingerprint: from.fingerprint.clone().unwrap_or_default(),
+                inputs: from.inputs.clone().unwrap_or_default(),
+                reused_from: Some(reference.origin(at)),
+                files_written: Some(from.result_files().to_vec()),
+            }),
+        };
+        store.finish_step(self.run_id, step_index, &end)?;
+        self.emit(Progress::StepReused {
+            step_id: step.id.clone(),
+            from: reference.origin(at),
+        });
+        Ok((
+            RunStatus::Succeeded,
+            Some(
+                from.output
+                    .as_ref()
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            ),
+        ))
+    }
+
     fn emit(&self, p: Progress) {
         if let Some(sink) = &self.cfg.progress {
             sink(&p);
@@ -350,6 +453,7 @@ impl Ctx<'_> {
             status: RunStatus::Cancelled,
             failure: Some(self.cancelled_failure()),
             output: None,
+            basis: None,
         }
     }
 
@@ -439,9 +543,31 @@ async fn run_step(
     step: &Step,
     outputs: &BTreeMap<String, String>,
 ) -> Result<(RunStatus, Option<String>), RunError> {
-    let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
     let instructions = substitute_outputs(&step.instructions, outputs);
+    let reused = ctx.reusable(
+        &step.id,
+        &ctx.fingerprint(step, &instructions),
+        &mut Looks::default(),
+    );
+    let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
+    if let Some(at) = reused {
+        return ctx.carry_over(store, step, step_index, at);
+    }
     run_begun_step(ctx, store, step, step_index, instructions, None).await
+}
+
+/// The steps whose answer text a later step needs: named in instructions, or fanned out over.
+fn text_needed(composition: &Composition) -> HashSet<String> {
+    let mut needed = HashSet::new();
+    for step in &composition.steps {
+        for r in output_references(&step.instructions).unwrap_or_default() {
+            needed.insert(r.step_id);
+        }
+        if let Some(fan) = &step.fan_out {
+            needed.insert(fan.step_id.clone());
+        }
+    }
+    needed
 }
 
 /// Runs a step the store has begun as `step_index`: its attempts, to its end. `claims` is set
@@ -463,6 +589,7 @@ async fn run_begun_step(
         step,
         step_index,
         budgets: ctx.cfg.limits.step_budgets(),
+        fingerprint: ctx.fingerprint(step, &instructions),
         instructions,
         model: selected_model(ctx.cfg),
         claims,
@@ -501,7 +628,13 @@ async fn run_begun_step(
                 let files = ctx.kept_contents(&report);
                 store.record_attempt_with_files(ctx.run_id, step_index, &record, &files)?;
                 emit_finished(ctx, step, &record);
-                break (succeeded(answer), Some(answer.as_output_text()));
+                let basis = ResultBasis {
+                    fingerprint: run.fingerprint.clone(),
+                    inputs: report.inputs.clone(),
+                    reused_from: None,
+                    files_written: None,
+                };
+                break (succeeded(answer, basis), Some(answer.as_output_text()));
             }
             Err(f) => f.clone(),
         };
@@ -540,11 +673,12 @@ async fn run_begun_step(
 }
 
 /// A step's end when an attempt's answer was accepted.
-fn succeeded(answer: &Answer) -> StepEnd {
+fn succeeded(answer: &Answer, basis: ResultBasis) -> StepEnd {
     StepEnd {
         status: RunStatus::Succeeded,
         failure: None,
         output: answer.record_output(),
+        basis: Some(basis),
     }
 }
 
@@ -554,6 +688,7 @@ fn failed(failure: StepFailure) -> StepEnd {
         status: RunStatus::Failed,
         failure: Some(failure),
         output: None,
+        basis: None,
     }
 }
 
@@ -563,6 +698,8 @@ struct StepRun<'c, 'a> {
     step: &'c Step,
     step_index: u32,
     budgets: StepBudgets,
+    /// What the step is asked with, hashed (crate::reuse::fingerprint).
+    fingerprint: String,
     /// The step's instructions with earlier outputs substituted.
     instructions: String,
     model: String,

@@ -24,8 +24,8 @@ use docsfab_throttle::process::Holder;
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    Access, AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary, StepFailure,
-    StepRecord, TransportRetry,
+    Access, AttemptRecord, FileWritten, ForEach, RunContext, RunRecord, RunStatus, RunSummary,
+    StepFailure, StepInput, StepLink, StepRecord, TransportRetry,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
@@ -115,6 +115,10 @@ impl StepStart {
             interrupted_attempt: None,
             for_each: for_each.cloned(),
             held_ms: 0,
+            fingerprint: None,
+            inputs: None,
+            reused_from: None,
+            files_written: None,
             attempts: Vec::new(),
         }
     }
@@ -126,6 +130,33 @@ pub struct StepEnd {
     pub status: RunStatus,
     pub failure: Option<StepFailure>,
     pub output: Option<serde_json::Value>,
+    /// What a succeeded step's result stands on (see [`ResultBasis`]); `None` otherwise.
+    pub basis: Option<ResultBasis>,
+}
+
+/// What a succeeded step's result stands on: what it was asked and what it looked at, and,
+/// when it was carried over from an earlier run instead of run, that step and its files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultBasis {
+    pub fingerprint: String,
+    pub inputs: Vec<StepInput>,
+    pub reused_from: Option<StepLink>,
+    pub files_written: Option<Vec<FileWritten>>,
+}
+
+impl StepEnd {
+    /// Writes the end into the step's stored record (both backends).
+    fn apply_to(&self, step: &mut StepRecord) {
+        step.status = self.status;
+        step.failure = self.failure.clone();
+        step.output = self.output.clone();
+        if let Some(basis) = &self.basis {
+            step.fingerprint = Some(basis.fingerprint.clone());
+            step.inputs = Some(basis.inputs.clone());
+            step.reused_from = basis.reused_from.clone();
+            step.files_written = basis.files_written.clone();
+        }
+    }
 }
 
 /// What `docsfab serve` needs to run a submitted job: kept with its queued run.
@@ -135,6 +166,32 @@ pub struct JobSpec {
     pub composition_yaml: String,
     pub composition_name: String,
     pub workspace: JobWorkspace,
+    /// What becomes of the run when its worker dies: `auto` lets another `docsfab serve`
+    /// worker resume it, once (docs/resume.md). Absent: it stays `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<ResumeMode>,
+    /// Set on the job of a resume: the run whose finished steps it carries over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<ResumeFrom>,
+}
+
+/// The run a queued resume carries finished steps over from, and what its operator allowed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeFrom {
+    pub run_id: String,
+    #[serde(default)]
+    pub rerun_changed: bool,
+    #[serde(default)]
+    pub accept_workspace: bool,
+}
+
+/// A job's `resume` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResumeMode {
+    /// Another worker resumes the run, once, when its worker died.
+    Auto,
 }
 
 /// Where a job works: a directory on the worker, or a git repository cloned at a ref.
@@ -308,6 +365,19 @@ impl RunStore {
         match &mut self.backend {
             Backend::Sqlite(s) => s.create_run_with_context(composition, context),
             Backend::Postgres(s) => s.create_run_with_context(composition, context),
+        }
+    }
+
+    /// [`Self::create_run_with_context`] that also keeps the composition the run runs, so
+    /// `docsfab runs resume` can start it again.
+    pub fn create_run_from(
+        &mut self,
+        context: &RunContext,
+        spec: &JobSpec,
+    ) -> Result<String, StoreError> {
+        match &mut self.backend {
+            Backend::Sqlite(s) => s.create_run_from(context, spec),
+            Backend::Postgres(s) => s.create_run_from(context, spec),
         }
     }
 

@@ -249,7 +249,7 @@ impl PgRunStore {
     /// Creates a run owned by this process, `running`, and returns its id.
     pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
         let owner = self.worker.as_str().to_owned();
-        self.insert_run(composition, None, &owner)
+        self.insert_run(composition, None, None, &owner)
     }
 
     /// Creates a run owned by this process, `running`, with its context stored from its
@@ -260,7 +260,18 @@ impl PgRunStore {
         context: &RunContext,
     ) -> Result<String, StoreError> {
         let owner = self.worker.as_str().to_owned();
-        self.insert_run(composition, Some(context), &owner)
+        self.insert_run(composition, Some(context), None, &owner)
+    }
+
+    /// [`Self::create_run_with_context`] that also keeps the composition it runs, so
+    /// `runs resume` can start it again.
+    pub fn create_run_from(
+        &mut self,
+        context: &RunContext,
+        spec: &JobSpec,
+    ) -> Result<String, StoreError> {
+        let owner = self.worker.as_str().to_owned();
+        self.insert_run(&spec.composition_name, Some(context), Some(spec), &owner)
     }
 
     /// Creates a run owned by the worker `owner` (tests and supervisors that run the work
@@ -270,16 +281,18 @@ impl PgRunStore {
         composition: &str,
         owner: &str,
     ) -> Result<String, StoreError> {
-        self.insert_run(composition, None, owner)
+        self.insert_run(composition, None, None, owner)
     }
 
     fn insert_run(
         &mut self,
         composition: &str,
         context: Option<&RunContext>,
+        spec: Option<&JobSpec>,
         owner: &str,
     ) -> Result<String, StoreError> {
         let context = context.map(to_json).transpose()?;
+        let spec = spec.map(to_json).transpose()?;
         let (started_at, started_ms) = now();
         let run_id = new_run_id(
             &started_at,
@@ -291,8 +304,8 @@ impl PgRunStore {
         self.write(move |tx| {
             tx.execute(
                 "INSERT INTO runs (run_id, composition, status, started_at, started_ms,
-                                   owner_worker, context)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                                   owner_worker, context, job_spec)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 &[
                     &id,
                     &composition,
@@ -301,6 +314,7 @@ impl PgRunStore {
                     &started_ms,
                     &owner,
                     &context,
+                    &spec,
                 ],
             )?;
             Ok(())
@@ -473,9 +487,7 @@ impl PgRunStore {
         self.write(move |tx| {
             require_running(tx, &run_id)?;
             let mut step = require_running_step(tx, &run_id, step_index)?;
-            step.status = end.status;
-            step.failure = end.failure.clone();
-            step.output = end.output.clone();
+            end.apply_to(&mut step);
             tx.execute(
                 "UPDATE steps SET status = $3, record = $4 WHERE run_id = $1 AND step_index = $2",
                 &[
@@ -922,6 +934,7 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
         workspace: context.as_ref().map(|c| c.workspace.clone()),
         model: context.as_ref().map(|c| c.model.clone()),
         docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
+        resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
         end_reason: head.get(5),
@@ -1028,6 +1041,8 @@ mod tests {
                 git: "file:///srv/repo".into(),
                 reference: "main".into(),
             },
+            resume: None,
+            resume_from: None,
         };
         let text = to_json(&spec).unwrap();
         assert_eq!(

@@ -241,7 +241,22 @@ impl SqliteStore {
         composition: &str,
         context: &RunContext,
     ) -> Result<String, StoreError> {
-        self.insert_run(composition, Some(context), Holder::current())
+        self.insert_run(composition, Some(context), None, Holder::current())
+    }
+
+    /// [`Self::create_run_with_context`] that also keeps the composition it runs, so
+    /// `runs resume` can start it again.
+    pub fn create_run_from(
+        &mut self,
+        context: &RunContext,
+        spec: &JobSpec,
+    ) -> Result<String, StoreError> {
+        self.insert_run(
+            &spec.composition_name,
+            Some(context),
+            Some(spec),
+            Holder::current(),
+        )
     }
 
     /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
@@ -250,16 +265,18 @@ impl SqliteStore {
         composition: &str,
         owner: Holder,
     ) -> Result<String, StoreError> {
-        self.insert_run(composition, None, owner)
+        self.insert_run(composition, None, None, owner)
     }
 
     fn insert_run(
         &mut self,
         composition: &str,
         context: Option<&RunContext>,
+        spec: Option<&JobSpec>,
         owner: Holder,
     ) -> Result<String, StoreError> {
         let context = context.map(to_json).transpose()?;
+        let spec = spec.map(to_json).transpose()?;
         let now = SystemTime::now();
         let started_ms = epoch_ms(now);
         let started_at = rfc3339_utc(now);
@@ -268,8 +285,8 @@ impl SqliteStore {
             let tx = immediate(conn)?;
             tx.execute(
                 "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
-                                   owner_start, context)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                   owner_start, context, job_spec)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 params![
                     run_id,
                     composition,
@@ -279,6 +296,7 @@ impl SqliteStore {
                     i64::from(owner.pid),
                     owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
                     context,
+                    spec,
                 ],
             )?;
             tx.commit()?;
@@ -607,9 +625,7 @@ impl SqliteStore {
             let tx = immediate(conn)?;
             require_running(&tx, run_id)?;
             let mut step = require_running_step(&tx, run_id, step_index)?;
-            step.status = end.status;
-            step.failure = end.failure.clone();
-            step.output = end.output.clone();
+            end.apply_to(&mut step);
             tx.execute(
                 "UPDATE steps SET status = ?3, record = ?4 WHERE run_id = ?1 AND step_index = ?2",
                 params![run_id, step_index, end.status.as_str(), to_json(&step)?],
@@ -804,6 +820,7 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         workspace: context.as_ref().map(|c| c.workspace.clone()),
         model: context.as_ref().map(|c| c.model.clone()),
         docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
+        resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
         end_reason,

@@ -128,6 +128,8 @@ pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Reco
             job_deadline: args.job_deadline,
             progress: Some(sink),
             throttle: None,
+            carry: None,
+            spec: None,
         },
         &mut store,
     )

@@ -223,7 +223,21 @@ pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
         human_duration(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
         r.composition
     );
+    if let Some(from) = &r.resumed_from {
+        out.push_str(&format!("  resumed from run {}\n", from.run_id));
+    }
     for s in &r.steps {
+        if let Some(from) = &s.reused_from {
+            out.push_str(&format!(
+                "  {} ({}): {}; reused from run {} ({}), no request\n",
+                s.step_id,
+                s.access.as_str(),
+                paint(colour, status_style(s.status.as_str()), s.status.as_str()),
+                from.run_id,
+                from.step_id
+            ));
+            continue;
+        }
         let budgets: Vec<&str> = s.attempts.iter().map(|a| a.budget.as_str()).collect();
         let replays: u32 = s
             .attempts

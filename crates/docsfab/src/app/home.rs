@@ -128,16 +128,15 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-/// Reads and parses the composition file at `path`; `given_to` names where the path was given
+/// The text of the composition file at `path`; `given_to` names where the path was given
 /// (`` `docsfab run` ``, `--composition`), for the message when the file does not exist.
-pub fn load_composition(path: &Path, given_to: &str) -> Result<Composition, CliError> {
-    let text = read_optional(path, "composition")?.ok_or_else(|| {
+pub fn read_composition(path: &Path, given_to: &str) -> Result<String, CliError> {
+    read_optional(path, "composition")?.ok_or_else(|| {
         CliError::bad_input(format!(
             "the composition {} does not exist; check the path given to {given_to}.",
             path.display()
         ))
-    })?;
-    Ok(Composition::parse(&text, &path.display().to_string())?)
+    })
 }
 
 /// The checks `docsfab run` makes on its inputs before anything is written, shared with
@@ -151,9 +150,40 @@ pub fn validate_run_inputs(
     require_provider: bool,
 ) -> Result<(HostContext, Composition), CliError> {
     let ctx = HostContext::load()?;
-    let composition = load_composition(composition_path, given_to)?;
+    let text = read_composition(composition_path, given_to)?;
+    check_run_text(ctx, &text, composition_path, require_provider)
+}
+
+/// [`validate_run_inputs`] for a run, which also keeps the composition's text.
+pub fn validate_run_file(
+    path: &Path,
+    given_to: &str,
+) -> Result<(HostContext, Composition, String), CliError> {
+    let ctx = HostContext::load()?;
+    let text = read_composition(path, given_to)?;
+    let (ctx, composition) = check_run_text(ctx, &text, path, true)?;
+    Ok((ctx, composition, text))
+}
+
+/// [`validate_run_inputs`] on a composition's text; `named` is the name messages give it (its
+/// path, or the stored composition of a run).
+pub fn validate_run_text(
+    text: &str,
+    named: &Path,
+    require_provider: bool,
+) -> Result<(HostContext, Composition), CliError> {
+    check_run_text(HostContext::load()?, text, named, require_provider)
+}
+
+fn check_run_text(
+    ctx: HostContext,
+    text: &str,
+    named: &Path,
+    require_provider: bool,
+) -> Result<(HostContext, Composition), CliError> {
+    let composition = Composition::parse(text, &named.display().to_string())?;
     if require_provider || ctx.host_file_exists {
-        let selected = ctx.select_provider(&composition, composition_path)?;
+        let selected = ctx.select_provider(&composition, named)?;
         check_transport(&selected)?;
     }
     crate::app::telemetry::check_env()?;

@@ -3,6 +3,7 @@
 //! telemetry, the throttle's plan, and the fitted fault model. A command module imports from
 //! here, never from another command.
 
+pub mod carry;
 pub mod diff;
 pub mod env_names;
 pub mod error;
@@ -10,6 +11,7 @@ pub mod execute;
 pub mod fault_model;
 pub mod gateway;
 pub mod home;
+pub mod launch;
 pub mod preflight;
 pub mod print;
 pub mod progress;

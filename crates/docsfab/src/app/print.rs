@@ -52,6 +52,13 @@ pub fn render_run(r: &RunRecord) -> String {
     if let Some(reason) = &r.end_reason {
         let _ = writeln!(out, "  why it ended: {}", shown(reason));
     }
+    if let Some(from) = &r.resumed_from {
+        let _ = writeln!(
+            out,
+            "  resumed from run {} (its finished steps carried over)",
+            from.run_id
+        );
+    }
     // Once per run: the gateway its attempts came through and what it may have bent (issue 24).
     for line in crate::app::gateway::RunGateway::of_run(r)
         .iter()
@@ -100,6 +107,13 @@ fn render_step(out: &mut String, s: &StepRecord) {
         s.attempts.len(),
         if s.attempts.len() == 1 { "" } else { "s" }
     );
+    if let Some(from) = &s.reused_from {
+        let _ = writeln!(
+            out,
+            "  reused from run {} (step {}): its inputs were unchanged, no request was sent; its attempts are in that run's record",
+            from.run_id, from.step_id
+        );
+    }
     let t = &s.transport_retry;
     let _ = writeln!(
         out,

@@ -355,7 +355,7 @@ impl State {
     /// backoff is announced once per attempt, not with every countdown event.
     fn apply(&mut self, p: &Progress, now: Instant) -> bool {
         match p {
-            Progress::RunStarted { .. } => {}
+            Progress::RunStarted { .. } | Progress::StepReused { .. } => {}
             Progress::StepStarted { step_id, .. } => self.start(step_id),
             Progress::AttemptStarted {
                 step_id,

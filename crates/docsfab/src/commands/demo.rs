@@ -130,6 +130,8 @@ pub fn run(color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
             // The demo's provider is its own in-process simulator, not a shared key: a hold or
             // a learnt budget of it must not reach real runs on the same DOCSFAB_HOME.
             throttle: None,
+        carry: None,
+        spec: None,
         };
         let outcome = execute(config, &mut store, color).await;
         server.shutdown().await;

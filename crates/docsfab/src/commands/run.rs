@@ -17,25 +17,22 @@
 //! would undo each other's work, and waiting silently behind a run that may take an hour helps
 //! nobody. Read-only runs take no lock and may run beside anything.
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
-use docsfab_runtime::executor::{ProviderSettings, RunConfig};
-use docsfab_runtime::store::StoreUrl;
-use tokio_util::sync::CancellationToken;
+use docsfab_runtime::executor::Carry;
+use docsfab_runtime::reuse::Reference;
 
+use crate::app::carry::reuse_reference;
 use crate::app::error::{CliError, emit};
-use crate::app::execute::{
-    check_workspace, conclude, execute, lock_workspace, read_key, runtime, summary,
-};
-use crate::app::home::validate_run_inputs;
+use crate::app::execute::{conclude, execute, lock_workspace, runtime, summary};
+use crate::app::launch::{Prepared, Source, canonical, prepare};
 use crate::app::print::to_json;
 use crate::app::progress::ColorChoice;
 use crate::app::store::load_record;
-use crate::app::store::{open_store_url, store_url};
-use crate::app::throttle::ThrottlePlan;
+use crate::app::store::open_store_url;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -49,12 +46,34 @@ pub struct RunArgs {
     /// the summary.
     #[arg(long)]
     pub json: bool,
+    /// Reuse, with no request, every step whose inputs are identical to one of run RUN
+    /// (default: the newest succeeded run of this composition on this workspace); see
+    /// docs/resume.md.
+    #[arg(long, value_name = "RUN", num_args = 0..=1, default_missing_value = "")]
+    pub reuse: Option<String>,
 }
 
 pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
-    let (mut config, store_path, throttle) = prepare(args, store)?;
+    let Prepared {
+        mut config,
+        store: store_path,
+        throttle,
+    } = prepare(
+        Source::File(&args.composition),
+        args.workspace.as_deref(),
+        store,
+    )?;
     let _workspace_lock = lock_workspace(&config)?;
     let mut store = open_store_url(&store_path)?;
+    if let Some(run) = &args.reuse {
+        let explicit = Some(run.as_str()).filter(|r| !r.is_empty());
+        let workspace = canonical(&config.workspace);
+        config.carry = reuse_reference(&store, explicit, &config.composition.name, &workspace)?
+            .map(|record| Carry {
+                reference: Reference::new(&record, false),
+                resume: false,
+            });
+    }
     config.throttle = throttle.open();
     let started = Instant::now();
     let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
@@ -66,53 +85,4 @@ pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<()
         emit(&summary(&record, started.elapsed(), colour))?;
     }
     conclude(&outcome, &record)
-}
-
-/// Checks the whole configuration and builds the run; nothing is written.
-fn prepare(
-    args: &RunArgs,
-    store: Option<&str>,
-) -> Result<(RunConfig, StoreUrl, ThrottlePlan), CliError> {
-    let path = &args.composition;
-    let (ctx, composition) = validate_run_inputs(path, "`docsfab run`", true)?;
-    let store = store_url(&ctx.home.dir, store)?;
-    for warning in ctx.unknown_env_warnings() {
-        // Not eprintln!: a closed stderr must not stop the run.
-        let _ = writeln!(std::io::stderr(), "warning: {warning}");
-    }
-    let selected = ctx.select_provider(&composition, path)?;
-    let api_key = read_key(&selected)?;
-    crate::app::preflight::check_provider(
-        selected.provider_name,
-        &selected.provider.base_url,
-        &ctx.host.path,
-    )?;
-    let workspace = match &args.workspace {
-        Some(dir) => dir.clone(),
-        None => std::env::current_dir().map_err(|e| {
-            CliError::bad_input(format!(
-                "cannot read the current directory ({e}); pass the workspace with --workspace DIR."
-            ))
-        })?,
-    };
-    check_workspace(&workspace)?;
-    let config = RunConfig {
-        provider: ProviderSettings {
-            name: selected.provider_name.to_owned(),
-            api: selected.provider.api,
-            base_url: selected.provider.base_url.clone(),
-            model: selected.model.to_owned(),
-            api_key: Some(api_key),
-        },
-        composition,
-        workspace,
-        limits: ctx.limits.clone(),
-        rules: ctx.rules.clone(),
-        cancel: CancellationToken::new(),
-        job_deadline: Some(Duration::from_millis(ctx.limits.deadline_ms())),
-        progress: None,
-        throttle: None,
-    };
-    let throttle = ThrottlePlan::for_store_url(&ctx.home.dir, &store, &ctx.host);
-    Ok((config, store, throttle))
 }

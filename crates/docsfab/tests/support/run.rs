@@ -158,8 +158,19 @@ impl Setup {
         path
     }
 
+    /// `docsfab` on this setup's home; on the store [`Setup::use_store`] chose, if any.
     pub fn docsfab(&self) -> Command {
-        docsfab(&self.home())
+        let mut cmd = docsfab(&self.home());
+        if let Ok(url) = std::fs::read_to_string(self.dir.path().join("store-url")) {
+            cmd.env("DOCSFAB_STORE", url.trim());
+        }
+        cmd
+    }
+
+    /// Every later command of this setup uses the run store `url` (`DOCSFAB_STORE`).
+    #[allow(dead_code)]
+    pub fn use_store(&self, url: &str) {
+        std::fs::write(self.dir.path().join("store-url"), url).unwrap();
     }
 
     /// `docsfab run COMPOSITION --workspace` on this setup's workspace.

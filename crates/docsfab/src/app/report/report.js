@@ -67,6 +67,14 @@
     // Only when the steps cannot say why the run ended (it never started, it was cancelled
     // while queued, its process died): one sentence, shown as text.
     if (record.endReason) facts.splice(2, 0, ['why it ended', record.endReason]);
+    // The lineage (docs/resume.md): the run this one resumed, and each step carried over.
+    if (record.resumedFrom) facts.push(['resumed from', 'run ' + record.resumedFrom.runId]);
+    record.steps.forEach(function (s) {
+      if (s.reusedFrom) {
+        facts.push(['reused ' + s.stepId, 'from run ' + s.reusedFrom.runId + ' (' +
+          s.reusedFrom.stepId + '): inputs unchanged, no request sent']);
+      }
+    });
     // Once per run: the gateway the attempts came through and the rules it may have bent.
     if (gateway) {
       facts.push(['gateway', gateway.gateway + ' (' + gateway.attempts + ' of ' + gateway.of +

@@ -63,6 +63,8 @@ impl Timeline {
             Progress::StepStarted { step_id, .. } => {
                 self.steps.entry(step_id.clone()).or_default().started(now);
             }
+            // A reused step has no span of its own: its attempts are in the run it came from.
+            Progress::StepReused { .. } => {}
             Progress::StepFinished { step_id, .. } => {
                 self.steps.entry(step_id.clone()).or_default().ended(now);
             }

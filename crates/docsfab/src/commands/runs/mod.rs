@@ -4,9 +4,11 @@
 //! They open the run store `--store` (or `DOCSFAB_STORE`) names, by default
 //! `sqlite:DOCSFAB_HOME/runs.db` ([`store_url`]), and opening it marks every run whose process
 //! died while it was `running` as `interrupted`, so a run killed with `kill -9` shows up as such
-//! here. None reads host.yaml: looking at old runs must work whatever the configuration says
-//! today.
+//! here. None but `resume` reads host.yaml: looking at old runs must work whatever the
+//! configuration says today. `runs resume ID` (module `resume`) starts a new run, checked as
+//! `docsfab run` checks one.
 
+pub mod resume;
 pub mod stats;
 
 use std::fmt::Write as _;
@@ -19,9 +21,11 @@ use docsfab_runtime::record::RunRecord;
 use docsfab_runtime::stats::{Filter, Stats};
 use docsfab_runtime::store::{RunListing, RunStore, StoreUrl};
 
+use crate::app::carry::ResumeFlags;
 use crate::app::error::{CliError, emit};
 use crate::app::home::Home;
 use crate::app::print::{render_run, shown, to_json};
+use crate::app::progress::ColorChoice;
 use crate::app::store::{
     load_records, open_store_url, read_failed, store_exists, store_place, store_url,
 };
@@ -64,6 +68,23 @@ pub enum RunsCommand {
         #[arg(long)]
         stat: bool,
     },
+    /// Start a run that ended failed, cancelled or interrupted again, as a new run that carries
+    /// over every step it finished (docs/resume.md).
+    Resume {
+        /// The run id.
+        id: String,
+        /// Run again the finished steps whose files changed since (and what depends on them),
+        /// instead of refusing.
+        #[arg(long)]
+        rerun_changed: bool,
+        /// Keep the files an interrupted write left as they are, instead of refusing until
+        /// they are restored.
+        #[arg(long)]
+        accept_workspace: bool,
+        /// After the id line, print the new run's record instead of the summary.
+        #[arg(long)]
+        json: bool,
+    },
     /// Retry figures across recorded runs: requests, replays and step retries by class and
     /// rule, fault bursts, 429 after 429 by wait, time waiting, tokens of failed attempts.
     Stats {
@@ -80,10 +101,26 @@ pub enum RunsCommand {
     },
 }
 
-pub fn run(args: &RunsArgs, store: Option<&str>) -> Result<(), CliError> {
+pub fn run(args: &RunsArgs, store: Option<&str>, color: ColorChoice) -> Result<(), CliError> {
     let home = Home::locate()?;
     let path = store_url(&home.dir, store)?;
     match &args.command {
+        RunsCommand::Resume {
+            id,
+            rerun_changed,
+            accept_workspace,
+            json,
+        } => {
+            let ask = resume::Resume {
+                id,
+                flags: ResumeFlags {
+                    rerun_changed: *rerun_changed,
+                    accept_workspace: *accept_workspace,
+                },
+                json: *json,
+            };
+            resume::resume(&path, store, &ask, color)
+        }
         RunsCommand::List { json, limit } => list(&path, *json, *limit),
         RunsCommand::Show { id, json, html } => match html {
             Some(target) => show_html(&path, id, target),

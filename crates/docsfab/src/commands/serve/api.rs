@@ -13,12 +13,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use docsfab_route::http_server::{BodyRefusal, read_body};
 use docsfab_runtime::record::RunStatus;
-use docsfab_runtime::store::{CancelRequest, JobWorkspace, RunListing, StoreError};
+use docsfab_runtime::store::{CancelRequest, JobWorkspace, ResumeMode, RunListing, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Shared;
 use super::reply::{ApiError, error_response};
+use crate::app::carry::ResumeFlags;
 
 /// The largest request body accepted (a composition is a small YAML file).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -35,6 +36,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/runs/{id}/events", get(super::events::stream))
         .route("/api/runs/{id}/cancel", post(cancel))
         .route("/api/runs/{id}/rerun", post(rerun))
+        .route("/api/runs/{id}/resume", post(resume))
         .route("/api/runs/{id}/diff", get(diff))
         .route("/api/runs/{id}/report", get(report))
         .route("/healthz", get(healthz))
@@ -81,6 +83,9 @@ async fn openapi() -> Response {
 struct Submission {
     composition: String,
     workspace: SubmittedWorkspace,
+    /// `auto`: another worker resumes the run, once, if its worker dies (docs/resume.md).
+    #[serde(default)]
+    resume: Option<ResumeMode>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,11 +135,12 @@ async fn submit(State(shared): State<Arc<Shared>>, req: Request) -> ApiResult {
     let home = shared.home.clone();
     let root = shared.workspace_root.clone();
     let yaml = submission.composition;
-    let spec = tokio::task::spawn_blocking(move || {
+    let mut spec = tokio::task::spawn_blocking(move || {
         super::submit::check(&home, root.as_deref(), &yaml, workspace)
     })
     .await
     .map_err(ApiError::internal)??;
+    spec.resume = submission.resume;
     let run_id = shared
         .with_store(move |s| s.enqueue(&spec))
         .await
@@ -320,10 +326,54 @@ async fn rerun(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Api
         Err(true) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!(
-                "run {id} was not submitted to docsfab serve (it was made by `docsfab run`), so there is nothing to run again; submit its composition with POST /api/runs."
+                "run {id} keeps no composition (it was recorded before docsfab kept them), so there is nothing to run again; submit its composition with POST /api/runs."
             ),
         )),
     }
+}
+
+/// The flags of `POST /api/runs/{id}/resume`, as `docsfab runs resume` has them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ResumeQuery {
+    #[serde(default)]
+    rerun_changed: bool,
+    #[serde(default)]
+    accept_workspace: bool,
+}
+
+/// `POST /api/runs/{id}/resume[?rerunChanged=true&acceptWorkspace=true]`: queues a new run that
+/// carries over the finished steps of run `id`, refused as `docsfab runs resume` refuses.
+async fn resume(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    query: Result<axum::extract::Query<ResumeQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let axum::extract::Query(query) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "the resume's query is not understood ({}); pass rerunChanged=true and acceptWorkspace=true, or nothing.",
+                crate::app::error::plain_reason(&e.body_text(), "bad query")
+            ),
+        )
+    })?;
+    let flags = ResumeFlags {
+        rerun_changed: query.rerun_changed,
+        accept_workspace: query.accept_workspace,
+    };
+    let root = shared.workspace_root.clone();
+    let key = id.clone();
+    let queued = shared
+        .with_store(move |s| super::resume::queue(s, &key, flags, root.as_deref()))
+        .await
+        .map_err(ApiError::internal)??;
+    shared.wake.notify_one();
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(json!({ "runId": queued, "status": "queued", "resumeOf": id })),
+    )
+        .into_response())
 }
 
 /// `GET /api/runs/{id}/diff`: what the run wrote, as `docsfab runs diff` prints it.

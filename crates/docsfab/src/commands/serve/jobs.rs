@@ -140,6 +140,21 @@ async fn reap(shared: &Arc<Shared>) {
             log(&format!(
                 "run {id} was left running by a process that no longer exists; it is now marked interrupted"
             ));
+            let key = id.clone();
+            match shared
+                .with_store(move |s| super::resume::auto(s, &key))
+                .await
+            {
+                Ok(Ok(Some(resumed))) => {
+                    log(&format!(
+                        "run {id} had resume: auto; queued its resume as run {resumed}"
+                    ));
+                    shared.wake.notify_one();
+                }
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => log(&format!("run {id}: cannot queue its resume ({e})")),
+                Err(e) => log(&format!("run {id}: cannot queue its resume ({e})")),
+            }
         }
     }
 }
@@ -234,6 +249,8 @@ fn prepare_and_run(
         cancel.clone(),
     )
     .map_err(|reason| (RunStatus::Failed, reason))?;
+    config.carry = super::resume::carry(store, &claimed.spec, &config.workspace)
+        .map_err(|reason| (RunStatus::Failed, reason))?;
     let started = Instant::now();
     let _lock = wait_for_lock(id, &config, &cancel)?;
     if let Some(deadline) = config.job_deadline {

@@ -17,6 +17,7 @@ mod jobs;
 mod metrics;
 pub mod page;
 mod reply;
+mod resume;
 mod submit;
 
 use std::io::Write as _;
@@ -170,7 +171,16 @@ pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
     }
     let workspace_root = args.workspace_root.as_deref().map(check_root).transpose()?;
     let store_at = StoreAt::locate(&ctx.home.dir, store)?;
-    let api_store = store_at.open()?;
+    let mut api_store = store_at.open()?;
+    // Runs this open found orphaned (marked `interrupted`) and submitted with `resume: auto`.
+    for id in api_store.interrupted_on_open().to_vec() {
+        if let Ok(Some(resumed)) = resume::auto(&mut api_store, &id) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "serve: run {id} had resume: auto; queued its resume as run {resumed}"
+            );
+        }
+    }
     let limits = server_limits();
     let shared = Arc::new(Shared {
         home: ctx.home.dir.clone(),

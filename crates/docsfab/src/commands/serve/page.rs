@@ -129,6 +129,7 @@ mod tests {
         ("get", "/api/runs/{id}/events"),
         ("post", "/api/runs/{id}/cancel"),
         ("post", "/api/runs/{id}/rerun"),
+        ("post", "/api/runs/{id}/resume"),
         ("get", "/api/runs/{id}/diff"),
         ("get", "/api/runs/{id}/report"),
         ("get", "/api/openapi.json"),

@@ -105,6 +105,8 @@ pub fn check(
         composition_yaml: yaml.to_owned(),
         composition_name: composition.name.clone(),
         workspace,
+        resume: None,
+        resume_from: None,
     })
 }
 
@@ -203,6 +205,9 @@ pub fn prepare(
         job_deadline: Some(Duration::from_millis(ctx.limits.deadline_ms())),
         progress: None,
         throttle: None,
+        carry: None,
+        // A claimed job's composition is kept with its queued run already.
+        spec: None,
     };
     let throttle = ThrottlePlan::for_store_url(&ctx.home.dir, store, &ctx.host);
     Ok((config, throttle))
