@@ -106,19 +106,6 @@ fn resume(s: &Setup, id: &str, extra: &[&str]) -> (Option<i32>, String, String) 
     )
 }
 
-/// Points host.yaml's provider at a new simulator.
-fn repoint(s: &Setup, sim: &Sim) {
-    let host = s.home().join("host.yaml");
-    let text = std::fs::read_to_string(&host).unwrap();
-    let start = text.find("baseUrl: ").unwrap() + "baseUrl: ".len();
-    let end = start + text[start..].find('\n').unwrap();
-    std::fs::write(
-        &host,
-        format!("{}{}{}", &text[..start], sim.base_url, &text[end..]),
-    )
-    .unwrap();
-}
-
 #[test]
 fn issue22_reuse_on_an_unchanged_tree_sends_no_request_and_a_one_file_edit_reruns_only_its_reader()
 {
@@ -140,7 +127,7 @@ fn issue22_reuse_on_an_unchanged_tree_sends_no_request_and_a_one_file_edit_rerun
     std::fs::create_dir(&dir).unwrap();
     let second_log = dir.join("second.jsonl");
     let sim = Sim::start_logging(&dir, &scenario(&mods, 0), &second_log);
-    repoint(&s, &sim);
+    s.repoint(&sim.base_url);
     let (code, stdout, stderr) = run(&s, &comp, &["--reuse"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     drop(sim);
@@ -169,7 +156,7 @@ fn issue22_reuse_on_an_unchanged_tree_sends_no_request_and_a_one_file_edit_rerun
     std::fs::create_dir(&dir).unwrap();
     let third_log = dir.join("third.jsonl");
     let sim = Sim::start_logging(&dir, &scenario(&mods, 0), &third_log);
-    repoint(&s, &sim);
+    s.repoint(&sim.base_url);
     let (code, stdout, stderr) = run(&s, &comp, &["--reuse"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     drop(sim);
@@ -234,7 +221,7 @@ fn changed_file_refuses_a_resume(store: Option<&str>) {
     std::fs::create_dir(&dir).unwrap();
     let log = dir.join("requests.jsonl");
     let sim = Sim::start_logging(&dir, &scenario(&mods, 0), &log);
-    repoint(&s, &sim);
+    s.repoint(&sim.base_url);
     let (code, stdout, stderr) = resume(&s, &failed, &["--rerun-changed"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     drop(sim);
@@ -302,7 +289,7 @@ fn issue22_kill_9_of_a_40_instance_fan_out_then_resume_finishes_each_instance_ex
     std::fs::create_dir(&dir).unwrap();
     let log = dir.join("requests.jsonl");
     let sim = Sim::start_logging(&dir, &scenario(&mods, 0), &log);
-    repoint(&s, &sim);
+    s.repoint(&sim.base_url);
     // A kill mid-write may leave a page its record cannot account for: the operator accepts it.
     let (code, stdout, stderr) = resume(&s, &first, &["--accept-workspace"]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");

@@ -1195,19 +1195,6 @@ fn issue15_two_servers_on_one_store_claim_each_run_once() {
 /// Two read-only steps; the second names the first's answer.
 const TWO_STEPS: &str = "name: two\nlimits:\n  timeoutMs: 600000\n  maxTurns: 6\nsteps:\n  - id: survey\n    access: read-only\n    instructions: Survey the code.\n    contract:\n      schema: {type: object, required: [modules]}\n  - id: outline\n    access: read-only\n    instructions: \"Outline {{steps.survey.output}}.\"\n    contract:\n      schema: {type: object, required: [modules]}\n";
 
-/// Points host.yaml's provider at `base_url` (the served runs read it at claim time).
-fn repoint(s: &Setup, base_url: &str) {
-    let host = s.home().join("host.yaml");
-    let text = std::fs::read_to_string(&host).unwrap();
-    let start = text.find("baseUrl: ").unwrap() + "baseUrl: ".len();
-    let end = start + text[start..].find('\n').unwrap();
-    std::fs::write(
-        &host,
-        format!("{}{base_url}{}", &text[..start], &text[end..]),
-    )
-    .unwrap();
-}
-
 /// Issue 22: a job submitted with `resume: auto` whose worker is killed (`kill -9`) mid-run is
 /// resumed, once, by the next worker: the resume carries the finished step over and sends only
 /// the unfinished step's request. `POST /api/runs/{id}/resume` queues the same by hand, and
@@ -1244,7 +1231,7 @@ fn issue22_serve_resumes_a_dead_workers_run_once_with_resume_auto_and_on_request
     let log = dir.join("requests.jsonl");
     let quick = "responses:\n  - answer: {json: {modules: [outlined]}}\n";
     let sim = Sim::start_logging(&dir, quick, &log);
-    repoint(&s, &sim.base_url);
+    s.repoint(&sim.base_url);
     let server = Server::start(&s, &[]);
     server.wait_status(&id, "interrupted");
     let resumed = {

@@ -2,19 +2,22 @@
 //! configuration, the provider and its key, the workspace, and the store. Nothing is written
 //! here, so bad input (exit 2) leaves nothing behind.
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use docsfab_provider::ApiKey;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig};
-use docsfab_runtime::store::{JobSpec, JobWorkspace, StoreUrl};
+use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore, StoreUrl};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::error::CliError;
-use crate::app::execute::{check_workspace, read_key};
-use crate::app::home::{validate_run_file, validate_run_text};
-use crate::app::store::store_url;
+use crate::app::error::{CliError, emit};
+use crate::app::execute::{check_workspace, conclude, execute, read_key, runtime, summary};
+use crate::app::home::{Selected, validate_run_file, validate_run_text};
+use crate::app::print::to_json;
+use crate::app::progress::ColorChoice;
+use crate::app::store::{load_record, store_url};
 use crate::app::throttle::ThrottlePlan;
 
 /// Where a run's composition comes from.
@@ -81,13 +84,7 @@ pub fn prepare(
         resume_from: None,
     };
     let config = RunConfig {
-        provider: ProviderSettings {
-            name: selected.provider_name.to_owned(),
-            api: selected.provider.api,
-            base_url: selected.provider.base_url.clone(),
-            model: selected.model.to_owned(),
-            api_key: Some(api_key),
-        },
+        provider: provider_settings(&selected, api_key),
         composition,
         workspace,
         limits: ctx.limits.clone(),
@@ -105,6 +102,37 @@ pub fn prepare(
         store,
         throttle,
     })
+}
+
+/// Runs `config` to its end (progress on stderr, the id first on stdout), then prints its
+/// record (`json`) or its summary, and returns the run's exit.
+pub fn run_and_report(
+    config: RunConfig,
+    store: &mut RunStore,
+    color: ColorChoice,
+    json: bool,
+) -> Result<(), CliError> {
+    let started = Instant::now();
+    let outcome = runtime()?.block_on(execute(config, store, color))?;
+    let record = load_record(store, &outcome.run_id)?;
+    if json {
+        emit(&format!("{}\n", to_json(&record)?))?;
+    } else {
+        let colour = color.for_stream(std::io::stdout().is_terminal());
+        emit(&summary(&record, started.elapsed(), colour))?;
+    }
+    conclude(&outcome, &record)
+}
+
+/// The provider a run talks to, from the selection host.yaml made, with its key.
+pub fn provider_settings(selected: &Selected<'_>, api_key: ApiKey) -> ProviderSettings {
+    ProviderSettings {
+        name: selected.provider_name.to_owned(),
+        api: selected.provider.api,
+        base_url: selected.provider.base_url.clone(),
+        model: selected.model.to_owned(),
+        api_key: Some(api_key),
+    }
 }
 
 /// The workspace path as the run record keeps it (its canonical form).

@@ -17,21 +17,17 @@
 //! would undo each other's work, and waiting silently behind a run that may take an hour helps
 //! nobody. Read-only runs take no lock and may run beside anything.
 
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use clap::Args;
 use docsfab_runtime::executor::Carry;
 use docsfab_runtime::reuse::Reference;
 
 use crate::app::carry::reuse_reference;
-use crate::app::error::{CliError, emit};
-use crate::app::execute::{conclude, execute, lock_workspace, runtime, summary};
-use crate::app::launch::{Prepared, Source, canonical, prepare};
-use crate::app::print::to_json;
+use crate::app::error::CliError;
+use crate::app::execute::lock_workspace;
+use crate::app::launch::{Prepared, Source, canonical, prepare, run_and_report};
 use crate::app::progress::ColorChoice;
-use crate::app::store::load_record;
 use crate::app::store::open_store_url;
 
 #[derive(Debug, Args)]
@@ -75,14 +71,5 @@ pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<()
             });
     }
     config.throttle = throttle.open();
-    let started = Instant::now();
-    let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
-    let record = load_record(&store, &outcome.run_id)?;
-    if args.json {
-        emit(&format!("{}\n", to_json(&record)?))?;
-    } else {
-        let colour = color.for_stream(std::io::stdout().is_terminal());
-        emit(&summary(&record, started.elapsed(), colour))?;
-    }
-    conclude(&outcome, &record)
+    run_and_report(config, &mut store, color, args.json)
 }

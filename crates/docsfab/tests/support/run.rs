@@ -167,6 +167,20 @@ impl Setup {
         cmd
     }
 
+    /// Points host.yaml's provider at `base_url` (a new simulator).
+    #[allow(dead_code)]
+    pub fn repoint(&self, base_url: &str) {
+        let host = self.home().join("host.yaml");
+        let text = std::fs::read_to_string(&host).unwrap();
+        let start = text.find("baseUrl: ").unwrap() + "baseUrl: ".len();
+        let end = start + text[start..].find('\n').unwrap();
+        std::fs::write(
+            &host,
+            format!("{}{base_url}{}", &text[..start], &text[end..]),
+        )
+        .unwrap();
+    }
+
     /// Every later command of this setup uses the run store `url` (`DOCSFAB_STORE`).
     #[allow(dead_code)]
     pub fn use_store(&self, url: &str) {

@@ -7,21 +7,18 @@
 //! of a write run, and the workspace itself against the record (files an interrupted write left,
 //! files a finished step read or wrote that changed since). A refusal is one sentence and exit 2.
 
-use std::io::IsTerminal as _;
 use std::path::Path;
-use std::time::Instant;
 
 use docsfab_runtime::executor::Carry;
 use docsfab_runtime::reuse::Reference;
 use docsfab_runtime::store::StoreUrl;
 
 use crate::app::carry::{ResumeFlags, check_resume, resumable, resume_workspace};
-use crate::app::error::{CliError, emit};
-use crate::app::execute::{conclude, execute, lock_workspace, runtime, summary};
-use crate::app::launch::{Prepared, Source, prepare};
-use crate::app::print::to_json;
+use crate::app::error::CliError;
+use crate::app::execute::lock_workspace;
+use crate::app::launch::{Prepared, Source, prepare, run_and_report};
 use crate::app::progress::ColorChoice;
-use crate::app::store::{load_record, open_store_url, store_exists, store_place};
+use crate::app::store::{open_store_url, store_exists, store_place};
 
 /// What `runs resume` was asked.
 pub struct Resume<'a> {
@@ -67,14 +64,5 @@ pub fn resume(
         resume: true,
     });
     config.throttle = throttle.open();
-    let started = Instant::now();
-    let outcome = runtime()?.block_on(execute(config, &mut store, color))?;
-    let record = load_record(&store, &outcome.run_id)?;
-    if ask.json {
-        emit(&format!("{}\n", to_json(&record)?))?;
-    } else {
-        let colour = color.for_stream(std::io::stdout().is_terminal());
-        emit(&summary(&record, started.elapsed(), colour))?;
-    }
-    conclude(&outcome, &record)
+    run_and_report(config, &mut store, color, ask.json)
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use docsfab_runtime::composition::Composition;
-use docsfab_runtime::executor::{ProviderSettings, RunConfig};
+use docsfab_runtime::executor::RunConfig;
 use docsfab_runtime::store::{JobSpec, JobWorkspace, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
@@ -190,13 +190,7 @@ pub fn prepare(
     };
     crate::app::execute::check_workspace(&workspace).map_err(|e| e.message)?;
     let config = RunConfig {
-        provider: ProviderSettings {
-            name: selected.provider_name.to_owned(),
-            api: selected.provider.api,
-            base_url: selected.provider.base_url.clone(),
-            model: selected.model.to_owned(),
-            api_key: Some(api_key),
-        },
+        provider: crate::app::launch::provider_settings(&selected, api_key),
         composition,
         workspace,
         limits: ctx.limits.clone(),
