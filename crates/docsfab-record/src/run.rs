@@ -151,6 +151,9 @@ pub struct RunSummary {
     pub status: RunStatus,
     pub started_at: String,
     pub ended_at: Option<String>,
+    /// The run a resumed run carried finished steps over from; absent on any other run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<RunLink>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

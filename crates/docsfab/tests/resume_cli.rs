@@ -237,6 +237,23 @@ fn changed_file_refuses_a_resume(store: Option<&str>) {
     validate_against_schema(&record).unwrap();
     assert_eq!(record["resumedFrom"]["runId"], failed.as_str());
     assert_eq!(record["steps"][2]["reusedFrom"]["stepId"], "pages[1]");
+    // The lineage in `runs list`, both forms, and in `runs show`.
+    assert_eq!(s.list_json()[0]["resumedFrom"]["runId"], failed.as_str());
+    let table = s.docsfab().args(["runs", "list"]).output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.contains(&format!("(resumes {failed})")), "{table}");
+    let resumed_id = record["runId"].as_str().unwrap();
+    let shown = s
+        .docsfab()
+        .args(["runs", "show", resumed_id])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.contains(&format!("resumed from run {failed}")),
+        "{shown}"
+    );
+    assert!(shown.contains("reused from run"), "{shown}");
 
     // A succeeded run has nothing to resume.
     let done = stdout.lines().next().unwrap().to_owned();

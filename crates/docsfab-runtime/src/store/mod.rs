@@ -24,8 +24,8 @@ use docsfab_throttle::process::Holder;
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    Access, AttemptRecord, FileWritten, ForEach, RunContext, RunRecord, RunStatus, RunSummary,
-    StepFailure, StepInput, StepLink, StepRecord, TransportRetry,
+    Access, AttemptRecord, FileWritten, ForEach, RunContext, RunLink, RunRecord, RunStatus,
+    RunSummary, StepFailure, StepInput, StepLink, StepRecord, TransportRetry,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
@@ -142,6 +142,14 @@ pub struct ResultBasis {
     pub inputs: Vec<StepInput>,
     pub reused_from: Option<StepLink>,
     pub files_written: Option<Vec<FileWritten>>,
+}
+
+/// The lineage kept in a run's stored context (`None` for none, or a context it cannot read:
+/// `load_run` reports that one).
+fn resumed_from(context: Option<&str>) -> Option<RunLink> {
+    serde_json::from_str::<RunContext>(context?)
+        .ok()?
+        .resumed_from
 }
 
 impl StepEnd {

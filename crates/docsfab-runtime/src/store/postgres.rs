@@ -867,7 +867,7 @@ fn list_run_rows(
         "SELECT r.run_id, r.composition, r.status, r.started_at, r.ended_at,
                 (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id),
                 (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id),
-                r.ended_ms - r.started_ms
+                r.ended_ms - r.started_ms, r.context
          FROM runs r
          WHERE $1::TEXT IS NULL OR r.status = $1
          ORDER BY r.started_ms DESC, r.queued_seq DESC LIMIT $2",
@@ -883,6 +883,7 @@ fn list_run_rows(
                 status,
                 started_at: row.get(3),
                 ended_at: row.get(4),
+                resumed_from: super::resumed_from(row.get::<_, Option<&str>>(8)),
             },
             steps: u64::try_from(row.get::<_, i64>(5)).unwrap_or(0),
             attempts: u64::try_from(row.get::<_, i64>(6)).unwrap_or(0),

@@ -729,7 +729,8 @@ fn list_run_rows(
         "SELECT r.run_id, r.composition, r.status, r.started_at, r.ended_at,
                 (SELECT COUNT(*) FROM steps s WHERE s.run_id = r.run_id),
                 (SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id),
-                CAST(ROUND((julianday(r.ended_at) - julianday(r.started_at)) * 86400000.0) AS INTEGER)
+                CAST(ROUND((julianday(r.ended_at) - julianday(r.started_at)) * 86400000.0) AS INTEGER),
+                r.context
              FROM runs r WHERE ?2 IS NULL OR r.status = ?2
              ORDER BY r.started_ms DESC, r.rowid DESC LIMIT ?1",
     )?;
@@ -745,11 +746,18 @@ fn list_run_rows(
             r.get::<_, i64>(5)?,
             r.get::<_, i64>(6)?,
             r.get::<_, Option<i64>>(7)?,
+            r.get::<_, Option<String>>(8)?,
         ))
     })?;
     let mut runs = Vec::new();
     for row in rows {
-        let ((run_id, composition, status, started_at, ended_at), steps, attempts, duration) = row?;
+        let (
+            (run_id, composition, status, started_at, ended_at),
+            steps,
+            attempts,
+            duration,
+            context,
+        ) = row?;
         runs.push(RunListing {
             summary: RunSummary {
                 status: parse_status(&status)?,
@@ -757,6 +765,7 @@ fn list_run_rows(
                 composition,
                 started_at,
                 ended_at,
+                resumed_from: super::resumed_from(context.as_deref()),
             },
             steps: u64::try_from(steps).unwrap_or(0),
             attempts: u64::try_from(attempts).unwrap_or(0),

@@ -184,7 +184,11 @@ fn render_list(runs: &[RunListing]) -> String {
         rows.push([
             s.run_id.clone(),
             s.status.as_str().to_owned(),
-            shown(&s.composition),
+            match &s.resumed_from {
+                // The lineage: a resume names the run it carried on.
+                Some(from) => format!("{} (resumes {})", shown(&s.composition), from.run_id),
+                None => shown(&s.composition),
+            },
             s.started_at.clone(),
             r.duration_ms.map_or_else(|| "-".to_owned(), human_duration),
             r.steps.to_string(),

@@ -240,6 +240,7 @@ fn listing_json(row: &RunListing) -> Value {
         "steps": row.steps,
         "attempts": row.attempts,
         "durationMs": row.duration_ms,
+        "resumedFrom": s.resumed_from.as_ref().map(|l| l.run_id.as_str()),
     })
 }
 
