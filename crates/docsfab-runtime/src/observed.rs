@@ -13,8 +13,7 @@ use std::io::Read;
 use sha2::{Digest, Sha256};
 
 use crate::record::StepInput;
-use crate::tools::{MAX_LIST_ENTRIES, walk};
-use crate::workspace::Workspace;
+use crate::workspace::{MAX_LIST_ENTRIES, Workspace, walk};
 
 /// The inputs of one attempt, in the order it first looked at them.
 #[derive(Debug, Default)]

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use crate::composition::{ModelLimits, Step};
 use crate::observed::{file_sha256, listing};
 use crate::record::{RunRecord, RunStatus, StepInput, StepLink, StepRecord, WriteRestore};
-use crate::tools::SKIPPED_DIRS;
+use crate::workspace::SKIPPED_DIRS;
 use crate::workspace::Workspace;
 
 /// What a step is asked with, hashed into its fingerprint. Its id and line are left out (a step
@@ -349,9 +349,7 @@ impl Reference {
                 .iter()
                 .flat_map(|i| &i.write_intents)
             {
-                let before = self.left_before(at, &intent.path);
-                let now = file_sha256(ws, &intent.path);
-                if before.as_ref() != Some(&now) {
+                if self.left_before(at, &intent.path) != file_sha256(ws, &intent.path) {
                     out.insert(intent.path.clone());
                 }
             }
@@ -359,9 +357,10 @@ impl Reference {
         out.into_iter().collect()
     }
 
-    /// How the record says `path` was left before step `at`'s interrupted attempt: by an
-    /// earlier recorded write, else absent when no step ever looked at it, else as a step saw it.
-    fn left_before(&self, at: usize, path: &str) -> Option<Option<String>> {
+    /// How the record says `path` was left before step `at`'s interrupted attempt (its SHA-256,
+    /// `None` for absent): by the last recorded write, else as a step first saw it, else absent
+    /// (never written nor seen: it was not there, or the record cannot say what it held).
+    fn left_before(&self, at: usize, path: &str) -> Option<String> {
         let mut left: Option<Option<String>> = None;
         for step in &self.steps[..=at] {
             for input in step.inputs.iter().flatten() {
@@ -393,8 +392,7 @@ impl Reference {
                 }
             }
         }
-        // Never written nor seen: it was not there, or the record cannot say what it held.
-        Some(left.unwrap_or(None))
+        left.unwrap_or(None)
     }
 
     /// The groups of the reference run, in order (a step id, or a fan-out step's id).

@@ -36,20 +36,15 @@ use crate::ledger::{CallResult, RejectReason};
 use crate::observed::Observed;
 use crate::snapshot::{WriteSnapshots, write_atomically};
 use crate::supervision::{ReadSupervisor, ReadVerdict};
-use crate::workspace::{PathRefusal, Resolved, Workspace};
+pub use crate::workspace::{MAX_LIST_ENTRIES, SKIPPED_DIRS};
+use crate::workspace::{PathRefusal, Resolved, Workspace, walk};
 
-/// Entries `list_files` returns at most; the reply says when it stopped early.
-pub const MAX_LIST_ENTRIES: usize = 2_000;
 /// Matching lines `search_text` returns at most.
 pub const MAX_SEARCH_MATCHES: usize = 200;
 /// A matching line longer than this is cut (at a character boundary) in the reply.
 pub const MAX_MATCH_LINE_BYTES: usize = 300;
 /// Files larger than this are skipped by `search_text`.
 pub const MAX_SEARCH_FILE_BYTES: u64 = 4 * 1024 * 1024;
-
-/// Directories that `list_files` and `search_text` never list or descend into: version control
-/// and build output, which are not source and can be huge. `read_file` still reads inside them.
-pub const SKIPPED_DIRS: [&str; 3] = [".git", "target", "node_modules"];
 
 /// The tool a model's name refers to, if docsfab has one by that name.
 pub fn tool_named(name: &str) -> Option<Tool> {
@@ -1015,41 +1010,6 @@ fn cut_utf8(line: &[u8], max: usize) -> String {
         end -= 1;
     }
     text[..end].to_owned()
-}
-
-/// Walks `dir` depth-first in name order, calling `visit(rel, is_dir)` for each entry until it
-/// returns false. Symlinks are listed as files and never followed; [`SKIPPED_DIRS`] are skipped.
-/// Returns whether the walk completed.
-pub(crate) fn walk(
-    dir: &Path,
-    root: &Path,
-    visit: &mut dyn FnMut(String, bool) -> bool,
-) -> io::Result<bool> {
-    let mut names: Vec<_> = fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .collect();
-    names.sort();
-    for path in names {
-        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        let skipped = path
-            .file_name()
-            .is_some_and(|n| SKIPPED_DIRS.iter().any(|skip| n == *skip));
-        if is_dir && skipped {
-            continue;
-        }
-        let Ok(rel) = path.strip_prefix(root) else {
-            continue;
-        };
-        let rel = rel.to_string_lossy().into_owned();
-        if !visit(rel, is_dir) {
-            return Ok(false);
-        }
-        if is_dir && !walk(&path, root, visit)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 #[cfg(test)]

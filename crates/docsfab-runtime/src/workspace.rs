@@ -241,6 +241,48 @@ impl Workspace {
 /// runaway path is not echoed back whole into the conversation and the run record.
 const SHOWN_PATH_CHARS: usize = 80;
 
+/// Entries `list_files` returns at most; the reply says when it stopped early.
+pub const MAX_LIST_ENTRIES: usize = 2_000;
+
+/// Directories that `list_files` and `search_text` never list or descend into: version control
+/// and build output, which are not source and can be huge. `read_file` still reads inside them.
+pub const SKIPPED_DIRS: [&str; 3] = [".git", "target", "node_modules"];
+
+/// Walks `dir` depth-first in name order, calling `visit(rel, is_dir)` for each entry until it
+/// returns false. Symlinks are listed as files and never followed; [`SKIPPED_DIRS`] are skipped.
+/// Returns whether the walk completed.
+pub(crate) fn walk(
+    dir: &Path,
+    root: &Path,
+    visit: &mut dyn FnMut(String, bool) -> bool,
+) -> io::Result<bool> {
+    let mut names: Vec<_> = fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    for path in names {
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        let skipped = path
+            .file_name()
+            .is_some_and(|n| SKIPPED_DIRS.iter().any(|skip| n == *skip));
+        if is_dir && skipped {
+            continue;
+        }
+        let Ok(rel) = path.strip_prefix(root) else {
+            continue;
+        };
+        let rel = rel.to_string_lossy().into_owned();
+        if !visit(rel, is_dir) {
+            return Ok(false);
+        }
+        if is_dir && !walk(&path, root, visit)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 /// `path`, cut to [`SHOWN_PATH_CHARS`] characters with an ellipsis when longer.
 fn shorten(path: &str) -> String {
     match path.char_indices().nth(SHOWN_PATH_CHARS) {

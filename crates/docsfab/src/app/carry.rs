@@ -100,7 +100,7 @@ pub fn check_resume(
         if !unaccounted.is_empty() {
             return Err(CliError::bad_input(format!(
                 "run {id} was interrupted while writing {}, and the record cannot account for what they hold now; restore them (for example with `git checkout`) or pass --accept-workspace to keep them as they are and run that step again.",
-                shown_list(unaccounted.iter().map(String::as_str))
+                shown_list(unaccounted.into_iter())
             )));
         }
     }
@@ -116,7 +116,7 @@ pub fn check_resume(
         .map(|c| format!("{} (step {})", c.path, c.step_id));
     Err(CliError::bad_input(format!(
         "the workspace changed since run {id} in files its finished steps read or wrote: {}; pass --rerun-changed to run those steps (and what depends on them) again, or put the files back.",
-        shown_list_owned(named)
+        shown_list(named)
     )))
 }
 
@@ -161,12 +161,8 @@ pub fn reuse_reference(
     Ok(None)
 }
 
-/// At most 10 names, then how many more.
-fn shown_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    shown_list_owned(names.map(str::to_owned))
-}
-
-fn shown_list_owned(names: impl Iterator<Item = String>) -> String {
+/// At most 10 names, escaped, then how many more.
+fn shown_list(names: impl Iterator<Item = String>) -> String {
     let names: Vec<String> = names.map(|n| n.escape_debug().to_string()).collect();
     let mut shown = names
         .iter()
