@@ -37,6 +37,12 @@ pub struct Tokens {
     pub completion_tokens: Option<u64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// Anthropic's `cache_creation_input_tokens`.
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Anthropic's `cache_read_input_tokens`.
+    pub cache_read_input_tokens: Option<u64>,
+    /// OpenAI's `prompt_tokens_details.cached_tokens`.
+    pub cached_tokens: Option<u64>,
 }
 
 /// One element of `choices`.
@@ -109,6 +115,7 @@ pub(crate) enum Field {
     Text,
     PartialJson,
     StopReason,
+    PromptDetails,
     Other,
 }
 
@@ -118,6 +125,9 @@ pub(crate) enum Tok {
     Completion,
     Input,
     Output,
+    CacheCreation,
+    CacheRead,
+    Cached,
 }
 
 impl Field {
@@ -136,6 +146,10 @@ impl Field {
             "completion_tokens" => Field::Tok(Tok::Completion),
             "input_tokens" => Field::Tok(Tok::Input),
             "output_tokens" => Field::Tok(Tok::Output),
+            "cache_creation_input_tokens" => Field::Tok(Tok::CacheCreation),
+            "cache_read_input_tokens" => Field::Tok(Tok::CacheRead),
+            "cached_tokens" => Field::Tok(Tok::Cached),
+            "prompt_tokens_details" => Field::PromptDetails,
             "content" => Field::Content,
             "tool_calls" => Field::ToolCalls,
             "finish_reason" => Field::FinishReason,
@@ -162,6 +176,8 @@ pub(crate) enum Slot {
     Model,
     Usage,
     UsageTok(Tok),
+    /// OpenAI's `usage.prompt_tokens_details`.
+    UsageDetails,
     Choices,
     Choice,
     ChoiceDelta,
@@ -215,6 +231,9 @@ fn set(tokens: &mut Tokens, t: Tok, n: Option<u64>) {
         Tok::Completion => tokens.completion_tokens = n,
         Tok::Input => tokens.input_tokens = n,
         Tok::Output => tokens.output_tokens = n,
+        Tok::CacheCreation => tokens.cache_creation_input_tokens = n,
+        Tok::CacheRead => tokens.cache_read_input_tokens = n,
+        Tok::Cached => tokens.cached_tokens = n,
     }
 }
 
@@ -232,9 +251,12 @@ impl Chunk {
     pub(crate) fn member(&mut self, parent: Slot, field: Field) -> Slot {
         match parent {
             Slot::Top => self.top_member(field),
-            Slot::Usage | Slot::Choice | Slot::ChoiceDelta | Slot::ToolCall | Slot::Function => {
-                self.choice_member(parent, field)
-            }
+            Slot::Usage
+            | Slot::UsageDetails
+            | Slot::Choice
+            | Slot::ChoiceDelta
+            | Slot::ToolCall
+            | Slot::Function => self.choice_member(parent, field),
             _ => self.anthropic_member(parent, field),
         }
     }
@@ -285,11 +307,23 @@ impl Chunk {
     /// A member inside an OpenAI chunk's usage or choice (its delta, tool calls, function).
     fn choice_member(&mut self, parent: Slot, field: Field) -> Slot {
         match (parent, field) {
-            (Slot::Usage, Field::Tok(t)) => {
+            (Slot::Usage, Field::Tok(t)) if t != Tok::Cached => {
                 if let Some(u) = &mut self.usage {
                     set(u, t, None);
                 }
                 Slot::UsageTok(t)
+            }
+            (Slot::Usage, Field::PromptDetails) => {
+                if let Some(u) = &mut self.usage {
+                    u.cached_tokens = None;
+                }
+                Slot::UsageDetails
+            }
+            (Slot::UsageDetails, Field::Tok(Tok::Cached)) => {
+                if let Some(u) = &mut self.usage {
+                    u.cached_tokens = None;
+                }
+                Slot::UsageTok(Tok::Cached)
             }
             (Slot::Choice, Field::Delta) => {
                 if let Some(c) = self.choice() {
@@ -362,7 +396,7 @@ impl Chunk {
                 self.message.usage = None;
                 Slot::MessageUsage
             }
-            (Slot::MessageUsage, Field::Tok(t)) => {
+            (Slot::MessageUsage, Field::Tok(t)) if t != Tok::Cached => {
                 if let Some(u) = &mut self.message.usage {
                     set(u, t, None);
                 }

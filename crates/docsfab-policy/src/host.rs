@@ -19,10 +19,10 @@ use serde_saphyr::Spanned;
 use crate::indent;
 
 /// The wire protocol a provider speaks: the one `Api` of docsfab, owned by the record crate.
-use docsfab_record::Api;
+use docsfab_record::{Api, Pricing};
 
 /// One entry of `providers:`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderConfig {
     /// The wire protocol the provider speaks.
@@ -35,7 +35,44 @@ pub struct ProviderConfig {
     pub model: String,
     /// How sends to this provider are throttled (`throttle`, `maxConcurrentRequests`).
     pub throttle: ProviderThrottle,
+    /// Usage, prices and the run cost budget (`includeUsage`, `promptCaching`, `pricing`,
+    /// `budget.maxRunCostUsd`).
+    pub spend: ProviderSpend,
 }
+
+/// What a provider is asked about usage, what its tokens cost, and what a run may spend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSpend {
+    /// OpenAI Chat Completions: send `stream_options.include_usage` (default true). A server
+    /// that refuses the member needs `false` (`doctor --probe` tells).
+    pub include_usage: bool,
+    /// Mark the stable prefix for the provider's prompt cache (default true).
+    pub prompt_caching: bool,
+    /// USD per million tokens; `None`: no price, every cost is unknown.
+    pub pricing: Option<Pricing>,
+    /// `budget.maxRunCostUsd`: what one run may spend on this provider, in USD.
+    pub max_run_cost_usd: Option<f64>,
+    /// Whether `includeUsage` and `promptCaching` were written (setup writes them back).
+    pub given_include_usage: bool,
+    pub given_prompt_caching: bool,
+}
+
+impl Default for ProviderSpend {
+    fn default() -> ProviderSpend {
+        ProviderSpend {
+            include_usage: true,
+            prompt_caching: true,
+            pricing: None,
+            max_run_cost_usd: None,
+            given_include_usage: false,
+            given_prompt_caching: false,
+        }
+    }
+}
+
+/// The most a price per million tokens or a run budget may be, in USD: a typo guard.
+pub const MAX_USD: f64 = 1_000_000.0;
 
 /// The allowed range of `maxConcurrentRequests` and its default.
 pub const MAX_CONCURRENT_REQUESTS: std::ops::RangeInclusive<u8> = 1..=64;
@@ -197,7 +234,7 @@ pub enum RawKind {
 }
 
 /// The parsed `host.yaml`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostConfig {
     /// Where the configuration came from, used in every message about it.
@@ -266,6 +303,25 @@ struct RawProvider {
     model: Spanned<String>,
     max_concurrent_requests: Option<Spanned<serde_json::Value>>,
     throttle: Option<Spanned<serde_json::Value>>,
+    include_usage: Option<Spanned<serde_json::Value>>,
+    prompt_caching: Option<Spanned<serde_json::Value>>,
+    pricing: Option<Spanned<RawPricing>>,
+    budget: Option<Spanned<RawBudget>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawPricing {
+    input_per_million: Option<Spanned<serde_json::Value>>,
+    output_per_million: Option<Spanned<serde_json::Value>>,
+    cache_write_per_million: Option<Spanned<serde_json::Value>>,
+    cache_read_per_million: Option<Spanned<serde_json::Value>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawBudget {
+    max_run_cost_usd: Option<Spanned<serde_json::Value>>,
 }
 
 /// A value as written in `text`, with its line.
@@ -328,13 +384,111 @@ fn check_provider(
     }
     let throttle = check_throttle(&p, text)
         .map_err(|(key, line, problem)| invalid(key, line, problem.to_string()))?;
+    let spend = check_spend(&p).map_err(|(key, line, problem)| invalid(&key, line, problem))?;
     Ok(ProviderConfig {
         api: p.api,
         base_url: p.base_url.value.trim().to_string(),
         api_key_env: p.api_key_env.value,
         model: p.model.value,
         throttle,
+        spend,
     })
+}
+
+/// A refusal of a provider key: the key under the provider, its line, the problem.
+type KeyProblem = (String, u64, String);
+
+/// The provider's usage, price and budget settings; absent or null keys take their default.
+fn check_spend(p: &RawProvider) -> Result<ProviderSpend, KeyProblem> {
+    let mut out = ProviderSpend::default();
+    if let Some(v) = flag(&p.include_usage, "includeUsage")? {
+        if p.api != Api::OpenaiChat {
+            let line = p.include_usage.as_ref().map_or(0, |v| v.defined.line());
+            return Err((
+                "includeUsage".into(),
+                line,
+                "includeUsage applies only to api: openai-chat (Anthropic always reports usage); remove it".into(),
+            ));
+        }
+        out.include_usage = v;
+        out.given_include_usage = true;
+    }
+    if let Some(v) = flag(&p.prompt_caching, "promptCaching")? {
+        out.prompt_caching = v;
+        out.given_prompt_caching = true;
+    }
+    if let Some(raw) = &p.pricing {
+        let r = &raw.value;
+        let need = |v: &Option<Spanned<serde_json::Value>>, key: &str| {
+            usd(v, &format!("pricing.{key}"))?.ok_or_else(|| {
+                (
+                    format!("pricing.{key}"),
+                    raw.defined.line(),
+                    format!("pricing needs {key} (USD per million tokens, such as 3.0); add it"),
+                )
+            })
+        };
+        out.pricing = Some(Pricing {
+            input_per_million: need(&r.input_per_million, "inputPerMillion")?,
+            output_per_million: need(&r.output_per_million, "outputPerMillion")?,
+            cache_write_per_million: usd(
+                &r.cache_write_per_million,
+                "pricing.cacheWritePerMillion",
+            )?,
+            cache_read_per_million: usd(&r.cache_read_per_million, "pricing.cacheReadPerMillion")?,
+        });
+    }
+    if let Some(raw) = &p.budget {
+        out.max_run_cost_usd = usd(&raw.value.max_run_cost_usd, "budget.maxRunCostUsd")?;
+        if out.max_run_cost_usd == Some(0.0) {
+            return Err((
+                "budget.maxRunCostUsd".into(),
+                raw.defined.line(),
+                "budget.maxRunCostUsd must be above 0 (leave it out for no cost bound)".into(),
+            ));
+        }
+        if out.max_run_cost_usd.is_some() && out.pricing.is_none() {
+            return Err((
+                "budget.maxRunCostUsd".into(),
+                raw.defined.line(),
+                "budget.maxRunCostUsd needs the provider's pricing to count cost; add pricing with inputPerMillion and outputPerMillion".into(),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// A `true`/`false` key; null or absent is `None`.
+fn flag(v: &Option<Spanned<serde_json::Value>>, key: &str) -> Result<Option<bool>, KeyProblem> {
+    let Some(s) = v.as_ref().filter(|v| !v.value.is_null()) else {
+        return Ok(None);
+    };
+    match s.value.as_bool() {
+        Some(b) => Ok(Some(b)),
+        None => Err((
+            key.into(),
+            s.defined.line(),
+            format!("{key} must be true or false, not {}", s.value),
+        )),
+    }
+}
+
+/// An amount in USD from 0 to [`MAX_USD`]; null or absent is `None`.
+fn usd(v: &Option<Spanned<serde_json::Value>>, key: &str) -> Result<Option<f64>, KeyProblem> {
+    let Some(s) = v.as_ref().filter(|v| !v.value.is_null()) else {
+        return Ok(None);
+    };
+    match s.value.as_f64() {
+        Some(n) if n.is_finite() && (0.0..=MAX_USD).contains(&n) => Ok(Some(n)),
+        _ => Err((
+            key.into(),
+            s.defined.line(),
+            format!(
+                "{key} must be a number of US dollars from 0 to {MAX_USD}, not {}",
+                s.value
+            ),
+        )),
+    }
 }
 
 /// The provider's throttle settings; an absent or null key takes its default. On a refusal,
@@ -651,7 +805,7 @@ pub fn shown_value(value: &str) -> String {
 /// first few and how many more, so a file with a thousand providers cannot turn one refusal
 /// into a page.
 pub fn shown_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    const ALL_UP_TO: usize = 8;
+    const ALL_UP_TO: usize = 10;
     const SHOWN: usize = 5;
     let names: Vec<&str> = names.into_iter().collect();
     if names.is_empty() {

@@ -179,6 +179,10 @@ pub enum AttemptFailure {
     ValidatorTerminal { refusal: ValidatorRefusal },
     /// The model's context was exhausted (STP-14).
     ContextExhausted,
+    /// The run's token or cost budget could not take the next request's worst case, so it was
+    /// not sent. `bound` names the budget (`run-max-tokens-bound`, `run-max-cost-bound`) and
+    /// `message` is its sentence. Terminal: no retry spends past a run budget.
+    BudgetExhausted { bound: String, message: String },
     /// The caller cancelled the attempt.
     Cancelled,
 }
@@ -199,7 +203,9 @@ impl AttemptFailure {
             AttemptFailure::ValidatorTerminal { .. } => Some(Condition::ValidatorTerminal),
             AttemptFailure::ContextExhausted => Some(Condition::ContextExhausted),
             AttemptFailure::Cancelled => Some(Condition::Cancelled),
-            AttemptFailure::Provider { .. } | AttemptFailure::RefusedBeforeSend { .. } => None,
+            AttemptFailure::Provider { .. }
+            | AttemptFailure::RefusedBeforeSend { .. }
+            | AttemptFailure::BudgetExhausted { .. } => None,
         }
     }
 
@@ -515,6 +521,9 @@ pub fn decide_write(
     })
 }
 
+/// The category and rule of a run budget's refusal (docs/cost.md).
+pub const BUDGET_EXHAUSTED: &str = "budget-exhausted";
+
 /// What the rules table says about a failure, before any budget or settlement.
 struct Ruling {
     rule: String,
@@ -546,6 +555,9 @@ impl Ruling {
             AttemptFailure::RefusedBeforeSend { error_text } => {
                 let (id, action) = table.text_rule(error_text);
                 ruling(id, action, None, None)
+            }
+            AttemptFailure::BudgetExhausted { .. } => {
+                ruling(BUDGET_EXHAUSTED, RuleAction::Terminal, None, None)
             }
             _ => match failure.condition() {
                 Some(c) => {
@@ -788,6 +800,13 @@ impl Facts {
                 "context-exhausted",
                 "The model's context window was exhausted.",
                 "Lower sourceReadBytes or split the step into smaller steps.",
+            ),
+            AttemptFailure::BudgetExhausted { bound, message } => fact(
+                BUDGET_EXHAUSTED,
+                "host",
+                bound,
+                message,
+                "Raise the composition's limits.maxRunTokens or the provider's budget.maxRunCostUsd in host.yaml, or make the run smaller; no retry spends past a run budget.",
             ),
             AttemptFailure::Cancelled => fact(
                 "cancelled",

@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{Exhausted, Reservation, RunBudget, worst_prompt_tokens};
 use crate::outcome::{StreamOutcome, TransportFailure, Usage};
 use crate::request::{Payload, PayloadDigest};
 use crate::transport::Transport;
@@ -102,6 +103,7 @@ pub enum EndKind {
     ProviderFailure,
     Deadline,
     DigestMismatch,
+    BudgetExhausted,
     Cancelled,
 }
 
@@ -136,6 +138,8 @@ pub struct TurnAccount {
 
 /// How the turn ended, with what the runtime needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// The answer is the common end of a turn, so it stays inline rather than boxed.
+#[allow(clippy::large_enum_variant)]
 pub enum TurnEnd {
     /// The provider answered.
     Completed(StreamOutcome),
@@ -153,8 +157,17 @@ pub enum TurnEnd {
         expected: PayloadDigest,
         actual: PayloadDigest,
     },
+    /// The run's budget could not take the next request's worst case; it was not sent.
+    BudgetExhausted(Exhausted),
     /// The caller cancelled the turn.
     Cancelled,
+}
+
+/// The run budget a turn's sends reserve from, and the output ceiling each request asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Spend<'a> {
+    pub budget: &'a RunBudget,
+    pub max_output_tokens: u64,
 }
 
 /// A finished turn: how it ended, and its record.
@@ -225,13 +238,16 @@ pub async fn run_turn_observed(
         cancel,
         deadline,
         None,
+        None,
         &mut on_event,
     )
     .await
 }
 
-/// [`run_turn_observed`] with every send passing `gate` (the shared provider throttle) when
-/// there is one, and the caller told of holds and throttle trouble too.
+/// [`run_turn_observed`] with every send reserving its worst case from `spend` (the run's
+/// budget) and passing `gate` (the shared provider throttle) when there are, and the caller
+/// told of holds and throttle trouble too.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_turn_gated(
     transport: &dyn Transport,
     limits: &ReplayLimits,
@@ -239,6 +255,7 @@ pub async fn run_turn_gated(
     cancel: &CancellationToken,
     deadline: Option<Instant>,
     gate: Option<Gate<'_>>,
+    spend: Option<Spend<'_>>,
     on_event: &mut (dyn FnMut(DriverEvent<'_>) + Send),
 ) -> TurnResult {
     let started = Instant::now();
@@ -263,6 +280,13 @@ pub async fn run_turn_gated(
             return turn.finish(end, detail);
         }
 
+        let reservation = match reserve(spend, bytes.len()) {
+            Ok(r) => r,
+            Err(e) => {
+                let detail = Some(e.message.clone());
+                return turn.finish(TurnEnd::BudgetExhausted(e), detail);
+            }
+        };
         let request = Request {
             prompt_tokens: estimated_prompt_tokens(&bytes),
             patience: turn.patience(gate, limits, last_window),
@@ -277,6 +301,7 @@ pub async fn run_turn_gated(
         };
 
         turn.requests = turn.requests.saturating_add(1);
+        let sent_bytes = bytes.len();
         let sent = tokio::select! {
             biased;
             _ = cancel.cancelled() => return turn.finish(TurnEnd::Cancelled, None),
@@ -289,11 +314,17 @@ pub async fn run_turn_gated(
             sent = transport.send(bytes) => sent,
         };
 
-        let failed = match sent {
-            Ok(outcome) => return turn.completed(outcome, permit, on_event),
+        let mut failed = match sent {
+            Ok(mut outcome) => {
+                outcome.usage = answered_usage(outcome.usage, &outcome);
+                settle(reservation, &outcome.usage);
+                return turn.completed(outcome, permit, on_event);
+            }
             Err(f) => f,
         };
-        turn.usage = turn.usage + failed.usage;
+        *failed.usage = billed_usage(&failed, sent_bytes);
+        settle(reservation, &failed.usage);
+        turn.usage = turn.usage + *failed.usage;
         let now_ms = ms_since_start(Instant::now());
         let decision = judge(limits, &turn.past, &failed, now_ms, deadline_ms);
 
@@ -511,8 +542,8 @@ impl Turn {
     ) -> TurnResult {
         self.usage = self.usage + outcome.usage;
         let reported = ThrottleOutcome::Success {
-            input_tokens: Some(outcome.usage.input_tokens),
-            output_tokens: Some(outcome.usage.output_tokens),
+            input_tokens: outcome.usage.input_tokens,
+            output_tokens: outcome.usage.output_tokens,
         };
         give_back(permit, reported, &outcome.rate_headers, on_event);
         self.finish(TurnEnd::Completed(outcome), None)
@@ -525,7 +556,7 @@ impl Turn {
             replays: Vec::new(),
             past: Vec::new(),
             requests: 0,
-            usage: Usage::default(),
+            usage: Usage::ZERO,
             held_ms: 0,
         }
     }
@@ -571,6 +602,9 @@ impl Turn {
             TurnEnd::DigestMismatch { .. } => {
                 (TurnStatus::Failed, EndKind::DigestMismatch, None, None)
             }
+            TurnEnd::BudgetExhausted(_) => {
+                (TurnStatus::Failed, EndKind::BudgetExhausted, None, None)
+            }
             TurnEnd::Cancelled => (TurnStatus::Cancelled, EndKind::Cancelled, None, None),
         };
         let record = TurnAccount {
@@ -612,11 +646,84 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
+/// Reserves the request's worst case when the run has a budget.
+fn reserve(spend: Option<Spend<'_>>, bytes: usize) -> Result<Option<Reservation>, Exhausted> {
+    let Some(s) = spend else { return Ok(None) };
+    s.budget
+        .reserve(worst_prompt_tokens(bytes), s.max_output_tokens)
+        .map(Some)
+}
+
+fn settle(reservation: Option<Reservation>, usage: &Usage) {
+    if let Some(r) = reservation {
+        r.settle(usage);
+    }
+}
+
+/// Output tokens estimated from answer bytes: the same four bytes a token as the prompt's.
+fn estimated_output_tokens(answer_bytes: u64) -> u64 {
+    answer_bytes / 4
+}
+
+/// A finished answer's usage: as reported, with a missing output count estimated from the
+/// answer's bytes when the input was reported. An answer that reported nothing stays unknown:
+/// the stream ended as it should, so there is nothing to say it was cut short of its usage.
+fn answered_usage(reported: Usage, outcome: &StreamOutcome) -> Usage {
+    if reported.input_tokens.is_none() || reported.output_tokens.is_some() {
+        return reported;
+    }
+    let bytes: usize = outcome.text.len()
+        + outcome
+            .tool_calls
+            .iter()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum::<usize>();
+    Usage {
+        output_tokens: Some(estimated_output_tokens(bytes as u64)),
+        estimated: true,
+        ..reported
+    }
+}
+
+/// What a failed request is counted as having cost. A refusal with an error status before any
+/// stream is not billed by the providers (0). Anything else that was sent (a cut stream, an
+/// error event, no answer at all) keeps what the provider reported and estimates the rest: the
+/// prompt from the bytes sent, the output from the answer bytes that arrived, marked
+/// `estimated`. docsfab cannot know whether such a request was processed, so it counts it as
+/// if it was.
+fn billed_usage(failed: &TransportFailure, sent_bytes: usize) -> Usage {
+    let reported = *failed.usage;
+    if failed.failure.http_status.is_some_and(|s| s != 200) && !reported.is_known() {
+        return Usage::ZERO;
+    }
+    if reported.is_known() {
+        return reported;
+    }
+    Usage {
+        input_tokens: Some(
+            reported
+                .input_tokens
+                .unwrap_or_else(|| estimated_prompt_tokens_len(sent_bytes)),
+        ),
+        output_tokens: Some(
+            reported
+                .output_tokens
+                .unwrap_or_else(|| estimated_output_tokens(failed.answer_bytes)),
+        ),
+        estimated: true,
+        ..reported
+    }
+}
+
+fn estimated_prompt_tokens_len(len: usize) -> u64 {
+    (len as u64 / 4).max(1)
+}
+
 /// A request's prompt tokens, estimated from the bytes it sends (about four bytes a token, the
 /// usual rule for English text and JSON); the throttle learns the provider's own ratio from the
 /// answers' usage.
 fn estimated_prompt_tokens(bytes: &[u8]) -> u64 {
-    (bytes.len() as u64 / 4).max(1)
+    estimated_prompt_tokens_len(bytes.len())
 }
 
 fn duration_ms(d: Duration) -> u64 {

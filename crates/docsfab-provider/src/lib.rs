@@ -16,6 +16,7 @@
 //!
 //! [`ProviderFailure`]: docsfab_policy::class::ProviderFailure
 
+pub mod budget;
 pub mod driver;
 pub mod gateway;
 pub mod outcome;
@@ -25,9 +26,10 @@ pub mod scripted;
 pub mod secret;
 pub mod transport;
 
+pub use budget::{Exhausted, RunBudget, SpendLimits};
 pub use driver::{
-    DriverEvent, Gate, PayloadSource, ReplayCause, ReplayEntry, TurnAccount, TurnEnd, TurnResult,
-    TurnStatus, run_turn, run_turn_gated,
+    DriverEvent, Gate, PayloadSource, ReplayCause, ReplayEntry, Spend, TurnAccount, TurnEnd,
+    TurnResult, TurnStatus, run_turn, run_turn_gated,
 };
 pub use gateway::{Gateway, GatewayName};
 pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};

@@ -15,7 +15,7 @@
 //! * A body that fails while transferring keeps its transport classification (`network`, or
 //!   `timeout` for a read timeout) whatever was read before (CLS-3).
 
-use docsfab_boundary::chunk::Chunk;
+use docsfab_boundary::chunk::{Chunk, Tokens};
 use docsfab_boundary::{Event, Redactor, SseEvent, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_error_event};
 use serde::{Serialize, Serializer};
@@ -164,8 +164,13 @@ impl StreamOutcome {
 pub struct TransportFailure {
     pub failure: ProviderFailure,
     pub detail: String,
-    /// Tokens the provider reported before the request failed (it may still bill them).
-    pub usage: Usage,
+    /// Tokens the provider reported before the request failed (it may still bill them);
+    /// unknown when it reported none (the driver then estimates what a sent request cost).
+    /// Boxed, so a failure stays small on the error path.
+    pub usage: Box<Usage>,
+    /// Bytes of answer content (text, tool names and arguments) that arrived before the
+    /// failure: what the driver estimates a cut answer's output tokens from.
+    pub answer_bytes: u64,
     /// Models the stream named before it failed.
     pub models: Vec<String>,
     /// What the failed response's body said, when it said anything docsfab keeps. Boxed, so a
@@ -206,7 +211,8 @@ impl TransportFailure {
         TransportFailure {
             failure,
             detail: detail.into(),
-            usage: Usage::default(),
+            usage: Box::new(Usage::UNKNOWN),
+            answer_bytes: 0,
             models: Vec::new(),
             body: Box::default(),
         }
@@ -294,7 +300,8 @@ pub struct StreamReader {
     published: bool,
     finish: Option<FinishReason>,
     done: bool,
-    usage: Usage,
+    /// The usage members seen so far, as the API spells them (read into [`Usage`] at the end).
+    tokens: Option<Tokens>,
     calls: BTreeMap<u64, PartialCall>,
     models: Vec<String>,
 }
@@ -308,7 +315,7 @@ impl StreamReader {
             published: false,
             finish: None,
             done: false,
-            usage: Usage::default(),
+            tokens: None,
             calls: BTreeMap::new(),
             models: Vec::new(),
         }
@@ -360,11 +367,8 @@ impl StreamReader {
         if let Some(m) = &c.model {
             self.note_model_str(m);
         }
-        if let Some(u) = &c.usage {
-            self.usage = Usage {
-                input_tokens: u.prompt_tokens.unwrap_or(0),
-                output_tokens: u.completion_tokens.unwrap_or(0),
-            };
+        if let Some(u) = c.usage {
+            self.tokens = Some(u);
         }
         let Some(choices) = &c.choices else {
             return;
@@ -408,9 +412,7 @@ impl StreamReader {
                 if let Some(model) = &m.model {
                     self.note_model_str(model);
                 }
-                let u = m.usage.unwrap_or_default();
-                self.usage.input_tokens = u.input_tokens.unwrap_or(0);
-                self.usage.output_tokens = u.output_tokens.unwrap_or(0);
+                self.tokens = m.usage;
             }
             "content_block_start" => {
                 let index = c.index.unwrap_or(0);
@@ -464,12 +466,8 @@ impl StreamReader {
                 if let Some(r) = &c.delta.stop_reason {
                     self.finish = Some(FinishReason::from_anthropic(r));
                 }
-                let u = c.usage.unwrap_or_default();
-                if let Some(out) = u.output_tokens {
-                    self.usage.output_tokens = out;
-                }
-                if let Some(inp) = u.input_tokens {
-                    self.usage.input_tokens = inp;
+                if let Some(u) = c.usage {
+                    self.merge_delta_tokens(u);
                 }
             }
             "message_stop" => self.done = true,
@@ -494,6 +492,7 @@ impl StreamReader {
                 detail,
             ));
         }
+        let usage = self.usage();
         let truncated_by_limit = self.finish == Some(FinishReason::Length);
         let tool_calls = self
             .calls
@@ -519,7 +518,7 @@ impl StreamReader {
             content_published: self.published,
             finish_reason: self.finish,
             done: self.done,
-            usage: self.usage,
+            usage,
             tool_calls,
             models: self.models,
             raw_body: None,
@@ -548,10 +547,61 @@ impl StreamReader {
     fn fail(self, mut f: ProviderFailure, detail: String) -> TransportFailure {
         f.content_published = self.published;
         TransportFailure {
-            usage: self.usage,
+            usage: Box::new(self.usage()),
+            answer_bytes: self.answer_bytes(),
             models: self.models,
             ..TransportFailure::new(f, detail)
         }
+    }
+
+    /// `message_delta`'s counts are cumulative: each one it carries replaces the start's.
+    fn merge_delta_tokens(&mut self, u: Tokens) {
+        let t = self.tokens.get_or_insert_with(Tokens::default);
+        let keep = |new: Option<u64>, old: Option<u64>| new.or(old);
+        t.input_tokens = keep(u.input_tokens, t.input_tokens);
+        t.output_tokens = keep(u.output_tokens, t.output_tokens);
+        t.cache_creation_input_tokens =
+            keep(u.cache_creation_input_tokens, t.cache_creation_input_tokens);
+        t.cache_read_input_tokens = keep(u.cache_read_input_tokens, t.cache_read_input_tokens);
+    }
+
+    /// The usage reported so far, in docsfab's terms: `inputTokens` counts every prompt token
+    /// on both APIs (Anthropic's `input_tokens` leaves the cache parts out, so they are added).
+    fn usage(&self) -> Usage {
+        let Some(t) = self.tokens else {
+            return Usage::UNKNOWN;
+        };
+        match self.api {
+            Api::OpenaiChat => Usage {
+                input_tokens: t.prompt_tokens,
+                output_tokens: t.completion_tokens,
+                cache_read_tokens: t.cached_tokens.unwrap_or(0),
+                ..Usage::UNKNOWN
+            },
+            Api::AnthropicMessages => {
+                let write = t.cache_creation_input_tokens.unwrap_or(0);
+                let read = t.cache_read_input_tokens.unwrap_or(0);
+                Usage {
+                    input_tokens: t
+                        .input_tokens
+                        .map(|i| i.saturating_add(write).saturating_add(read)),
+                    output_tokens: t.output_tokens,
+                    cache_write_tokens: write,
+                    cache_read_tokens: read,
+                    estimated: false,
+                }
+            }
+        }
+    }
+
+    /// Bytes of answer content read so far (text, tool names and arguments).
+    fn answer_bytes(&self) -> u64 {
+        let calls: usize = self
+            .calls
+            .values()
+            .map(|c| c.name.len() + c.arguments.len())
+            .sum();
+        (self.text.len() + calls) as u64
     }
 
     fn note_model(&mut self, v: &Value) {
@@ -635,10 +685,7 @@ impl StreamReader {
         }
         self.note_model(&v["model"]);
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.usage = Usage {
-                input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-                output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
-            };
+            self.tokens = Some(tokens_of(u));
         }
         let Some(choices) = v["choices"].as_array() else {
             return Ok(());
@@ -691,8 +738,7 @@ impl StreamReader {
             "message_start" => {
                 let m = &v["message"];
                 self.note_model(&m["model"]);
-                self.usage.input_tokens = m["usage"]["input_tokens"].as_u64().unwrap_or(0);
-                self.usage.output_tokens = m["usage"]["output_tokens"].as_u64().unwrap_or(0);
+                self.tokens = m.get("usage").filter(|u| u.is_object()).map(tokens_of);
             }
             "content_block_start" => {
                 let index = v["index"].as_u64().unwrap_or(0);
@@ -746,11 +792,8 @@ impl StreamReader {
                 if let Some(r) = v["delta"]["stop_reason"].as_str() {
                     self.finish = Some(FinishReason::from_anthropic(r));
                 }
-                if let Some(out) = v["usage"]["output_tokens"].as_u64() {
-                    self.usage.output_tokens = out;
-                }
-                if let Some(inp) = v["usage"]["input_tokens"].as_u64() {
-                    self.usage.input_tokens = inp;
+                if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                    self.merge_delta_tokens(tokens_of(u));
                 }
             }
             "message_stop" => self.done = true,
@@ -772,7 +815,8 @@ impl StreamReader {
     fn take_fail(&mut self, mut f: ProviderFailure, detail: String) -> TransportFailure {
         f.content_published = self.published;
         TransportFailure {
-            usage: self.usage,
+            usage: Box::new(self.usage()),
+            answer_bytes: self.answer_bytes(),
             models: std::mem::take(&mut self.models),
             ..TransportFailure::new(f, detail)
         }
@@ -786,6 +830,21 @@ impl StreamReader {
         failure.body.error_type = error_type;
         failure.body.error_code = error_code;
         failure
+    }
+}
+
+/// A `usage` object's counts, read as the boundary's chunk reads them (a member of the wrong
+/// type is absent).
+fn tokens_of(u: &Value) -> Tokens {
+    let n = |k: &str| u[k].as_u64();
+    Tokens {
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+        input_tokens: n("input_tokens"),
+        output_tokens: n("output_tokens"),
+        cache_creation_input_tokens: n("cache_creation_input_tokens"),
+        cache_read_input_tokens: n("cache_read_input_tokens"),
+        cached_tokens: u["prompt_tokens_details"]["cached_tokens"].as_u64(),
     }
 }
 
@@ -822,8 +881,9 @@ data: [DONE]\n\n";
         assert_eq!(
             o.usage,
             Usage {
-                input_tokens: 11,
-                output_tokens: 2
+                input_tokens: Some(11),
+                output_tokens: Some(2),
+                ..Usage::ZERO
             }
         );
         assert_eq!(o.models, vec!["m1".to_string()]);
@@ -975,8 +1035,9 @@ event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason
         assert_eq!(
             o.usage,
             Usage {
-                input_tokens: 9,
-                output_tokens: 7
+                input_tokens: Some(9),
+                output_tokens: Some(7),
+                ..Usage::ZERO
             }
         );
         assert_eq!(o.tool_calls[0].arguments, "{\"path\":\"a\"}");

@@ -10,9 +10,18 @@
 //!   because every OpenAI-compatible server accepts the older name and many reject the newer;
 //!   the system prompt is the first message; tools are `{type: function, function: {...}}`;
 //!   an assistant turn that only called tools sends `content: null`.
+//!   A provider whose server refuses `stream_options` sets `includeUsage: false` in host.yaml,
+//!   and the member is left out (the usage is then unknown unless the server sends it anyway).
+//!   With prompt caching on, `prompt_cache_key` names the step, so its turns, replays and
+//!   retries land on the same cache.
 //! * `anthropic-messages`: `stream: true`, `max_tokens`, `system` as a top-level field, tools
 //!   with `input_schema`, tool calls as `tool_use` blocks whose `input` is the parsed arguments
 //!   object, and all results of one tool batch in a single user message of `tool_result` blocks.
+//!   With prompt caching on, `cache_control` marks the stable prefix at three breakpoints (the
+//!   last tool, the system prompt as one text block, the first user message), so every turn,
+//!   replay and step retry of the step reads what the first request wrote.
+//!
+//! Caching changes the bytes, never their meaning: the digest covers the payload as sent.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -75,6 +84,18 @@ pub struct TurnRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
+    /// OpenAI: ask for the usage chunk (`stream_options.include_usage`). Anthropic always
+    /// reports usage.
+    #[serde(default = "yes")]
+    pub include_usage: bool,
+    /// Prompt caching: the key of the step (OpenAI `prompt_cache_key`); on Anthropic any key
+    /// turns on the `cache_control` breakpoints. `None`: no caching asked for.
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Why a request could not be serialized. Nothing was sent.
@@ -169,9 +190,12 @@ mod openai {
         // target accepts it, while the newer name is unknown to many of them.
         max_tokens: u32,
         stream: bool,
-        stream_options: StreamOptions,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        stream_options: Option<StreamOptions>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tools: Vec<Tool<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt_cache_key: Option<&'a str>,
     }
 
     #[derive(Serialize)]
@@ -261,9 +285,10 @@ mod openai {
             messages,
             max_tokens: r.max_output_tokens,
             stream: true,
-            stream_options: StreamOptions {
+            stream_options: r.include_usage.then_some(StreamOptions {
                 include_usage: true,
-            },
+            }),
+            prompt_cache_key: r.prompt_cache_key.as_deref(),
             tools: r
                 .tools
                 .iter()
@@ -288,17 +313,48 @@ mod anthropic {
         model: &'a str,
         max_tokens: u32,
         #[serde(skip_serializing_if = "Option::is_none")]
-        system: Option<&'a str>,
+        system: Option<System<'a>>,
         messages: Vec<Msg<'a>>,
         #[serde(skip_serializing_if = "Vec::is_empty")]
-        tools: Vec<Tool<'a>>,
+        tools: Vec<Cached<Tool<'a>>>,
         stream: bool,
+    }
+
+    /// The system prompt: a plain string, or one text block when it carries a cache breakpoint.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum System<'a> {
+        Text(&'a str),
+        Blocks([Cached<Block<'a>>; 1]),
+    }
+
+    /// A block or tool, with `cache_control` when it ends a cached prefix.
+    #[derive(Serialize)]
+    struct Cached<T> {
+        #[serde(flatten)]
+        item: T,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cache_control: Option<Ephemeral>,
+    }
+
+    #[derive(Serialize)]
+    struct Ephemeral {
+        r#type: &'static str,
+    }
+
+    fn cached<T>(item: T, breakpoint: bool) -> Cached<T> {
+        Cached {
+            item,
+            cache_control: breakpoint.then_some(Ephemeral {
+                r#type: "ephemeral",
+            }),
+        }
     }
 
     #[derive(Serialize)]
     struct Msg<'a> {
         role: &'static str,
-        content: Vec<Block<'a>>,
+        content: Vec<Cached<Block<'a>>>,
     }
 
     #[derive(Serialize)]
@@ -328,10 +384,10 @@ mod anthropic {
     }
 
     pub fn body(r: &TurnRequest) -> Result<Body<'_>, RequestError> {
-        let mut messages: Vec<Msg<'_>> = Vec::with_capacity(r.messages.len());
+        let mut messages: Vec<Draft<'_>> = Vec::with_capacity(r.messages.len());
         for m in &r.messages {
             match m {
-                Message::User { text } => messages.push(Msg {
+                Message::User { text } => messages.push(Draft {
                     role: "user",
                     content: vec![Block::Text { text }],
                 }),
@@ -352,7 +408,7 @@ mod anthropic {
                             input,
                         });
                     }
-                    messages.push(Msg {
+                    messages.push(Draft {
                         role: "assistant",
                         content,
                     });
@@ -378,7 +434,7 @@ mod anthropic {
                         {
                             last.content.push(block)
                         }
-                        _ => messages.push(Msg {
+                        _ => messages.push(Draft {
                             role: "user",
                             content: vec![block],
                         }),
@@ -386,22 +442,56 @@ mod anthropic {
                 }
             }
         }
+        let caching = r.prompt_cache_key.is_some();
+        let last_tool = r.tools.len().checked_sub(1);
+        // The first user message ends the stable prefix: the step's instructions and sources.
+        let first_user = messages.first().filter(|m| m.role == "user").map(|_| 0);
+        let messages = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let last = m.content.len().saturating_sub(1);
+                Msg {
+                    role: m.role,
+                    content: m
+                        .content
+                        .into_iter()
+                        .enumerate()
+                        .map(|(j, b)| cached(b, caching && first_user == Some(i) && j == last))
+                        .collect(),
+                }
+            })
+            .collect();
+        let system = r.system.as_deref().map(|text| match caching {
+            true => System::Blocks([cached(Block::Text { text }, true)]),
+            false => System::Text(text),
+        });
         Ok(Body {
             model: &r.model,
             max_tokens: r.max_output_tokens,
-            system: r.system.as_deref(),
+            system,
             messages,
             tools: r
                 .tools
                 .iter()
-                .map(|t| Tool {
-                    name: &t.name,
-                    description: &t.description,
-                    input_schema: &t.parameters,
+                .enumerate()
+                .map(|(i, t)| {
+                    let tool = Tool {
+                        name: &t.name,
+                        description: &t.description,
+                        input_schema: &t.parameters,
+                    };
+                    cached(tool, caching && last_tool == Some(i))
                 })
                 .collect(),
             stream: true,
         })
+    }
+
+    /// A message while the conversation is gathered, before breakpoints are placed.
+    struct Draft<'a> {
+        role: &'static str,
+        content: Vec<Block<'a>>,
     }
 
     fn arguments_object(arguments: &str) -> Option<Value> {
@@ -422,6 +512,8 @@ mod tests {
 
     fn request() -> TurnRequest {
         TurnRequest {
+            include_usage: true,
+            prompt_cache_key: None,
             model: "m1".into(),
             max_output_tokens: 512,
             system: Some("be brief".into()),

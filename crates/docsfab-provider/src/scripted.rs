@@ -57,8 +57,9 @@ pub fn answer(text: &str) -> StreamOutcome {
         finish_reason: Some(FinishReason::Stop),
         done: true,
         usage: Usage {
-            input_tokens: 10,
-            output_tokens: 5,
+            input_tokens: Some(10),
+            output_tokens: Some(5),
+            ..Usage::ZERO
         },
         tool_calls: Vec::new(),
         models: vec!["scripted-model".to_owned()],

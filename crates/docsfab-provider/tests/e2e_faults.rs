@@ -33,6 +33,8 @@ fn payload(api: Api) -> Payload {
     Payload::build(
         api,
         &TurnRequest {
+            include_usage: true,
+            prompt_cache_key: None,
             model: "m1".into(),
             max_output_tokens: 64,
             system: Some("be brief".into()),
@@ -863,7 +865,7 @@ both_apis!(request_goes_to_the_api_path_with_its_auth_headers, |api| {
     match r.end {
         TurnEnd::Completed(o) => {
             assert_eq!(o.models, vec!["m1".to_string()]);
-            assert_eq!(o.usage.output_tokens, 2);
+            assert_eq!(o.usage.output_tokens, Some(2));
         }
         other => panic!("expected an answer, got {other:?}"),
     }

@@ -16,6 +16,8 @@ fn payload() -> Payload {
     Payload::build(
         Api::AnthropicMessages,
         &TurnRequest {
+            include_usage: true,
+            prompt_cache_key: None,
             model: "m".into(),
             max_output_tokens: 10,
             system: None,

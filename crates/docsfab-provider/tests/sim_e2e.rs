@@ -26,6 +26,8 @@ fn payload(api: Api) -> Payload {
     Payload::build(
         api,
         &TurnRequest {
+            include_usage: true,
+            prompt_cache_key: None,
             model: "sim-model".into(),
             max_output_tokens: 64,
             system: None,

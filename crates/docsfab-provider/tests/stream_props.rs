@@ -94,5 +94,5 @@ fn the_sample_streams_are_read_in_full() {
     assert!(!o.tool_calls[0].truncated);
     let o = read(Api::AnthropicMessages, &[ANTHROPIC.as_bytes()]).expect("anthropic");
     assert_eq!(o.text, "Hi \u{1F600}");
-    assert_eq!(o.usage.output_tokens, 5);
+    assert_eq!(o.usage.output_tokens, Some(5));
 }

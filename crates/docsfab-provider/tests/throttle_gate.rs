@@ -21,6 +21,8 @@ fn payload() -> Payload {
     Payload::build(
         Api::OpenaiChat,
         &TurnRequest {
+            include_usage: true,
+            prompt_cache_key: None,
             model: "m".into(),
             max_output_tokens: 100,
             system: None,
@@ -75,6 +77,7 @@ async fn gated(
         cancel,
         deadline,
         Some(gate),
+        None,
         &mut on_event,
     )
     .await;
@@ -172,6 +175,7 @@ async fn issue12_a_429_holds_other_senders_from_before_its_replay_wait() {
                 &CancellationToken::new(),
                 None,
                 Some(gate),
+                None,
                 &mut on_event,
             )
             .await

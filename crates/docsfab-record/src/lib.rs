@@ -40,4 +40,4 @@ pub use step::{
     Access, Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,
     TransportRetry,
 };
-pub use usage::Usage;
+pub use usage::{Pricing, Usage, round_usd, shown_cost, sum_cost};

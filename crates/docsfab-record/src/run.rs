@@ -21,7 +21,7 @@ use crate::replay::ReplayRecord;
 use crate::step::{
     Access, Budget, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind, TransportRetry,
 };
-use crate::usage::Usage;
+use crate::usage::{Usage, sum_cost};
 
 /// The run record's JSON Schema (draft 2020-12). Lives in this crate so that no crate reads a
 /// file outside itself.
@@ -60,6 +60,14 @@ pub struct RunRecord {
     /// read (0 in a record written before the throttle existed).
     #[serde(default)]
     pub held_ms: u64,
+    /// The sum of every attempt's usage in the run (reused steps spent nothing here); derived
+    /// when the record is read. Unknown (`null` counts) when any attempt's usage is.
+    #[serde(default = "zero_usage")]
+    pub usage: Usage,
+    /// The sum of the steps' `costUsd`; derived when the record is read. `null` when no price
+    /// is set for the provider or some usage is unknown.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
     /// Why the run ended, in one sentence, when its steps cannot say it: a served run that could
     /// not start (its clone failed, its host did not resolve), one cancelled while queued, one
     /// marked `interrupted`. `null` for a run that ended through its steps.
@@ -228,6 +236,13 @@ pub struct StepRecord {
     /// turns when the record is read.
     #[serde(default)]
     pub held_ms: u64,
+    /// The sum of the usage of every attempt of the step; derived when the record is read.
+    #[serde(default = "zero_usage")]
+    pub usage: Usage,
+    /// The sum of the attempts' `costUsd`; derived when the record is read. `null` when an
+    /// attempt's cost is unknown or the step made no attempt.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
     /// A digest (SHA-256, hex) of everything the step was asked with: its rendered
     /// instructions, its settings, the provider, the model and the docsfab version. Two steps
     /// with the same fingerprint and unchanged inputs would be asked the same question. Set when
@@ -374,6 +389,10 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_written: Option<Vec<FileWritten>>,
     pub usage: Usage,
+    /// What the attempt's usage cost at the provider's host.yaml `pricing`, in USD; `null` when
+    /// no price is set or the usage is unknown.
+    #[serde(default)]
+    pub cost_usd: Option<f64>,
     pub duration_ms: u64,
     pub lease: LeaseRecord,
     pub turns: Vec<TurnRecord>,
@@ -478,6 +497,8 @@ pub struct TurnRecord {
     pub replays: Vec<ReplayRecord>,
     pub tool_batch: ToolBatch,
     pub usage: Usage,
+    /// What the turn's usage cost, as the attempt's `costUsd`.
+    pub cost_usd: Option<f64>,
     /// Why a turn that did not complete ended, in one short line (`provider fault: HTTP 503
     /// (server) after 8 requests`, `attempt deadline`, `cancelled`); `None` for a completed turn.
     pub reason: Option<String>,
@@ -499,6 +520,8 @@ struct TurnWire {
     tool_batch: ToolBatch,
     usage: Usage,
     #[serde(default)]
+    cost_usd: Option<f64>,
+    #[serde(default)]
     reason: Option<String>,
     #[serde(default)]
     held_ms: u64,
@@ -515,6 +538,7 @@ impl From<TurnRecord> for TurnWire {
             replays: t.replays,
             tool_batch: t.tool_batch,
             usage: t.usage,
+            cost_usd: t.cost_usd,
             reason: t.reason,
             held_ms: t.held_ms,
             duration_ms: t.duration_ms,
@@ -539,6 +563,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             replays: w.replays,
             tool_batch: w.tool_batch,
             usage: w.usage,
+            cost_usd: w.cost_usd,
             reason: w.reason,
             held_ms: w.held_ms,
             duration_ms: w.duration_ms,
@@ -575,15 +600,35 @@ impl StepRecord {
 }
 
 impl RunRecord {
-    /// Sets the step and run `heldMs` totals from the turns (their one source).
-    pub fn sum_held(&mut self) {
-        let mut run = 0u64;
+    /// Sets the step and run totals (`heldMs`, `usage`, `costUsd`) from the attempts and
+    /// turns, their one source.
+    pub fn sum_totals(&mut self) {
+        let mut held = 0u64;
         for step in &mut self.steps {
             step.held_ms = step.turns_held_ms();
-            run = run.saturating_add(step.held_ms);
+            held = held.saturating_add(step.held_ms);
+            step.usage = step.attempts.iter().map(|a| a.usage).sum();
+            step.cost_usd = match step.attempts.is_empty() {
+                true => None,
+                false => sum_cost(step.attempts.iter().map(|a| a.cost_usd)),
+            };
         }
-        self.held_ms = run;
+        self.held_ms = held;
+        self.usage = self.steps.iter().map(|s| s.usage).sum();
+        let spent: Vec<_> = self
+            .steps
+            .iter()
+            .filter(|s| !s.attempts.is_empty())
+            .collect();
+        self.cost_usd = match spent.is_empty() {
+            true => None,
+            false => sum_cost(spent.iter().map(|s| s.cost_usd)),
+        };
     }
+}
+
+fn zero_usage() -> Usage {
+    Usage::ZERO
 }
 
 /// Formats a time as RFC 3339 UTC with milliseconds (`2026-11-29T20:35:01.123Z`). Times before

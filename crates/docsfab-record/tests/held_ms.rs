@@ -33,6 +33,6 @@ fn issue12_a_run_written_before_held_ms_loads_with_nothing_held() {
     });
     let mut rec: RunRecord = serde_json::from_value(run).unwrap();
     assert_eq!(rec.held_ms, 0);
-    rec.sum_held();
+    rec.sum_totals();
     assert_eq!(rec.held_ms, 0);
 }

@@ -429,6 +429,8 @@ impl Route {
             &self.cancel,
             Some(deadline),
             gate,
+            // The route forwards a client's own request; the client keeps its own budget.
+            None,
             &mut on_event,
         )
         .await;
@@ -482,6 +484,13 @@ impl Route {
                 "api_error",
                 "replay-digest-mismatch",
                 "a replay would not have sent the same bytes as the first request, so nothing was sent",
+            ),
+            TurnEnd::BudgetExhausted(e) => Reply::error(
+                client_api,
+                StatusCode::TOO_MANY_REQUESTS,
+                "api_error",
+                e.bound,
+                &e.message,
             ),
             TurnEnd::Cancelled => Reply::error(
                 client_api,

@@ -56,11 +56,11 @@ use docsfab_policy::rules::Feedback;
 use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
-    AssistantToolCall, Gateway, Message, Payload, ReplayEntry, ToolSpec, Transport,
-    TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
+    AssistantToolCall, Gateway, Message, Payload, ReplayEntry, RunBudget, Spend, ToolSpec,
+    Transport, TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
     driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
-use docsfab_record::Api;
+use docsfab_record::{Api, Pricing};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -117,6 +117,22 @@ pub struct AttemptInput<'a> {
     /// Called before each write runs (the executor records a write intent); `None` runs writes
     /// unrecorded.
     pub before_write: Option<batch::BeforeWrite<'a>>,
+    /// How the attempt asks for usage, prices it and reserves its spend.
+    pub spend: AttemptSpend<'a>,
+}
+
+/// What an attempt's requests ask for usage and caching, what its usage is priced at, and the
+/// run budget each send reserves from (docs/cost.md).
+#[derive(Debug, Clone, Default)]
+pub struct AttemptSpend<'a> {
+    /// `None`: the run has no token or cost bound.
+    pub budget: Option<&'a RunBudget>,
+    /// `None`: no price, so `costUsd` stays `null`.
+    pub pricing: Option<Pricing>,
+    /// OpenAI: ask for the usage chunk.
+    pub include_usage: bool,
+    /// The step's prompt cache key; `None` asks for no caching.
+    pub prompt_cache_key: Option<String>,
 }
 
 /// What happens inside an attempt, as it happens.
@@ -203,6 +219,8 @@ pub struct AttemptReport {
     pub turns: Vec<TurnRecord>,
     pub lease: LeaseRecord,
     pub usage: Usage,
+    /// What `usage` cost at the provider's price; `None` without a price or with usage unknown.
+    pub cost_usd: Option<f64>,
     pub duration_ms: u64,
     /// What the attempt wrote, to prove away or undo (write steps).
     pub snapshots: WriteSnapshots,
@@ -326,6 +344,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         turns: state.turns,
         lease,
         usage: state.usage,
+        cost_usd: input.spend.pricing.and_then(|p| p.cost(&state.usage)),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         snapshots: tools.into_snapshots(),
         written,
@@ -385,6 +404,7 @@ fn gateway_of(end: &TurnEnd) -> Option<&Gateway> {
         } => failure.body.gateway.as_ref(),
         TurnEnd::DeadlineReached { last_failure: None }
         | TurnEnd::DigestMismatch { .. }
+        | TurnEnd::BudgetExhausted(_)
         | TurnEnd::Cancelled => None,
     }
 }
@@ -477,6 +497,10 @@ struct AgentLoop<'a> {
     turn_held_ms: u64,
     /// The gateway the latest response that named one came through (issue 24).
     gateway: Option<Gateway>,
+    /// The price of the provider's tokens, for each turn's `costUsd`.
+    pricing: Option<Pricing>,
+    include_usage: bool,
+    prompt_cache_key: Option<String>,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -506,11 +530,14 @@ impl<'a> AgentLoop<'a> {
             lease: ExecutionLease::new(input.limits.max_turns),
             turns: Vec::new(),
             turn_starts: Vec::new(),
-            usage: Usage::default(),
+            usage: Usage::ZERO,
             provider_failure: None,
             final_answer: None,
             turn_held_ms: 0,
             gateway: None,
+            pricing: input.spend.pricing,
+            include_usage: input.spend.include_usage,
+            prompt_cache_key: input.spend.prompt_cache_key.clone(),
         }
     }
 
@@ -550,13 +577,15 @@ impl<'a> AgentLoop<'a> {
             system: Some(self.system.clone()),
             messages: self.messages.clone(),
             tools: self.specs.clone(),
+            include_usage: self.include_usage,
+            prompt_cache_key: self.prompt_cache_key.clone(),
         };
         match Payload::build(self.api, &request) {
             Ok(payload) => Action::Send { turn, payload },
             Err(e) => {
                 self.lease
                     .stop(LeaseStop::PreflightFailed, Some(e.to_string()));
-                let (batch, usage) = (ToolBatch::default(), Usage::default());
+                let (batch, usage) = (ToolBatch::default(), Usage::ZERO);
                 let reason = Some(format!("the request could not be built: {e}"));
                 self.push_turn(turn, TurnStatus::Failed, Vec::new(), batch, usage, reason);
                 Action::Finish(fail(
@@ -573,10 +602,7 @@ impl<'a> AgentLoop<'a> {
     /// response boundary before anything reads it.
     fn turn_ended(&mut self, turn: u32, result: TurnResult) -> Action {
         let replays: Vec<ReplayRecord> = result.record.replays.iter().map(replay_record).collect();
-        let turn_usage = Usage {
-            input_tokens: result.record.usage.input_tokens,
-            output_tokens: result.record.usage.output_tokens,
-        };
+        let turn_usage = result.record.usage;
         self.usage = self.usage + turn_usage;
         self.turn_held_ms = result.record.held_ms;
         if let Some(g) = gateway_of(&result.end) {
@@ -833,6 +859,7 @@ impl<'a> AgentLoop<'a> {
             replays,
             tool_batch,
             usage,
+            cost_usd: self.pricing.and_then(|p| p.cost(&usage)),
             reason,
             held_ms: std::mem::take(&mut self.turn_held_ms),
             duration_ms: None,
@@ -946,6 +973,10 @@ async fn drive(
                     first_patience: g.first_patience.filter(|_| turn == 1),
                     ..g
                 });
+                let spend = input.spend.budget.map(|budget| Spend {
+                    budget,
+                    max_output_tokens: u64::from(input.limits.max_output_tokens),
+                });
                 let result = run_turn_gated(
                     input.transport,
                     &input.replay_limits,
@@ -953,6 +984,7 @@ async fn drive(
                     input.cancel,
                     Some(lp.deadline),
                     gate,
+                    spend,
                     &mut on_event,
                 )
                 .await;
@@ -1190,6 +1222,7 @@ fn turn_failure_reason(end: &TurnEnd, requests: u32) -> String {
         TurnEnd::DigestMismatch { .. } => {
             "replay refused: the payload digest did not match the first request".to_owned()
         }
+        TurnEnd::BudgetExhausted(e) => format!("run budget: {} (nothing sent){after}", e.bound),
         TurnEnd::Cancelled => "cancelled".to_owned(),
         TurnEnd::Completed(_) => "completed".to_owned(),
     }
@@ -1228,6 +1261,18 @@ fn turn_failed(st: &mut AgentLoop<'_>, end: TurnEnd) -> Ending {
                     error_text: text.clone(),
                 },
                 text,
+            )
+        }
+        TurnEnd::BudgetExhausted(e) => {
+            st.lease
+                .stop(LeaseStop::ProviderFailed, Some(e.message.clone()));
+            let message = e.message.clone();
+            fail(
+                AttemptFailure::BudgetExhausted {
+                    bound: e.bound.to_owned(),
+                    message: e.message,
+                },
+                message,
             )
         }
         TurnEnd::Cancelled => {
@@ -1309,7 +1354,7 @@ mod tests {
                 content_published: true,
                 finish_reason: Some(finish),
                 done: true,
-                usage: Default::default(),
+                usage: Usage::ZERO,
                 tool_calls: Vec::new(),
                 models: vec!["m".to_owned()],
                 raw_body: None,
@@ -1327,7 +1372,7 @@ mod tests {
                 failure: None,
                 stop_reason: None,
                 detail: None,
-                usage: Default::default(),
+                usage: Usage::ZERO,
                 held_ms: 0,
                 duration_ms: 1,
             },
@@ -1353,6 +1398,7 @@ mod tests {
         };
         let cancel = CancellationToken::new();
         let input = AttemptInput {
+            spend: Default::default(),
             transport: &transport,
             gate: None,
             api: Api::OpenaiChat,

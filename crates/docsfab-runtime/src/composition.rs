@@ -53,6 +53,9 @@ pub struct ModelLimits {
     pub max_output_tokens: u32,
     /// Source bytes the read tools may return per attempt; restored for every attempt.
     pub source_read_bytes: u64,
+    /// Tokens the whole run may spend, every attempt of every instance counted; `None` is no
+    /// bound. Each request reserves its worst case before it leaves (docs/cost.md).
+    pub max_run_tokens: Option<u64>,
 }
 
 impl Default for ModelLimits {
@@ -62,6 +65,7 @@ impl Default for ModelLimits {
             max_turns: DEFAULT_MAX_TURNS,
             max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
             source_read_bytes: DEFAULT_SOURCE_READ_BYTES,
+            max_run_tokens: None,
         }
     }
 }
@@ -308,6 +312,7 @@ struct RawLimits {
     max_turns: Option<Spanned<serde_json::Value>>,
     max_output_tokens: Option<Spanned<serde_json::Value>>,
     source_read_bytes: Option<Spanned<serde_json::Value>>,
+    max_run_tokens: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -876,6 +881,7 @@ fn check_limits(
     )? {
         limits.source_read_bytes = v;
     }
+    limits.max_run_tokens = whole(text, &raw.max_run_tokens, "maxRunTokens", 1, u64::MAX, err)?;
     Ok(limits)
 }
 
@@ -981,7 +987,8 @@ steps:
                 timeout_ms: 300_000,
                 max_turns: 12,
                 max_output_tokens: 4096,
-                source_read_bytes: 262_144
+                source_read_bytes: 262_144,
+                max_run_tokens: None,
             }
         );
         assert_eq!(c.steps.len(), 2);

@@ -19,6 +19,7 @@ use serde::Serialize;
 use crate::record::{
     AttemptRecord, AttemptStatus, ReplayCause, RetryDecision, RunRecord, TurnRecord, TurnStatus,
 };
+use docsfab_record::round_usd;
 
 /// The provider name of a record that has none (written before records named their provider).
 pub const UNKNOWN_PROVIDER: &str = "(unknown)";
@@ -73,8 +74,12 @@ pub struct Stats {
     /// After a 429 replay: how often the next request got a 429 again, by the wait before it.
     pub rate_limit_repeats: Vec<RepeatBucket>,
     pub waiting_ms: Waiting,
-    /// Tokens spent by attempts that did not succeed.
+    /// What every attempt spent.
+    pub spent: Tokens,
+    /// What attempts that did not succeed spent.
     pub failed_attempt_tokens: Tokens,
+    /// What step retries spent: every attempt after a step's first.
+    pub retry_attempt_tokens: Tokens,
     /// Steps where a retry was allowed by the rules but a budget refused it.
     pub exhausted_steps: Tally,
 }
@@ -157,11 +162,49 @@ pub struct Waiting {
     pub total: u64,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Usage and cost summed over attempts. Unknown usage is not read as 0: an attempt whose
+/// usage is unknown is counted apart and left out of the token sums, and one without a cost
+/// (no price, or usage unknown) is left out of `costUsd`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tokens {
+    /// Over the attempts whose usage is known (reported or estimated).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub cache_read_tokens: u64,
+    /// Attempts summed.
+    pub attempts: u64,
+    /// Attempts whose usage is unknown, so not in the token sums.
+    pub unknown_usage_attempts: u64,
+    /// Attempts whose usage docsfab estimated in part (a cut stream).
+    pub estimated_attempts: u64,
+    /// Over the attempts with a cost; `null` when none has one.
+    pub cost_usd: Option<f64>,
+    /// Attempts without a cost (no price set, or usage unknown).
+    pub unpriced_attempts: u64,
+}
+
+impl Tokens {
+    fn add(&mut self, a: &AttemptRecord) {
+        self.attempts += 1;
+        let u = &a.usage;
+        match (u.input_tokens, u.output_tokens) {
+            (Some(i), Some(o)) => {
+                self.input_tokens = self.input_tokens.saturating_add(i);
+                self.output_tokens = self.output_tokens.saturating_add(o);
+                self.cache_write_tokens =
+                    self.cache_write_tokens.saturating_add(u.cache_write_tokens);
+                self.cache_read_tokens = self.cache_read_tokens.saturating_add(u.cache_read_tokens);
+            }
+            _ => self.unknown_usage_attempts += 1,
+        }
+        self.estimated_attempts += u64::from(u.estimated);
+        match a.cost_usd {
+            Some(c) => self.cost_usd = Some(round_usd(self.cost_usd.unwrap_or(0.0) + c)),
+            None => self.unpriced_attempts += 1,
+        }
+    }
 }
 
 impl Stats {
@@ -213,9 +256,12 @@ impl Acc {
     fn attempt(&mut self, a: &AttemptRecord) {
         let s = &mut self.stats;
         s.attempts += 1;
+        s.spent.add(a);
         if a.status != AttemptStatus::Succeeded {
-            s.failed_attempt_tokens.input_tokens += a.usage.input_tokens;
-            s.failed_attempt_tokens.output_tokens += a.usage.output_tokens;
+            s.failed_attempt_tokens.add(a);
+        }
+        if a.attempt > 1 {
+            s.retry_attempt_tokens.add(a);
         }
         if a.retry.decision == RetryDecision::Scheduled {
             s.step_retries
@@ -330,11 +376,12 @@ mod tests {
 
     fn turn(status: TurnStatus, replays: Vec<ReplayRecord>) -> TurnRecord {
         TurnRecord {
+            cost_usd: None,
             turn: 1,
             status,
             replays,
             tool_batch: BatchBuilder::new().build(),
-            usage: Usage::default(),
+            usage: Usage::ZERO,
             reason: None,
             held_ms: 0,
             duration_ms: None,
@@ -344,6 +391,7 @@ mod tests {
     /// A succeeded attempt of `turns`.
     fn attempt(turns: Vec<TurnRecord>) -> AttemptRecord {
         AttemptRecord {
+            cost_usd: None,
             attempt: 1,
             budget: Budget::Initial,
             status: AttemptStatus::Succeeded,
@@ -368,8 +416,9 @@ mod tests {
             write_restore: None,
             files_written: None,
             usage: Usage {
-                input_tokens: 100,
-                output_tokens: 10,
+                input_tokens: Some(100),
+                output_tokens: Some(10),
+                ..Usage::ZERO
             },
             duration_ms: 1,
             lease: LeaseRecord {
@@ -406,6 +455,8 @@ mod tests {
 
     fn run(started_at: &str, provider: Option<&str>, attempts: Vec<AttemptRecord>) -> RunRecord {
         RunRecord {
+            cost_usd: None,
+            usage: docsfab_record::Usage::ZERO,
             run_id: format!("run-{started_at}"),
             composition: "c".into(),
             status: RunStatus::Succeeded,
@@ -422,6 +473,8 @@ mod tests {
             held_ms: 0,
             end_reason: None,
             steps: vec![StepRecord {
+                cost_usd: None,
+                usage: docsfab_record::Usage::ZERO,
                 step_id: "s".into(),
                 access: Access::ReadOnly,
                 status: RunStatus::Succeeded,
@@ -542,7 +595,10 @@ mod tests {
             s.failed_attempt_tokens,
             Tokens {
                 input_tokens: 200,
-                output_tokens: 20
+                output_tokens: 20,
+                attempts: 2,
+                unpriced_attempts: 2,
+                ..Tokens::default()
             }
         );
     }

@@ -87,6 +87,7 @@ async fn run(api: Api, scenario: &str, rules: RulesTable) -> Ran {
                 base_url: server.base_url(),
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET).with_label(KEY_VAR)),
+                spend: Default::default(),
             },
             limits: limits(),
             rules,

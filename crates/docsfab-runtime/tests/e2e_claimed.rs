@@ -39,6 +39,7 @@ fn config(h: &Harness, workspace: std::path::PathBuf) -> RunConfig {
             base_url: h.server.base_url(),
             model: "sim-model".into(),
             api_key: Some(ApiKey::new(SECRET)),
+            spend: Default::default(),
         },
         limits: limits("", &[]),
         rules: RulesTable::embedded().unwrap(),

@@ -526,6 +526,7 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
                 base_url: h.server.base_url(),
                 model: "m".into(),
                 api_key: None,
+                spend: Default::default(),
             },
             limits: limits(FAST_HOST, &[]),
             rules: RulesTable::embedded().unwrap(),

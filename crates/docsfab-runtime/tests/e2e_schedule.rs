@@ -126,6 +126,7 @@ fn scripted_config(
             base_url: "http://127.0.0.1:9/v1".into(),
             model: "m".into(),
             api_key,
+            spend: Default::default(),
         },
         limits,
         rules: RulesTable::embedded().unwrap(),

@@ -20,6 +20,7 @@ fn transport_attempt() -> AttemptRecord {
     let slot = batch.start("c2", Tool::ReadFile);
     batch.finish(slot, CallResult::Ok);
     AttemptRecord {
+        cost_usd: None,
         attempt: 1,
         budget: Budget::Initial,
         status: AttemptStatus::Failed,
@@ -44,8 +45,9 @@ fn transport_attempt() -> AttemptRecord {
         write_restore: None,
         files_written: None,
         usage: Usage {
-            input_tokens: 1200,
-            output_tokens: 40,
+            input_tokens: Some(1200),
+            output_tokens: Some(40),
+            ..Usage::ZERO
         },
         duration_ms: 51_900,
         lease: LeaseRecord {
@@ -59,19 +61,22 @@ fn transport_attempt() -> AttemptRecord {
         },
         turns: vec![
             TurnRecord {
+                cost_usd: None,
                 turn: 1,
                 status: TurnStatus::Completed,
                 replays: vec![],
                 tool_batch: batch.build(),
                 usage: Usage {
-                    input_tokens: 600,
-                    output_tokens: 40,
+                    input_tokens: Some(600),
+                    output_tokens: Some(40),
+                    ..Usage::ZERO
                 },
                 reason: None,
                 held_ms: 0,
                 duration_ms: Some(1200),
             },
             TurnRecord {
+                cost_usd: None,
                 turn: 2,
                 status: TurnStatus::Failed,
                 replays: vec![
@@ -92,8 +97,9 @@ fn transport_attempt() -> AttemptRecord {
                 ],
                 tool_batch: Default::default(),
                 usage: Usage {
-                    input_tokens: 600,
-                    output_tokens: 0,
+                    input_tokens: Some(600),
+                    output_tokens: Some(0),
+                    ..Usage::ZERO
                 },
                 reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
                 held_ms: 1200,
@@ -118,6 +124,8 @@ fn sample_run() -> RunRecord {
     second.answer_excerpt = Some("{\"modules\": [\"a\"]}".into());
     second.answer_bytes = Some(18);
     RunRecord {
+        cost_usd: None,
+        usage: docsfab_record::Usage::ZERO,
         run_id: "run-20261129-200000-abcdef".into(),
         composition: "quickstart".into(),
         status: RunStatus::Succeeded,
@@ -135,6 +143,8 @@ fn sample_run() -> RunRecord {
         held_ms: 2400,
         end_reason: None,
         steps: vec![StepRecord {
+            cost_usd: None,
+            usage: docsfab_record::Usage::ZERO,
             step_id: "outline".into(),
             access: Access::ReadOnly,
             status: RunStatus::Succeeded,

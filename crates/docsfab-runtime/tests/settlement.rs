@@ -190,17 +190,19 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         .into_iter()
         .zip(1..)
         .map(|(tool_batch, turn)| TurnRecord {
+            cost_usd: None,
             turn,
             status: TurnStatus::Completed,
             replays: vec![],
             tool_batch,
-            usage: Usage::default(),
+            usage: Usage::ZERO,
             reason: None,
             held_ms: 0,
             duration_ms: None,
         })
         .collect();
     AttemptRecord {
+        cost_usd: None,
         attempt: 1,
         budget: Budget::Initial,
         status: AttemptStatus::Failed,
@@ -224,7 +226,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         write_settlement: None,
         write_restore: None,
         files_written: None,
-        usage: Usage::default(),
+        usage: Usage::ZERO,
         duration_ms: 10,
         lease,
         turns,

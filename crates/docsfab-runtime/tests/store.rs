@@ -52,7 +52,7 @@ fn full_run_round_trips_and_meets_the_schema_ops_1() {
     assert_eq!(record.steps[0].output, Some(json!({"modules": []})));
     let numbers: Vec<u32> = record.steps[0].attempts.iter().map(|a| a.attempt).collect();
     assert_eq!(numbers, [1, 2]);
-    assert_eq!(record.steps[0].attempts[1].usage.input_tokens, 200);
+    assert_eq!(record.steps[0].attempts[1].usage.input_tokens, Some(200));
     validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
 }
 
@@ -195,7 +195,7 @@ fn run_of_a_killed_owner_is_interrupted_with_its_attempts_intact() {
     assert!(record.ended_at.is_some());
     assert_eq!(record.steps[0].status, RunStatus::Interrupted);
     assert_eq!(record.steps[0].attempts.len(), 2);
-    assert_eq!(record.steps[0].attempts[1].usage.input_tokens, 200);
+    assert_eq!(record.steps[0].attempts[1].usage.input_tokens, Some(200));
     validate_against_schema(&serde_json::to_value(&record).unwrap()).unwrap();
     assert_eq!(
         store.load_run(&done).unwrap().unwrap().status,

@@ -218,6 +218,17 @@ pub(crate) struct Outgoing {
     pub piece_delay: Duration,
 }
 
+/// What [`write_response`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub ending: Ending,
+    /// Body payload bytes written.
+    pub sent: u64,
+    /// The body bytes written when the client was seen to go away (its side of the connection
+    /// ended) during a stall or between paced pieces, if it did.
+    pub hung_up_at: Option<u64>,
+}
+
 /// How the connection ended, so the caller knows whether to close it gracefully.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ending {
@@ -231,11 +242,68 @@ pub(crate) enum Ending {
 /// count body payload bytes (before chunk framing), so `cut.after_bytes: 0` sends the head only.
 /// A cut at or past the end still withholds the end of the body (the terminating zero chunk, or
 /// for Content-Length nothing is missing only if every byte was sent, so the cut lands there).
-pub(crate) async fn write_response<S: AsyncWrite + Unpin>(
+///
+/// `peer`, the connection's read side, is watched during stalls and piece delays: a client that
+/// gives up then is noted in [`Written::hung_up_at`] (the writing goes on as before).
+pub(crate) async fn write_response<S: AsyncWrite + Unpin, R: AsyncRead + Unpin>(
     stream: &mut S,
     out: &Outgoing,
     stall: Option<Stall>,
     cut: Option<Cut>,
+    peer: Option<&mut R>,
+) -> Written {
+    let mut watch = Watch {
+        peer,
+        hung_up_at: None,
+    };
+    let mut sent = 0;
+    let ending = write_body(stream, out, stall, cut, &mut watch, &mut sent).await;
+    Written {
+        ending,
+        sent,
+        hung_up_at: watch.hung_up_at,
+    }
+}
+
+/// The client's side of the connection, watched while the simulator waits.
+struct Watch<'a, R> {
+    peer: Option<&'a mut R>,
+    hung_up_at: Option<u64>,
+}
+
+impl<R: AsyncRead + Unpin> Watch<'_, R> {
+    /// Sleeps `d`; notes when the client's side ends meanwhile (bytes it sends are discarded).
+    async fn pause(&mut self, d: Duration, sent: u64) {
+        let sleep = tokio::time::sleep(d);
+        tokio::pin!(sleep);
+        if self.hung_up_at.is_none()
+            && let Some(peer) = self.peer.as_mut()
+        {
+            let mut sink = [0u8; 1024];
+            loop {
+                tokio::select! {
+                    () = &mut sleep => return,
+                    read = peer.read(&mut sink) => match read {
+                        Ok(0) | Err(_) => {
+                            self.hung_up_at = Some(sent);
+                            break;
+                        }
+                        Ok(_) => {}
+                    },
+                }
+            }
+        }
+        sleep.await;
+    }
+}
+
+async fn write_body<S: AsyncWrite + Unpin, R: AsyncRead + Unpin>(
+    stream: &mut S,
+    out: &Outgoing,
+    stall: Option<Stall>,
+    cut: Option<Cut>,
+    watch: &mut Watch<'_, R>,
+    sent: &mut u64,
 ) -> Ending {
     let total: usize = out.pieces.iter().map(Vec::len).sum();
     let mut head = format!("HTTP/1.1 {} {}\r\n", out.status, reason_phrase(out.status));
@@ -254,16 +322,15 @@ pub(crate) async fn write_response<S: AsyncWrite + Unpin>(
         return Ending::PeerGone;
     }
 
-    let mut sent: u64 = 0;
     let mut stall = stall;
     for (i, piece) in out.pieces.iter().enumerate() {
         if i > 0 && !out.piece_delay.is_zero() {
-            tokio::time::sleep(out.piece_delay).await;
+            watch.pause(out.piece_delay, *sent).await;
         }
         if out.framing == Framing::Chunked && !piece.is_empty() {
             // A cut that falls exactly at this piece's start sends nothing of it.
             if let Some(c) = cut
-                && c.after_bytes <= sent
+                && c.after_bytes <= *sent
             {
                 return Ending::Cut(c.with);
             }
@@ -279,28 +346,28 @@ pub(crate) async fn write_response<S: AsyncWrite + Unpin>(
             // The next byte offset at which something happens inside this piece.
             let mut stop = piece.len();
             if let Some(s) = stall
-                && s.after_bytes >= sent
+                && s.after_bytes >= *sent
             {
-                stop = stop.min(offset + (s.after_bytes - sent) as usize);
+                stop = stop.min(offset + (s.after_bytes - *sent) as usize);
             }
             if let Some(c) = cut {
-                stop = stop.min(offset + c.after_bytes.saturating_sub(sent) as usize);
+                stop = stop.min(offset + c.after_bytes.saturating_sub(*sent) as usize);
             }
             if stop > offset {
                 if write(stream, &piece[offset..stop]).await.is_err() {
                     return Ending::PeerGone;
                 }
-                sent += (stop - offset) as u64;
+                *sent += (stop - offset) as u64;
                 offset = stop;
             }
             if let Some(s) = stall
-                && s.after_bytes == sent
+                && s.after_bytes == *sent
             {
-                tokio::time::sleep(Duration::from_millis(s.ms)).await;
+                watch.pause(Duration::from_millis(s.ms), *sent).await;
                 stall = None;
             }
             if let Some(c) = cut
-                && c.after_bytes <= sent
+                && c.after_bytes <= *sent
                 && offset < piece.len()
             {
                 return Ending::Cut(c.with);
@@ -314,10 +381,10 @@ pub(crate) async fn write_response<S: AsyncWrite + Unpin>(
         }
     }
     if let Some(s) = stall
-        && s.after_bytes >= sent
+        && s.after_bytes >= *sent
     {
         // A stall placed at or past the end waits before the body ends.
-        tokio::time::sleep(Duration::from_millis(s.ms)).await;
+        watch.pause(Duration::from_millis(s.ms), *sent).await;
     }
     if let Some(c) = cut {
         return Ending::Cut(c.with);
@@ -355,7 +422,15 @@ mod tests {
         cut: Option<Cut>,
     ) -> (String, Ending) {
         let mut wire = Vec::new();
-        let ending = write_response(&mut wire, &outgoing(framing), stall, cut).await;
+        let written = write_response(
+            &mut wire,
+            &outgoing(framing),
+            stall,
+            cut,
+            None::<&mut tokio::io::Empty>,
+        )
+        .await;
+        let ending = written.ending;
         let text = String::from_utf8(wire).unwrap();
         let (_, body) = text.split_once("\r\n\r\n").unwrap();
         (body.to_owned(), ending)

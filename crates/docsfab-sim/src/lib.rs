@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod cache;
 mod capacity;
 mod error;
 mod http;
@@ -30,7 +31,8 @@ mod rng;
 mod scenario;
 mod server;
 
+pub use cache::BilledUsage;
 pub use capacity::OutsideCounts;
 pub use error::SimError;
 pub use scenario::Scenario;
-pub use server::{CAPACITY_ENTRY, RequestLogEntry, SimServer, serve_command};
+pub use server::{CAPACITY_ENTRY, RequestLogEntry, STREAM_OPTIONS_ENTRY, SimServer, serve_command};

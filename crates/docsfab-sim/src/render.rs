@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::cache::{BilledUsage, CacheProbe, CacheUse};
 use crate::capacity::{
     Capacity, Dimension, Gauge, HeaderFamily, Refusal, RetryAfter, TokenCharge, Verdict,
 };
@@ -22,14 +23,25 @@ pub(crate) struct BodyFacts {
     pub model: Option<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// The body has a `stream_options` member (whatever its value).
+    pub has_stream_options: bool,
     pub len: usize,
+    /// The prefixes the body offers the prompt cache (none for an unserved path).
+    pub cache: CacheProbe,
 }
 
 impl BodyFacts {
-    pub(crate) fn read(body: &[u8]) -> Self {
+    /// Reads a body sent to `api` (`None`: a path the simulator does not serve).
+    pub(crate) fn read(body: &[u8], api: Option<Api>) -> Self {
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let field = |name: &str| parsed.as_ref().and_then(|v| v.get(name));
         BodyFacts {
+            has_stream_options: field("stream_options").is_some(),
+            cache: parsed
+                .as_ref()
+                .zip(api)
+                .map(|(v, api)| CacheProbe::read(v, api))
+                .unwrap_or_default(),
             model: field("model").and_then(Value::as_str).map(str::to_owned),
             stream: field("stream").and_then(Value::as_bool).unwrap_or(false),
             include_usage: field("stream_options")
@@ -48,30 +60,143 @@ pub(crate) struct RequestInfo {
     /// The request log index, used in generated ids.
     pub index: usize,
     pub body: BodyFacts,
+    /// What the prompt cache read and wrote for this request.
+    pub cache: CacheUse,
+    /// False under the scenario's `usage: never` (OpenAI only: no usage chunk or `usage`).
+    pub report_usage: bool,
 }
 
 /// Used when neither the scenario nor the request names a model.
 const DEFAULT_MODEL: &str = "sim-model";
 
-/// The response to a scripted entry. `limits`, when the scenario has a capacity, adds the
-/// rate-limit headers; the entry's own headers still replace any default of the same name.
-pub(crate) fn outgoing(
-    response: &Response,
-    req: &RequestInfo,
-    limits: Option<(&Capacity, &Verdict)>,
-) -> Outgoing {
-    let mut out = match &response.reply {
-        Reply::Status(status) => status_reply(status, req),
-        Reply::Answer(answer) if req.body.stream => match req.api {
-            Api::OpenaiChat => openai_stream(answer, req),
-            Api::AnthropicMessages => anthropic_stream(answer, req),
-        },
-        Reply::Answer(answer) => json_reply(answer, req),
-        Reply::StreamError(reply) => stream_error(reply, req),
+/// A scripted response's body, rendered when the request is numbered, and what it bills.
+pub(crate) struct Rendered {
+    /// The response without the rate-limit and scenario headers ([`finish_headers`] adds them).
+    pub out: Outgoing,
+    pub bill: Bill,
+}
+
+/// What a rendered response bills, however much of it is sent.
+#[derive(Debug, Clone)]
+pub(crate) struct Bill {
+    /// Billed when the body is sent to its end (the usage the body reports).
+    full: BilledUsage,
+    kind: BillKind,
+}
+
+#[derive(Debug, Clone)]
+enum BillKind {
+    /// A status entry: its body is the scenario's text, and a refused request costs nothing.
+    Nothing,
+    /// An event stream: `(end offset, content bytes)` of every event the answer sends.
+    Stream(Vec<(u64, u64)>),
+    /// A JSON answer of this many bytes.
+    Json(u64),
+}
+
+impl Bill {
+    /// What the provider bills when `delivered` body bytes were sent (`None`: the whole body).
+    ///
+    /// A cut stream bills the whole prompt (the provider processed it) and, as output, 1 token
+    /// per 4 bytes of answer content (text deltas, tool-call names and tool-call arguments) in
+    /// the events written completely before the cut: `sum(content bytes) / 4`, integer division.
+    /// docsfab estimates a cut stream's output the same way (1 token per 4 bytes of answer
+    /// content received) and its input as request body bytes / 4 (at least 1), which is
+    /// [`input_estimate`]. A cut JSON answer bills no output unless every byte was sent.
+    pub(crate) fn billed(&self, delivered: Option<u64>) -> BilledUsage {
+        let Some(delivered) = delivered else {
+            return self.full;
+        };
+        match &self.kind {
+            BillKind::Nothing => BilledUsage::default(),
+            BillKind::Json(total) if delivered >= *total => self.full,
+            BillKind::Json(_) => BilledUsage {
+                output_tokens: 0,
+                ..self.full
+            },
+            BillKind::Stream(marks) => {
+                let content: u64 = marks
+                    .iter()
+                    .filter(|(end, _)| *end <= delivered)
+                    .map(|(_, bytes)| bytes)
+                    .sum();
+                BilledUsage {
+                    output_tokens: content / 4,
+                    ..self.full
+                }
+            }
+        }
+    }
+
+    /// What a request whose answer is never sent bills (a `drop`): its prompt, no output.
+    pub(crate) fn prompt_only(req: &RequestInfo) -> BilledUsage {
+        let prompt = prompt_usage(req);
+        BilledUsage {
+            input_tokens: prompt.total,
+            output_tokens: 0,
+            cache_creation_input_tokens: prompt.creation,
+            cache_read_input_tokens: prompt.read,
+        }
+    }
+}
+
+/// Whether the provider processes the prompt of a request this step answers (and so caches its
+/// prefixes and bills it): an answer, a stream error or a drop, not a status.
+pub(crate) fn processes_prompt(step: &Step) -> bool {
+    !matches!(
+        &step.action,
+        Action::Respond(Response {
+            reply: Reply::Status(_),
+            ..
+        })
+    )
+}
+
+/// Renders a scripted response's body (and its default headers) and what it bills.
+pub(crate) fn render(response: &Response, req: &RequestInfo) -> Rendered {
+    let (out, kind, full) = match &response.reply {
+        Reply::Status(status) => (
+            status_reply(status, req),
+            BillKind::Nothing,
+            BilledUsage::default(),
+        ),
+        Reply::Answer(answer) => {
+            let full = reported_usage(answer, req).billed();
+            if req.body.stream {
+                let (out, marks) = match req.api {
+                    Api::OpenaiChat => openai_stream(answer, req),
+                    Api::AnthropicMessages => anthropic_stream(answer, req),
+                };
+                (out, BillKind::Stream(marks), full)
+            } else {
+                let out = json_reply(answer, req);
+                let total = out.pieces.iter().map(|p| p.len() as u64).sum();
+                (out, BillKind::Json(total), full)
+            }
+        }
+        Reply::StreamError(reply) => {
+            let (out, marks) = stream_error(reply, req);
+            (out, BillKind::Stream(marks), Bill::prompt_only(req))
+        }
     };
+    Rendered {
+        out,
+        bill: Bill { full, kind },
+    }
+}
+
+/// Adds the headers that are settled when the response is sent: `limits`, when the scenario has
+/// a capacity, adds the rate-limit headers; the entry's own headers then replace any default of
+/// the same name.
+pub(crate) fn finish_headers(
+    out: &mut Outgoing,
+    response: &Response,
+    api: Api,
+    limits: Option<(&Capacity, &Verdict)>,
+) {
     if let Some((capacity, verdict)) = limits {
         out.headers.extend(rate_limit_headers(
-            req.api,
+            api,
             capacity,
             verdict,
             SystemTime::now(),
@@ -85,7 +210,23 @@ pub(crate) fn outgoing(
             .any(|(n, _)| n.eq_ignore_ascii_case(name))
     });
     out.headers.extend(response.headers.iter().cloned());
-    out
+}
+
+/// The 400 an OpenAI request with a `stream_options` member gets under `stream_options: refuse`.
+pub(crate) fn stream_options_refusal() -> Outgoing {
+    let body = json!({"error": {
+        "message": "Unrecognized request argument supplied: stream_options",
+        "type": "invalid_request_error",
+        "param": "stream_options",
+        "code": null
+    }});
+    Outgoing {
+        status: 400,
+        headers: vec![("content-type".to_owned(), "application/json".to_owned())],
+        pieces: vec![body.to_string().into_bytes()],
+        framing: Framing::ContentLength,
+        piece_delay: Duration::ZERO,
+    }
 }
 
 fn unix_secs() -> u64 {
@@ -184,6 +325,10 @@ struct Sse<'a> {
     framing: &'a LineFraming,
     lines: usize,
     last_was_cr: bool,
+    /// Body bytes written so far.
+    written: u64,
+    /// `(end offset, answer content bytes)` of every event, for billing a cut stream.
+    marks: Vec<(u64, u64)>,
 }
 
 impl<'a> Sse<'a> {
@@ -192,17 +337,32 @@ impl<'a> Sse<'a> {
             framing,
             lines: 0,
             last_was_cr: false,
+            written: 0,
+            marks: Vec::new(),
         }
     }
 
     /// One event: an optional `event:` line, one `data:` line, and the blank line that ends it.
     fn event(&mut self, name: Option<&str>, data: &str) -> Vec<u8> {
+        let content = content_bytes(data);
+        self.event_with(name, data, content)
+    }
+
+    /// An event that carries no answer content whatever its data says (a stray line after the
+    /// end of the stream).
+    fn stray(&mut self, data: &str) -> Vec<u8> {
+        self.event_with(None, data, 0)
+    }
+
+    fn event_with(&mut self, name: Option<&str>, data: &str, content: u64) -> Vec<u8> {
         let mut out = Vec::new();
         if let Some(name) = name {
             self.line(&mut out, &format!("event: {name}"));
         }
         self.line(&mut out, &format!("data: {data}"));
         self.line(&mut out, "");
+        self.written += out.len() as u64;
+        self.marks.push((self.written, content));
         out
     }
 
@@ -238,19 +398,63 @@ impl<'a> Sse<'a> {
     }
 }
 
-/// A 200 event stream of `pieces`, then the stray lines the scenario sends after the stream's
-/// end, cut into HTTP chunks and paced as its faults ask.
-fn stream_reply(mut sse: Sse<'_>, mut pieces: Vec<Vec<u8>>, faults: &StreamFaults) -> Outgoing {
-    for data in &faults.after_done {
-        pieces.push(sse.event(None, data));
+/// The answer content an event's data carries, in bytes: OpenAI's `delta.content` and tool-call
+/// `function.name` / `function.arguments`, Anthropic's `text_delta`, `input_json_delta` and a
+/// `tool_use` block's name.
+fn content_bytes(data: &str) -> u64 {
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return 0;
+    };
+    let len = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, str::len) as u64;
+    let mut bytes = 0;
+    for choice in v
+        .get("choices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let delta = choice.get("delta");
+        bytes += len(delta.and_then(|d| d.get("content")));
+        for call in delta
+            .and_then(|d| d.get("tool_calls"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let function = call.get("function");
+            bytes += len(function.and_then(|f| f.get("name")))
+                + len(function.and_then(|f| f.get("arguments")));
+        }
     }
-    Outgoing {
+    if let Some(delta) = v.get("delta") {
+        bytes += len(delta.get("text")) + len(delta.get("partial_json"));
+    }
+    if let Some(block) = v.get("content_block")
+        && block.get("type").and_then(Value::as_str) == Some("tool_use")
+    {
+        bytes += len(block.get("name"));
+    }
+    bytes
+}
+
+/// A 200 event stream of `pieces`, then the stray lines the scenario sends after the stream's
+/// end, cut into HTTP chunks and paced as its faults ask; with the events' billing marks.
+fn stream_reply(
+    mut sse: Sse<'_>,
+    mut pieces: Vec<Vec<u8>>,
+    faults: &StreamFaults,
+) -> (Outgoing, Vec<(u64, u64)>) {
+    for data in &faults.after_done {
+        pieces.push(sse.stray(data));
+    }
+    let out = Outgoing {
         status: 200,
         headers: sse_headers(),
         pieces: rechunk(pieces, &faults.framing),
         framing: Framing::Chunked,
         piece_delay: Duration::from_millis(faults.event_delay_ms),
-    }
+    };
+    (out, sse.marks)
 }
 
 /// Re-cuts the body into HTTP chunks as the framing asks: every `chunk_bytes` bytes (otherwise at
@@ -330,8 +534,114 @@ fn truncated_arguments(call: &ToolCall) -> &str {
     }
 }
 
-fn usage_of(answer: &Answer, req: &RequestInfo) -> (u64, u64) {
-    usage_for(answer, &req.body)
+/// The usage an answer reports, in the simulator's terms: `total_input` is the whole prompt,
+/// cache parts included, on both APIs.
+#[derive(Debug, Clone, Copy)]
+struct Reported {
+    total_input: u64,
+    output: u64,
+    creation: u64,
+    read: u64,
+    /// OpenAI: send `prompt_tokens_details.cached_tokens`.
+    openai_details: bool,
+}
+
+impl Reported {
+    fn billed(self) -> BilledUsage {
+        BilledUsage {
+            input_tokens: self.total_input,
+            output_tokens: self.output,
+            cache_creation_input_tokens: self.creation,
+            cache_read_input_tokens: self.read,
+        }
+    }
+
+    /// Anthropic's `input_tokens`: the prompt tokens that were neither read from nor written to
+    /// the cache.
+    fn uncached_input(self) -> u64 {
+        self.total_input
+            .saturating_sub(self.creation)
+            .saturating_sub(self.read)
+    }
+
+    /// OpenAI's `usage` object.
+    fn openai_json(self) -> Value {
+        let mut usage = json!({
+            "prompt_tokens": self.total_input,
+            "completion_tokens": self.output,
+            "total_tokens": self.total_input + self.output
+        });
+        if self.openai_details {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": self.read});
+        }
+        usage
+    }
+}
+
+/// The prompt as the provider counts it: the total estimate, and the cache's read and write
+/// fitted into it (Anthropic keeps at least 1 uncached `input_tokens`; writes give way first).
+#[derive(Debug, Clone, Copy)]
+struct PromptUsage {
+    total: u64,
+    creation: u64,
+    read: u64,
+}
+
+fn prompt_usage(req: &RequestInfo) -> PromptUsage {
+    let total = input_estimate(&req.body);
+    match req.api {
+        Api::OpenaiChat => PromptUsage {
+            total,
+            creation: 0,
+            read: req.cache.read.min(total),
+        },
+        Api::AnthropicMessages => {
+            let room = total.saturating_sub(1);
+            let read = req.cache.read.min(room);
+            let creation = req.cache.creation.min(room - read);
+            PromptUsage {
+                total,
+                creation,
+                read,
+            }
+        }
+    }
+}
+
+/// The usage an answer reports: the scenario's `usage` when it gives one (its numbers as
+/// written), else the estimates with the prompt cache's read and write.
+fn reported_usage(answer: &Answer, req: &RequestInfo) -> Reported {
+    if let Some(u) = answer.usage {
+        return match req.api {
+            Api::OpenaiChat => Reported {
+                total_input: u.input_tokens,
+                output: u.output_tokens,
+                creation: 0,
+                read: u.cached_tokens.unwrap_or(0),
+                openai_details: u.cached_tokens.is_some(),
+            },
+            Api::AnthropicMessages => {
+                let creation = u.cache_creation_input_tokens.unwrap_or(0);
+                let read = u.cache_read_input_tokens.unwrap_or(0);
+                Reported {
+                    total_input: u.input_tokens.saturating_add(creation).saturating_add(read),
+                    output: u.output_tokens,
+                    creation,
+                    read,
+                    openai_details: false,
+                }
+            }
+        };
+    }
+    let (_, output) = usage_for(answer, &req.body);
+    let prompt = prompt_usage(req);
+    Reported {
+        total_input: prompt.total,
+        output,
+        creation: prompt.creation,
+        read: prompt.read,
+        openai_details: req.body.cache.keyed,
+    }
 }
 
 fn usage_for(answer: &Answer, body: &BodyFacts) -> (u64, u64) {
@@ -637,7 +947,7 @@ fn error_event_json(event: &ErrorEvent, api: Api) -> String {
     }
 }
 
-fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
+fn openai_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64)>) {
     let faults = &answer.faults;
     let model = model_of(answer, req);
     let id = format!("chatcmpl-sim-{}", req.index);
@@ -674,12 +984,11 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
             Some(&finish_reason(answer, Api::OpenaiChat)),
         ));
     }
-    if req.body.include_usage {
-        let (input, output) = usage_of(answer, req);
+    if req.body.include_usage && req.report_usage {
         after.push(json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [],
-            "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}
+            "usage": reported_usage(answer, req).openai_json()
         }));
     }
     if let Some(foreign) = &faults.foreign_model {
@@ -709,13 +1018,14 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
     stream_reply(sse, pieces, faults)
 }
 
-fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
+fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64)>) {
     let faults = &answer.faults;
     let model = faults
         .foreign_model
         .clone()
         .unwrap_or_else(|| model_of(answer, req));
-    let (input, output) = usage_of(answer, req);
+    let usage = reported_usage(answer, req);
+    let output = usage.output;
     let mut sse = Sse::new(&faults.framing);
     let mut pieces = Vec::new();
     let mut emit = |sse: &mut Sse, name: &str, data: Value| {
@@ -730,7 +1040,9 @@ fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> Outgoing {
             "message": {
                 "id": format!("msg_sim_{}", req.index), "type": "message", "role": "assistant",
                 "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": input, "output_tokens": 1}
+                "usage": {"input_tokens": usage.uncached_input(),
+                    "cache_creation_input_tokens": usage.creation,
+                    "cache_read_input_tokens": usage.read, "output_tokens": 1}
             }
         }),
     );
@@ -825,7 +1137,7 @@ fn anthropic_blocks(answer: &Answer, req: &RequestInfo, sse: &mut Sse, pieces: &
 /// The non-streamed answer (`stream` false or absent). Stream faults do not apply.
 fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
     let model = model_of(answer, req);
-    let (input, output) = usage_of(answer, req);
+    let usage = reported_usage(answer, req);
     let body = match req.api {
         Api::OpenaiChat => {
             let tool_calls: Vec<Value> = answer
@@ -841,13 +1153,16 @@ fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
             if !tool_calls.is_empty() {
                 message["tool_calls"] = Value::Array(tool_calls);
             }
-            json!({
+            let mut body = json!({
                 "id": format!("chatcmpl-sim-{}", req.index), "object": "chat.completion",
                 "created": unix_secs(), "model": model,
                 "choices": [{"index": 0, "message": message, "logprobs": null,
-                    "finish_reason": finish_reason(answer, Api::OpenaiChat)}],
-                "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output}
-            })
+                    "finish_reason": finish_reason(answer, Api::OpenaiChat)}]
+            });
+            if req.report_usage {
+                body["usage"] = usage.openai_json();
+            }
+            body
         }
         Api::AnthropicMessages => {
             let mut content: Vec<Value> = Vec::new();
@@ -866,7 +1181,9 @@ fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
                 "id": format!("msg_sim_{}", req.index), "type": "message", "role": "assistant",
                 "model": model, "content": content,
                 "stop_reason": finish_reason(answer, Api::AnthropicMessages), "stop_sequence": null,
-                "usage": {"input_tokens": input, "output_tokens": output}
+                "usage": {"input_tokens": usage.uncached_input(),
+                    "cache_creation_input_tokens": usage.creation,
+                    "cache_read_input_tokens": usage.read, "output_tokens": usage.output}
             })
         }
     };
@@ -879,7 +1196,7 @@ fn json_reply(answer: &Answer, req: &RequestInfo) -> Outgoing {
     }
 }
 
-fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
+fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64)>) {
     let mut sse = Sse::new(&reply.framing);
     let mut pieces = Vec::new();
     match req.api {
@@ -896,13 +1213,14 @@ fn stream_error(reply: &StreamErrorReply, req: &RequestInfo) -> Outgoing {
             ));
         }
     }
-    Outgoing {
+    let out = Outgoing {
         status: 200,
         headers: sse_headers(),
         pieces: rechunk(pieces, &reply.framing),
         framing: Framing::Chunked,
         piece_delay: Duration::ZERO,
-    }
+    };
+    (out, sse.marks)
 }
 
 #[cfg(test)]
@@ -1074,6 +1392,64 @@ mod tests {
         assert_eq!(token_cost(&step, &body, TokenCharge::Total), 30);
         assert_eq!(token_cost(&step, &body, TokenCharge::Prompt), 100);
         assert_eq!(input_estimate(&body), 100);
+    }
+
+    #[test]
+    fn a_cut_bills_the_content_of_the_events_written_whole_over_four() {
+        let full = BilledUsage {
+            input_tokens: 50,
+            output_tokens: 9,
+            cache_creation_input_tokens: 4,
+            cache_read_input_tokens: 6,
+        };
+        // Events end at 100, 210 and 330, carrying 0, 7 and 10 content bytes.
+        let bill = Bill {
+            full,
+            kind: BillKind::Stream(vec![(100, 0), (210, 7), (330, 10)]),
+        };
+        let out = |delivered| bill.billed(delivered).output_tokens;
+        assert_eq!(bill.billed(None), full);
+        assert_eq!(out(Some(209)), 0);
+        assert_eq!(out(Some(210)), 7 / 4);
+        assert_eq!(out(Some(10_000)), 17 / 4);
+        assert_eq!(bill.billed(Some(0)).input_tokens, 50);
+        assert_eq!(bill.billed(Some(0)).cache_read_input_tokens, 6);
+        let json = Bill {
+            full,
+            kind: BillKind::Json(80),
+        };
+        assert_eq!(json.billed(Some(79)).output_tokens, 0);
+        assert_eq!(json.billed(Some(80)), full);
+        let status = Bill {
+            full: BilledUsage::default(),
+            kind: BillKind::Nothing,
+        };
+        assert_eq!(status.billed(Some(3)), BilledUsage::default());
+    }
+
+    #[test]
+    fn content_bytes_count_text_tool_names_and_arguments_on_both_apis() {
+        let openai = r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"name":"read","arguments":"{}"}}]}}]}"#;
+        assert_eq!(content_bytes(openai), 6);
+        assert_eq!(
+            content_bytes(r#"{"choices":[{"delta":{"content":"hello"}}]}"#),
+            5
+        );
+        assert_eq!(
+            content_bytes(
+                r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"abc"}}"#
+            ),
+            3
+        );
+        assert_eq!(
+            content_bytes(r#"{"delta":{"type":"input_json_delta","partial_json":"{\"a\""}}"#),
+            4
+        );
+        assert_eq!(
+            content_bytes(r#"{"content_block":{"type":"tool_use","name":"grep","input":{}}}"#),
+            4
+        );
+        assert_eq!(content_bytes("[DONE]"), 0);
     }
 
     #[test]

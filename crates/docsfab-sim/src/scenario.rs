@@ -35,6 +35,10 @@ pub struct Scenario {
     capacity: Option<Capacity>,
     /// Scripts chosen by the request's content; a request no lane takes uses the main script.
     lanes: Vec<Lane>,
+    /// Top-level `usage: reported | never`.
+    usage: UsageReports,
+    /// Top-level `stream_options: accept | refuse`.
+    stream_options: StreamOptions,
 }
 
 /// `lanes[i]`: requests whose body contains `contains` are answered from this lane's own
@@ -145,6 +149,37 @@ pub(crate) struct ToolCall {
 pub(crate) struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Anthropic's `cache_creation_input_tokens` (reported as 0 when not given).
+    #[serde(default)]
+    pub cache_creation_input_tokens: Option<u64>,
+    /// Anthropic's `cache_read_input_tokens` (reported as 0 when not given).
+    #[serde(default)]
+    pub cache_read_input_tokens: Option<u64>,
+    /// OpenAI's `prompt_tokens_details.cached_tokens` (sent only when given).
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
+}
+
+/// The scenario's top-level `usage`: whether the provider reports usage at all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum UsageReports {
+    /// As the API does: OpenAI's usage chunk when `stream_options.include_usage` asks for it,
+    /// Anthropic's usage always.
+    #[default]
+    Reported,
+    /// An OpenAI-compatible server that never sends `usage` (no usage chunk, no `usage` in a JSON
+    /// answer). Anthropic answers keep theirs.
+    Never,
+}
+
+/// The scenario's top-level `stream_options`: what the provider does with an OpenAI request
+/// that has a `stream_options` member.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum StreamOptions {
+    #[default]
+    Accept,
+    /// 400 with OpenAI's "Unrecognized request argument supplied: stream_options".
+    Refuse,
 }
 
 #[derive(Debug, Default)]
@@ -327,6 +362,17 @@ impl Scenario {
         self.capacity.as_ref()
     }
 
+    /// Whether the provider reports usage (top-level `usage`).
+    pub(crate) fn usage_reports(&self) -> UsageReports {
+        self.usage
+    }
+
+    /// What the provider does with an OpenAI `stream_options` member (top-level
+    /// `stream_options`).
+    pub(crate) fn stream_options(&self) -> StreamOptions {
+        self.stream_options
+    }
+
     /// How many requests the script answers before the fallback takes over.
     pub fn scripted_len(&self) -> u64 {
         self.ends.last().copied().unwrap_or(0)
@@ -455,6 +501,10 @@ struct RawScenario {
     capacity: Option<Spanned<RawCapacity>>,
     #[serde(default)]
     lanes: Vec<Spanned<RawLane>>,
+    #[serde(default)]
+    usage: Option<Spanned<String>>,
+    #[serde(default)]
+    stream_options: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -860,6 +910,32 @@ impl Resolver {
         for spanned in raw.lanes {
             lanes.push(self.lane(spanned)?);
         }
+        let usage = match raw.usage {
+            None => UsageReports::Reported,
+            Some(spanned) => match spanned.value.as_str() {
+                "reported" => UsageReports::Reported,
+                "never" => UsageReports::Never,
+                other => {
+                    return invalid(
+                        spanned.referenced.line(),
+                        format!("usage must be reported or never, not {other}"),
+                    );
+                }
+            },
+        };
+        let stream_options = match raw.stream_options {
+            None => StreamOptions::Accept,
+            Some(spanned) => match spanned.value.as_str() {
+                "accept" => StreamOptions::Accept,
+                "refuse" => StreamOptions::Refuse,
+                other => {
+                    return invalid(
+                        spanned.referenced.line(),
+                        format!("stream_options must be accept or refuse, not {other}"),
+                    );
+                }
+            },
+        };
         Ok(Scenario {
             name: raw.name,
             slots,
@@ -867,6 +943,8 @@ impl Resolver {
             fallback,
             capacity,
             lanes,
+            usage,
+            stream_options,
         })
     }
 
@@ -886,6 +964,8 @@ impl Resolver {
                 fallback: raw.fallback,
                 capacity: None,
                 lanes: Vec::new(),
+                usage: None,
+                stream_options: None,
             })
             .map_err(|e| Invalid {
                 line: e.line.or(Some(line)),

@@ -14,10 +14,11 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::SimError;
+use crate::cache::{BilledUsage, CacheUse, PromptCache};
 use crate::capacity::{Limiter, OutsideCounts, Refusal, Verdict};
 use crate::http::{self, Ending, Framing, Outgoing, ReadError};
-use crate::render::{self, Api, BodyFacts, RequestInfo};
-use crate::scenario::{Action, CloseHow, Pick, Scenario};
+use crate::render::{self, Api, Bill, BodyFacts, Rendered, RequestInfo};
+use crate::scenario::{Action, CloseHow, Pick, Scenario, StreamOptions, UsageReports};
 
 /// One line of the request log: one request the simulator received in full.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,10 +46,18 @@ pub struct RequestLogEntry {
     /// 0 when read from a log written before the field existed.
     #[serde(default)]
     pub prompt_tokens: u64,
+    /// What a provider modelled by the simulator bills for the request (see [`BilledUsage`]).
+    /// All zero when read from a log written before the field existed.
+    #[serde(default)]
+    pub billed: BilledUsage,
 }
 
 /// The request log's `entry` for a request over the scenario's capacity.
 pub const CAPACITY_ENTRY: &str = "capacity (429)";
+
+/// The request log's `entry` for an OpenAI request refused with 400 for its `stream_options`
+/// member under the scenario's `stream_options: refuse`.
+pub const STREAM_OPTIONS_ENTRY: &str = "stream_options (400)";
 
 struct Shared {
     scenario: Scenario,
@@ -69,6 +78,8 @@ struct LogState {
     /// The capacity's buckets. Behind the log's lock, so a request is numbered and charged in
     /// one step and the log order is the order in which capacity was spent.
     limiter: Option<Limiter>,
+    /// The server-wide prompt cache, filled in log order.
+    cache: PromptCache,
 }
 
 /// What a numbered request is answered with.
@@ -77,6 +88,9 @@ enum Route {
     Unserved(Option<Api>),
     /// Over capacity: 429, and the script is not consumed.
     Refused(Api, Verdict, Refusal),
+    /// An OpenAI `stream_options` member under `stream_options: refuse`: 400, and neither the
+    /// script nor the capacity is touched.
+    StreamOptions,
     /// The script's entry, with the capacity's state when the scenario has one.
     Script(Api, Pick, Option<Verdict>),
 }
@@ -142,6 +156,7 @@ impl SimServer {
                 entries: Vec::new(),
                 file,
                 limiter,
+                cache: PromptCache::default(),
             }),
             feed: broadcast::channel(FEED_CAPACITY).0,
         });
@@ -231,7 +246,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         Err(ReadError::Closed) => return,
         Err(ReadError::Malformed(why)) => {
             let out = plain_error(400, why);
-            http::write_response(&mut stream, &out, None, None).await;
+            write_plain(&mut stream, &out).await;
             close(stream).await;
             return;
         }
@@ -241,8 +256,8 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
         "/v1/messages" => Some(Api::AnthropicMessages),
         _ => None,
     };
-    let facts = BodyFacts::read(&request.body);
-    let (index, route) = route_and_log(&shared, &request, api, &facts);
+    let facts = BodyFacts::read(&request.body, api);
+    let (index, route, rendered) = route_and_log(&shared, &request, api, &facts);
 
     let (api, pick, limits) = match route {
         Route::Unserved(served) => {
@@ -254,7 +269,12 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                     "the simulator serves POST /v1/chat/completions and POST /v1/messages",
                 )
             };
-            http::write_response(&mut stream, &out, None, None).await;
+            write_plain(&mut stream, &out).await;
+            close(stream).await;
+            return;
+        }
+        Route::StreamOptions => {
+            write_plain(&mut stream, &render::stream_options_refusal()).await;
             close(stream).await;
             return;
         }
@@ -264,7 +284,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 .capacity()
                 .expect("a refusal comes from the scenario's capacity");
             let out = render::capacity_refusal(api, capacity, &verdict, refusal, &facts);
-            http::write_response(&mut stream, &out, None, None).await;
+            write_plain(&mut stream, &out).await;
             close(stream).await;
             return;
         }
@@ -274,18 +294,36 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     if step.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(step.delay_ms)).await;
     }
-    let ending = match &step.action {
-        Action::Drop(how) => Ending::Cut(*how),
-        Action::Respond(response) => {
-            let info = RequestInfo {
-                api,
-                index,
-                body: facts,
-            };
+    let ending = match (&step.action, rendered) {
+        (Action::Respond(response), Some(Rendered { mut out, bill })) => {
             let limits = shared.scenario.capacity().zip(limits.as_ref());
-            let out = render::outgoing(response, &info, limits);
-            http::write_response(&mut stream, &out, response.stall, response.cut).await
+            render::finish_headers(&mut out, response, api, limits);
+            let (mut peer, mut wire) = stream.split();
+            let written = http::write_response(
+                &mut wire,
+                &out,
+                response.stall,
+                response.cut,
+                Some(&mut peer),
+            )
+            .await;
+            // The client went away before the body's end: bill what had been sent by then.
+            let gone_at = written.hung_up_at.or(match written.ending {
+                Ending::PeerGone => Some(written.sent),
+                _ => None,
+            });
+            if let Some(at) = gone_at {
+                let total: u64 = out.pieces.iter().map(|p| p.len() as u64).sum();
+                let scripted = response.cut.map_or(u64::MAX, |c| c.after_bytes);
+                if at < total && at < scripted {
+                    rebill(&shared, index, &bill, at);
+                }
+            }
+            written.ending
         }
+        (Action::Drop(how), _) => Ending::Cut(*how),
+        // `route_and_log` renders every response it routes to the script.
+        (Action::Respond(_), None) => Ending::Complete,
     };
     match ending {
         Ending::Complete | Ending::Cut(CloseHow::Close) => close(stream).await,
@@ -294,19 +332,62 @@ async fn serve_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// Routes the request and logs it, under the log's lock: its number and its route.
+/// Writes a response that has no stall, cut or client to watch.
+async fn write_plain(stream: &mut TcpStream, out: &Outgoing) {
+    http::write_response(stream, out, None, None, None::<&mut TcpStream>).await;
+}
+
+/// Corrects a logged request's `billed` when its client went away after `delivered` body bytes.
+/// Only the in-memory log changes: the log file's line and the live feed were written when the
+/// request was numbered, with what the scripted response bills.
+fn rebill(shared: &Shared, index: usize, bill: &Bill, delivered: u64) {
+    let billed = bill.billed(Some(delivered));
+    if let Some(entry) = shared.lock().entries.get_mut(index) {
+        entry.billed = billed;
+    }
+}
+
+/// Routes the request and logs it, under the log's lock: its number, its route, the prompt
+/// cache's part and, for a scripted response, its rendered body and what it bills.
 fn route_and_log(
     shared: &Shared,
     request: &http::Request,
     api: Option<Api>,
     facts: &BodyFacts,
-) -> (usize, Route) {
+) -> (usize, Route, Option<Rendered>) {
     let routed = api.filter(|_| request.method == "POST");
     let sha256 = hex::encode(Sha256::digest(&request.body));
     let mut state = shared.lock();
     let index = state.entries.len();
     let lane = shared.scenario.lane_for(&request.body);
     let route = route(&shared.scenario, &mut state, api, routed, facts, lane);
+    let mut rendered = None;
+    let mut billed = BilledUsage::default();
+    if let Route::Script(api, pick, _) = &route {
+        // Only a request whose prompt the provider processes reads and fills the cache; a status
+        // answer is a refusal.
+        let cache = if render::processes_prompt(&pick.step) {
+            state.cache.lookup_and_insert(&facts.cache)
+        } else {
+            CacheUse::default()
+        };
+        let info = RequestInfo {
+            api: *api,
+            index,
+            body: facts.clone(),
+            cache,
+            report_usage: *api == Api::AnthropicMessages
+                || shared.scenario.usage_reports() == UsageReports::Reported,
+        };
+        match &pick.step.action {
+            Action::Drop(_) => billed = Bill::prompt_only(&info),
+            Action::Respond(response) => {
+                let r = render::render(response, &info);
+                billed = r.bill.billed(response.cut.map(|c| c.after_bytes));
+                rendered = Some(r);
+            }
+        }
+    }
     let entry = RequestLogEntry {
         index,
         time_unix_ms: unix_ms(),
@@ -318,9 +399,11 @@ fn route_and_log(
         entry: match &route {
             Route::Unserved(_) => "no-route".to_owned(),
             Route::Refused(..) => CAPACITY_ENTRY.to_owned(),
+            Route::StreamOptions => STREAM_OPTIONS_ENTRY.to_owned(),
             Route::Script(_, pick, _) => pick.label.clone(),
         },
         prompt_tokens: render::input_estimate(facts),
+        billed,
     };
     if let Some(file) = state.file.as_mut() {
         // The log is a test aid: a full disk must not take the simulator down with it.
@@ -331,7 +414,7 @@ fn route_and_log(
     // No subscriber is the common case, not an error.
     let _ = shared.feed.send(entry.clone());
     state.entries.push(entry);
-    (index, route)
+    (index, route, rendered)
 }
 
 /// Picks the answer for a numbered request and, when the scenario has a capacity, charges it.
@@ -348,6 +431,12 @@ fn route(
     let Some(api) = routed else {
         return Route::Unserved(api);
     };
+    if api == Api::OpenaiChat
+        && facts.has_stream_options
+        && scenario.stream_options() == StreamOptions::Refuse
+    {
+        return Route::StreamOptions;
+    }
     let next = match lane {
         Some(i) => state.lane_next[i],
         None => state.next_script_index,

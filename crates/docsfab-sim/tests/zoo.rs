@@ -538,9 +538,12 @@ fn zoo_log_lines_written_before_prompt_tokens_still_read() {
     let old = r#"{"index":0,"time_unix_ms":1,"method":"POST","path":"/v1/messages","sha256":"ab","model":null,"stream":false,"entry":"responses[0]"}"#;
     let entry: RequestLogEntry = serde_json::from_str(old).unwrap();
     assert_eq!(entry.prompt_tokens, 0);
+    assert_eq!(entry.billed, docsfab_sim::BilledUsage::default());
     let line = serde_json::to_string(&entry).unwrap();
     assert!(
-        line.ends_with(r#""entry":"responses[0]","prompt_tokens":0}"#),
+        line.ends_with(
+            r#""entry":"responses[0]","prompt_tokens":0,"billed":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}"#
+        ),
         "{line}"
     );
 }

@@ -78,7 +78,9 @@ fn issue13_runs_stats_counts_the_faults_the_simulator_sent() {
     );
     assert_eq!(
         all["failedAttemptTokens"],
-        json!({"inputTokens": 0, "outputTokens": 0})
+        json!({"inputTokens": 0, "outputTokens": 0, "cacheWriteTokens": 0, "cacheReadTokens": 0,
+            "attempts": 0, "unknownUsageAttempts": 0, "estimatedAttempts": 0,
+            "costUsd": null, "unpricedAttempts": 0})
     );
     let waits = &all["waitingMs"];
     assert_eq!(waits["stepBackoffs"], 0);

@@ -33,13 +33,16 @@ use docsfab_policy::step::{
     self, AttemptFailure, PastAttempt, StepAccess::ReadOnly, StepBudgets, StepDecision,
     WriteDecision, WritePlan, WriteSettlement as PolicySettlement,
 };
-use docsfab_provider::{ApiKey, Gate, HttpConfig, HttpTransport, Transport, TransportBuildError};
+use docsfab_provider::{
+    ApiKey, Gate, HttpConfig, HttpTransport, RunBudget, SpendLimits, Transport, TransportBuildError,
+};
 use docsfab_record::Api;
+use docsfab_record::Pricing;
 use docsfab_throttle::Throttle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{self, Answer, AttemptInput, AttemptReport, TurnEvent};
+use crate::agent::{self, Answer, AttemptInput, AttemptReport, AttemptSpend, TurnEvent};
 use crate::batch::{BeforeWrite, WriteVeto};
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::fanout::WriteClaims;
@@ -72,6 +75,33 @@ pub struct ProviderSettings {
     /// variable with [`ApiKey::with_label`]: a response that carries the key's value is then
     /// refused naming that variable.
     pub api_key: Option<ApiKey>,
+    /// What host.yaml says of the provider's usage, prices and cost budget.
+    pub spend: SpendSettings,
+}
+
+/// How a run asks for usage, what it prices it at and what it may spend (host.yaml's
+/// `includeUsage`, `promptCaching`, `pricing` and `budget.maxRunCostUsd`; docs/cost.md).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpendSettings {
+    /// OpenAI: ask for the usage chunk with `stream_options` (default true).
+    pub include_usage: bool,
+    /// Mark the stable prefix for the provider's prompt cache (default true).
+    pub prompt_caching: bool,
+    /// `None`: no price, so every `costUsd` is `null`.
+    pub pricing: Option<Pricing>,
+    /// Host.yaml validation guarantees a price beside it.
+    pub max_run_cost_usd: Option<f64>,
+}
+
+impl Default for SpendSettings {
+    fn default() -> Self {
+        SpendSettings {
+            include_usage: true,
+            prompt_caching: true,
+            pricing: None,
+            max_run_cost_usd: None,
+        }
+    }
 }
 
 /// The label of a key found in a response when the key came without one.
@@ -278,6 +308,14 @@ async fn run_into(
         deadline_fired: &deadline_fired,
         deadline_ms,
         run_id: &run_id,
+        budget: RunBudget::new(SpendLimits {
+            max_run_tokens: cfg.composition.limits.max_run_tokens,
+            max_run_cost_usd: cfg
+                .provider
+                .spend
+                .max_run_cost_usd
+                .zip(cfg.provider.spend.pricing),
+        }),
     };
     ctx.emit(Progress::RunStarted {
         run_id: run_id.clone(),
@@ -344,6 +382,8 @@ struct Ctx<'a> {
     deadline_fired: &'a AtomicBool,
     deadline_ms: u64,
     run_id: &'a str,
+    /// The run's token and cost budget, shared by every attempt and instance.
+    budget: Option<RunBudget>,
 }
 
 impl Ctx<'_> {
@@ -766,6 +806,16 @@ impl StepRun<'_, '_> {
             cancel: ctx.cancel,
             observer: &observer,
             before_write,
+            spend: AttemptSpend {
+                budget: ctx.budget.as_ref(),
+                pricing: cfg.provider.spend.pricing,
+                include_usage: cfg.provider.spend.include_usage,
+                prompt_cache_key: cfg
+                    .provider
+                    .spend
+                    .prompt_caching
+                    .then(|| format!("docsfab/{}/{}", cfg.composition.name, step.id)),
+            },
         })
         .await
     }
@@ -958,6 +1008,7 @@ fn attempt_record(
         write_restore: None,
         files_written: Some(report.written.iter().map(WrittenFile::record).collect()),
         usage: report.usage,
+        cost_usd: report.cost_usd,
         duration_ms: report.duration_ms,
         lease: report.lease.clone(),
         turns: report.turns.clone(),

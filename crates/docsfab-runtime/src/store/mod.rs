@@ -115,6 +115,8 @@ impl StepStart {
             interrupted_attempt: None,
             for_each: for_each.cloned(),
             held_ms: 0,
+            usage: docsfab_record::Usage::ZERO,
+            cost_usd: None,
             fingerprint: None,
             inputs: None,
             reused_from: None,

@@ -938,10 +938,12 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
         resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
+        usage: docsfab_record::Usage::ZERO,
+        cost_usd: None,
         end_reason: head.get(5),
         steps,
     };
-    record.sum_held();
+    record.sum_totals();
     Ok(Some(record))
 }
 

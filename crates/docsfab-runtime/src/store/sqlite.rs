@@ -832,10 +832,12 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
         provider: context.map(|c| c.provider),
         held_ms: 0,
+        usage: docsfab_record::Usage::ZERO,
+        cost_usd: None,
         end_reason,
         steps,
     };
-    record.sum_held();
+    record.sum_totals();
     Ok(Some(record))
 }
 

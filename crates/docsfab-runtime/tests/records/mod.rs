@@ -32,6 +32,7 @@ pub fn step_start_with(id: &str, access: Access) -> StepStart {
 /// Attempt `n`: succeeded when `decision` is none, else failed with that retry decision.
 pub fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
     AttemptRecord {
+        cost_usd: None,
         attempt: n,
         budget: if n == 1 {
             Budget::Initial
@@ -62,8 +63,9 @@ pub fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         write_restore: None,
         files_written: None,
         usage: Usage {
-            input_tokens: 100 * u64::from(n),
-            output_tokens: 7,
+            input_tokens: Some(100 * u64::from(n)),
+            output_tokens: Some(7),
+            ..Usage::ZERO
         },
         duration_ms: 1234,
         lease: LeaseRecord {

@@ -121,6 +121,7 @@ pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Reco
                 base_url: h.server.base_url(),
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET)),
+                spend: Default::default(),
             },
             limits: args.limits,
             rules: args.rules,

@@ -226,6 +226,11 @@ pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
     if let Some(from) = &r.resumed_from {
         out.push_str(&format!("  resumed from run {}\n", from.run_id));
     }
+    out.push_str(&format!(
+        "  spent: {}, {}\n",
+        r.usage,
+        docsfab_record::shown_cost(r.cost_usd)
+    ));
     for s in &r.steps {
         if let Some(from) = &s.reused_from {
             out.push_str(&format!(

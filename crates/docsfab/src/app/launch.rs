@@ -6,8 +6,9 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use docsfab_policy::host::ProviderSpend;
 use docsfab_provider::ApiKey;
-use docsfab_runtime::executor::{ProviderSettings, RunConfig};
+use docsfab_runtime::executor::{ProviderSettings, RunConfig, SpendSettings};
 use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore, StoreUrl};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
@@ -132,6 +133,17 @@ pub fn provider_settings(selected: &Selected<'_>, api_key: ApiKey) -> ProviderSe
         base_url: selected.provider.base_url.clone(),
         model: selected.model.to_owned(),
         api_key: Some(api_key),
+        spend: spend_settings(&selected.provider.spend),
+    }
+}
+
+/// What the runtime needs of host.yaml's usage, price and budget settings.
+pub fn spend_settings(s: &ProviderSpend) -> SpendSettings {
+    SpendSettings {
+        include_usage: s.include_usage,
+        prompt_caching: s.prompt_caching,
+        pricing: s.pricing,
+        max_run_cost_usd: s.max_run_cost_usd,
     }
 }
 

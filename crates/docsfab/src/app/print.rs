@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use docsfab_record::shown_cost;
 use docsfab_runtime::ledger::{CallOutcome, ToolCallEntry};
 use docsfab_runtime::progress::human_duration;
 use docsfab_runtime::record::{
@@ -52,6 +53,7 @@ pub fn render_run(r: &RunRecord) -> String {
     if let Some(reason) = &r.end_reason {
         let _ = writeln!(out, "  why it ended: {}", shown(reason));
     }
+    let _ = writeln!(out, "  spent: {}, {}", r.usage, shown_cost(r.cost_usd));
     if let Some(from) = &r.resumed_from {
         let _ = writeln!(
             out,
@@ -100,12 +102,14 @@ fn render_step(out: &mut String, s: &StepRecord) {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "Step {} ({}): {}, {} attempt{}",
+        "Step {} ({}): {}, {} attempt{}, {}, {}",
         s.step_id,
         s.access.as_str(),
         s.status.as_str(),
         s.attempts.len(),
-        if s.attempts.len() == 1 { "" } else { "s" }
+        if s.attempts.len() == 1 { "" } else { "s" },
+        s.usage,
+        shown_cost(s.cost_usd)
     );
     if let Some(from) = &s.reused_from {
         let _ = writeln!(
@@ -156,13 +160,13 @@ fn render_step(out: &mut String, s: &StepRecord) {
 fn render_attempt(out: &mut String, a: &AttemptRecord) {
     let _ = writeln!(
         out,
-        "  Attempt {} ({} budget): {}, {}, tokens in {} / out {}",
+        "  Attempt {} ({} budget): {}, {}, {}, {}",
         a.attempt,
         a.budget.as_str(),
         a.status.as_str(),
         human_duration(a.duration_ms),
-        a.usage.input_tokens,
-        a.usage.output_tokens
+        a.usage,
+        shown_cost(a.cost_usd)
     );
     if let Some(g) = &a.gateway {
         let _ = writeln!(out, "    through the gateway {}", g.describe());

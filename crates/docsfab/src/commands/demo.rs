@@ -121,6 +121,7 @@ pub fn run(color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
                 base_url: server.base_url(),
                 model: DEMO_MODEL.to_owned(),
                 api_key: None,
+                spend: Default::default(),
             },
             job_deadline: Some(Duration::from_millis(limits.deadline_ms())),
             limits,

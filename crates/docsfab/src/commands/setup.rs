@@ -16,9 +16,9 @@ use std::path::Path;
 
 use clap::{Args, ValueEnum};
 use docsfab_policy::host::{
-    DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderThrottle, ThrottleMode,
-    UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests, check_model,
-    check_throttle_mode,
+    DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderSpend, ProviderThrottle,
+    ThrottleMode, UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests,
+    check_model, check_throttle_mode,
 };
 use docsfab_record::Api;
 
@@ -75,6 +75,7 @@ fn defaults_for(api: Api) -> ProviderConfig {
             api_key_env: "OPENAI_API_KEY".into(),
             model: "gpt-4o-mini".into(),
             throttle: ProviderThrottle::default(),
+            spend: ProviderSpend::default(),
         },
         Api::AnthropicMessages => ProviderConfig {
             api,
@@ -82,6 +83,7 @@ fn defaults_for(api: Api) -> ProviderConfig {
             api_key_env: "ANTHROPIC_API_KEY".into(),
             model: "claude-sonnet-4-5".into(),
             throttle: ProviderThrottle::default(),
+            spend: ProviderSpend::default(),
         },
     }
 }
@@ -103,6 +105,7 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
             api_key_env: args.api_key_env.clone().unwrap_or(fresh.api_key_env),
             model: args.model.clone().unwrap_or(fresh.model),
             throttle: throttle_from_flags(fresh.throttle, args),
+            spend: fresh.spend,
         };
     };
     let old_defaults = defaults_for(old.api);
@@ -131,7 +134,19 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
         ),
         model: keep(&args.model, &old.model, &old_defaults.model, fresh.model),
         throttle: throttle_from_flags(old.throttle, args),
+        spend: spend_for(api, old),
     }
+}
+
+/// The old entry's usage, price and budget settings; `includeUsage` is an OpenAI setting, so it
+/// does not survive a move to another api.
+fn spend_for(api: Api, old: &ProviderConfig) -> ProviderSpend {
+    let mut spend = old.spend;
+    if api != Api::OpenaiChat {
+        spend.include_usage = true;
+        spend.given_include_usage = false;
+    }
+    spend
 }
 
 /// `base` with the throttle flags given applied (they were checked by [`check_args`]); a flag
@@ -305,6 +320,7 @@ fn render(host: &HostConfig) -> String {
         let _ = writeln!(out, "    apiKeyEnv: {}", scalar(&p.api_key_env));
         let _ = writeln!(out, "    model: {}", scalar(&p.model));
         render_throttle(&mut out, &p.throttle);
+        render_spend(&mut out, &p.spend);
     }
     if let Some(raw) = &host.read_only_max_retries {
         // Written back exactly as the operator wrote it.
@@ -328,6 +344,31 @@ fn render_throttle(out: &mut String, t: &ProviderThrottle) {
     if t.given.mode || t.mode != ThrottleMode::Shared {
         // Quoted when needed: to other YAML readers a plain `off` is false.
         let _ = writeln!(out, "    throttle: {}", scalar(t.mode.as_str()));
+    }
+}
+
+/// The usage, price and budget keys of one provider: those the operator wrote, and any value
+/// that is not the default.
+fn render_spend(out: &mut String, s: &ProviderSpend) {
+    if s.given_include_usage || !s.include_usage {
+        let _ = writeln!(out, "    includeUsage: {}", s.include_usage);
+    }
+    if s.given_prompt_caching || !s.prompt_caching {
+        let _ = writeln!(out, "    promptCaching: {}", s.prompt_caching);
+    }
+    if let Some(p) = &s.pricing {
+        out.push_str("    pricing:\n");
+        let _ = writeln!(out, "      inputPerMillion: {}", p.input_per_million);
+        let _ = writeln!(out, "      outputPerMillion: {}", p.output_per_million);
+        if let Some(v) = p.cache_write_per_million {
+            let _ = writeln!(out, "      cacheWritePerMillion: {v}");
+        }
+        if let Some(v) = p.cache_read_per_million {
+            let _ = writeln!(out, "      cacheReadPerMillion: {v}");
+        }
+    }
+    if let Some(v) = s.max_run_cost_usd {
+        let _ = writeln!(out, "    budget:\n      maxRunCostUsd: {v}");
     }
 }
 

@@ -25,12 +25,22 @@
     return Math.floor(m / 60) + 'h ' + (m % 60) + 'm';
   }
   function cls(v) { return String(v).replace(/[^a-z0-9-]/gi, '_'); }
-  function usage(u) { return u ? (u.inputTokens || 0) + ' in / ' + (u.outputTokens || 0) + ' out' : '-'; }
+  // Unknown counts (null) read as unknown, never as 0: unknown is not free.
+  function count(n) { return n === null || n === undefined ? 'unknown' : String(n); }
+  function usage(u) {
+    if (!u) return '-';
+    var text = (u.inputTokens == null && u.outputTokens == null) ? 'tokens unknown'
+      : count(u.inputTokens) + ' in / ' + count(u.outputTokens) + ' out';
+    if (u.cacheReadTokens || u.cacheWriteTokens) text += ' (cache read ' + (u.cacheReadTokens || 0) + ', write ' + (u.cacheWriteTokens || 0) + ')';
+    if (u.estimated) text += ' (estimated)';
+    return text;
+  }
+  function cost(c) { return typeof c === 'number' ? '$' + c.toFixed(6) : 'cost unknown'; }
 
   // ---- figures shared by the header and the timeline ----
   var runStart = Date.parse(record.startedAt);
   var attempts = []; // {step, a, start, end}
-  var tokensIn = 0, tokensOut = 0, cursor = 0;
+  var cursor = 0;
   record.steps.forEach(function (s) {
     (s.attempts || []).forEach(function (a) {
       var start = Date.parse(a.startedAt) - runStart;
@@ -38,7 +48,6 @@
       var end = start + (num(a.durationMs) || 0);
       cursor = end + (num(a.waitMs) || 0);
       attempts.push({ step: s, a: a, start: start, end: end });
-      if (a.usage) { tokensIn += a.usage.inputTokens || 0; tokensOut += a.usage.outputTokens || 0; }
     });
   });
   var runEnd = record.endedAt ? Date.parse(record.endedAt) - runStart : null;
@@ -56,7 +65,8 @@
       ['run', record.runId],
       ['started', record.startedAt],
       ['duration', runEnd === null ? 'still running' : ms(runEnd)],
-      ['tokens', tokensIn + ' in / ' + tokensOut + ' out'],
+      ['tokens', usage(record.usage)],
+      ['cost', cost(record.costUsd)],
       ['provider', p ? p.name + ' (' + p.api + ', ' + p.host + ')' : 'not recorded'],
       ['model', record.model || 'not recorded'],
       ['docsfab', record.docsfabVersion || 'not recorded'],
@@ -150,7 +160,7 @@
     }
     lines.push('rule: ' + (a.retryRule || '-') + ', decision: ' + a.retryDecision +
       (num(a.waitMs) !== null ? ', wait ' + ms(a.waitMs) : ''));
-    lines.push('usage: ' + usage(a.usage));
+    lines.push('usage: ' + usage(a.usage) + ', ' + cost(a.costUsd));
     lines.push('turns: ' + turns.length + ', replays: ' + replays + ', tools: ' + toolsText(turns));
     if (a.lease) lines.push('stop: ' + a.lease.stopReason);
     return lines.join('\n');
@@ -314,9 +324,9 @@
     var a = x.a;
     box.appendChild(el('h3', null, x.step.stepId + ', attempt ' + a.attempt));
     var rows = [['started', '+' + ms(x.start) + ' (' + a.startedAt + ')'], ['duration', ms(a.durationMs)]];
-    var skip = { turns: 1, lease: 1, usage: 1, filesWritten: 1, answerExcerpt: 1, startedAt: 1, durationMs: 1 };
+    var skip = { turns: 1, lease: 1, usage: 1, costUsd: 1, filesWritten: 1, answerExcerpt: 1, startedAt: 1, durationMs: 1 };
     Object.keys(a).forEach(function (k) { if (!skip[k]) rows.push([k, scalar(a[k])]); });
-    rows.push(['usage', usage(a.usage)]);
+    rows.push(['usage', usage(a.usage) + ', ' + cost(a.costUsd)]);
     if (a.lease) {
       var l = a.lease;
       rows.push(['lease', l.stopReason + ' / ' + l.disposition + ', ' + l.turnsUsed + ' of ' + l.maxTurns +

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use docsfab_boundary::redact::Redactor;
-use docsfab_record::{Api, CallOutcome, CallResult, RejectReason, ToolCallEntry};
+use docsfab_record::{Api, CallOutcome, CallResult, RejectReason, ToolCallEntry, Usage};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::Progress;
 use docsfab_runtime::record::{
@@ -204,26 +204,20 @@ pub fn plan(
 ) -> (PlannedSpan, MetricPoints) {
     let run_start = times.run_start.unwrap_or(run_end).min(run_end);
     let mut points = MetricPoints::default();
-    let mut usage = (0u64, 0u64);
     let children = record
         .steps
         .iter()
         .map(|s| step_span(s, times, facts, (run_start, run_end), &mut points))
         .collect();
-    for a in record.steps.iter().flat_map(|s| &s.attempts) {
-        usage.0 = usage.0.saturating_add(a.usage.input_tokens);
-        usage.1 = usage.1.saturating_add(a.usage.output_tokens);
-    }
     let mut attributes = vec![
         kv("gen_ai.operation.name", INVOKE_AGENT),
         kv("gen_ai.agent.name", facts.text(&record.composition)),
         kv("gen_ai.provider.name", facts.provider_name()),
         kv("gen_ai.request.model", facts.text(&facts.model)),
-        int("gen_ai.usage.input_tokens", usage.0),
-        int("gen_ai.usage.output_tokens", usage.1),
         kv("docsfab.run.id", record.run_id.clone()),
         kv("docsfab.run.status", record.status.as_str()),
     ];
+    attributes.extend(usage_attributes(&record.usage, record.cost_usd));
     if let Some(p) = &record.provider {
         attributes.push(kv("docsfab.provider.name", facts.text(&p.name)));
     }
@@ -299,9 +293,8 @@ fn attempt_span(
         kv("docsfab.attempt.status", a.status.as_str()),
         kv("docsfab.retry.budget", a.budget.as_str()),
         kv("docsfab.retry.decision", decision),
-        int("gen_ai.usage.input_tokens", a.usage.input_tokens),
-        int("gen_ai.usage.output_tokens", a.usage.output_tokens),
     ];
+    attributes.extend(usage_attributes(&a.usage, a.cost_usd));
     let rule = a.retry_rule.as_deref().map(|r| facts.text(r));
     if let Some(r) = &rule {
         attributes.push(kv("docsfab.retry.rule", r.clone()));
@@ -409,10 +402,14 @@ fn chat_span(
         end.duration_since(start).unwrap_or_default().as_secs_f64(),
         common.clone(),
     ));
+    // An unknown count is no data point: 0 would read as free.
     for (kind, n) in [
         ("input", t.usage.input_tokens),
         ("output", t.usage.output_tokens),
-    ] {
+    ]
+    .into_iter()
+    .filter_map(|(kind, n)| Some((kind, n?)))
+    {
         let mut attrs: Vec<KeyValue> = common
             .iter()
             .filter(|k| k.key.as_str() != "error.type")
@@ -439,9 +436,8 @@ fn chat_span(
         })
         .collect();
     let mut attributes = common;
+    attributes.extend(usage_attributes(&t.usage, t.cost_usd));
     attributes.extend([
-        int("gen_ai.usage.input_tokens", t.usage.input_tokens),
-        int("gen_ai.usage.output_tokens", t.usage.output_tokens),
         int("docsfab.turn", u64::from(t.turn)),
         kv("docsfab.turn.status", t.status.as_str()),
         int("docsfab.replays", t.replays.len() as u64),
@@ -570,6 +566,35 @@ fn reject_str(r: RejectReason) -> &'static str {
 
 fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
     KeyValue::new(key, value)
+}
+
+/// The `gen_ai.usage.*` attributes of what was reported or estimated; a count nobody knows is
+/// left out (OpenTelemetry has no null, and 0 would read as free). Cache parts, the estimate
+/// mark and the cost are docsfab's own.
+fn usage_attributes(u: &Usage, cost_usd: Option<f64>) -> Vec<KeyValue> {
+    let mut out = Vec::new();
+    if let Some(n) = u.input_tokens {
+        out.push(int("gen_ai.usage.input_tokens", n));
+    }
+    if let Some(n) = u.output_tokens {
+        out.push(int("gen_ai.usage.output_tokens", n));
+    }
+    if u.cache_read_tokens > 0 {
+        out.push(int("docsfab.usage.cache_read_tokens", u.cache_read_tokens));
+    }
+    if u.cache_write_tokens > 0 {
+        out.push(int(
+            "docsfab.usage.cache_write_tokens",
+            u.cache_write_tokens,
+        ));
+    }
+    if u.estimated {
+        out.push(kv("docsfab.usage.estimated", true));
+    }
+    if let Some(c) = cost_usd {
+        out.push(kv("docsfab.cost_usd", c));
+    }
+    out
 }
 
 /// An integer attribute (OTLP integers are signed; record counts never come near the limit).

@@ -404,6 +404,7 @@ fn probe_provider(
             model,
             key_var: &provider.api_key_env,
             key,
+            include_usage: provider.spend.include_usage,
         },
         resolution,
     )
@@ -498,6 +499,7 @@ fn to_text(r: &Report) -> String {
         human_duration(e.total_ms),
         human_duration(e.deadline_ms)
     ));
+    lines.extend(token_lines(r));
     lines.push(r.store.line());
     lines.extend(r.goodput.clone());
     lines.extend(r.probe.iter().flat_map(ProbeReport::lines));
@@ -557,7 +559,63 @@ fn host_lines(r: &Report) -> Vec<String> {
             ));
         }
         lines.push(throttle_line(name, &p.throttle));
+        lines.push(spend_line(name, &p.spend));
     }
+    lines
+}
+
+/// The `Provider NAME spend:` line: usage, caching, prices and the cost budget, with sources.
+pub fn spend_line(name: &str, s: &docsfab_policy::host::ProviderSpend) -> String {
+    let source = |given: bool| if given { "host.yaml" } else { "default" };
+    let pricing = match &s.pricing {
+        Some(p) => format!(
+            "pricing USD/M in {} out {} cache-write {} cache-read {} (host.yaml)",
+            p.input_per_million,
+            p.output_per_million,
+            p.cache_write_per_million.unwrap_or(p.input_per_million),
+            p.cache_read_per_million.unwrap_or(p.input_per_million)
+        ),
+        None => "no pricing (costUsd stays null)".to_owned(),
+    };
+    let budget = match s.max_run_cost_usd {
+        Some(v) => format!("budget.maxRunCostUsd={v} (host.yaml)"),
+        None => "budget.maxRunCostUsd=none".to_owned(),
+    };
+    format!(
+        "Provider {name} spend: includeUsage={} ({}) promptCaching={} ({}) {pricing} {budget}",
+        s.include_usage,
+        source(s.given_include_usage),
+        s.prompt_caching,
+        source(s.given_prompt_caching),
+    )
+}
+
+/// Each step's worst-case token envelope beside the time envelope: every attempt the spec
+/// allows, every turn of each, at the sealed output ceiling; prompts come on top.
+fn token_lines(r: &Report) -> Vec<String> {
+    let Some((_, c, _)) = &r.composition else {
+        return Vec::new();
+    };
+    let l = &c.limits;
+    let per_step = r
+        .envelope
+        .attempts
+        .saturating_mul(u64::from(l.max_turns))
+        .saturating_mul(u64::from(l.max_output_tokens));
+    let mut lines: Vec<String> = c
+        .steps
+        .iter()
+        .map(|s| {
+            format!(
+                "Token envelope of step {}: up to {} attempts x {} turns x {} maxOutputTokens = {per_step} output tokens, plus the prompts (time envelope {}ms)",
+                s.id, r.envelope.attempts, l.max_turns, l.max_output_tokens, r.envelope.total_ms
+            )
+        })
+        .collect();
+    lines.push(match l.max_run_tokens {
+        Some(n) => format!("Run budget: limits.maxRunTokens={n} (composition)"),
+        None => "Run budget: limits.maxRunTokens=none (composition sets no token bound)".to_owned(),
+    });
     lines
 }
 

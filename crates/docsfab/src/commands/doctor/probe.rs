@@ -33,6 +33,8 @@ pub struct Target<'a> {
     pub model: &'a str,
     pub key_var: &'a str,
     pub key: ApiKey,
+    /// host.yaml's `includeUsage`: the probe asks as a run would.
+    pub include_usage: bool,
 }
 
 /// The verdict on one probe.
@@ -84,21 +86,15 @@ pub struct ProbeReport {
     pub rtt_ms: u64,
     /// The gateway the answer came through (its `x-litellm-*` headers), if any (issue 24).
     pub gateway: Option<Gateway>,
+    /// What the probe learnt of the provider's usage reports, and what to set (issue 23).
+    pub usage_note: Option<String>,
 }
 
 /// Sends the probe once and judges what came back.
 pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliError> {
     let payload = Payload::build(
         target.api,
-        &TurnRequest {
-            model: target.model.to_owned(),
-            max_output_tokens: 1,
-            system: None,
-            messages: vec![Message::User {
-                text: "ping".into(),
-            }],
-            tools: vec![],
-        },
+        &probe_request(target.model, target.include_usage),
     )
     .map_err(|e| CliError::failed(format!("cannot build the probe request ({e}).")))?;
     let redactor = Redactor::new(&[target.key.expose()]);
@@ -130,23 +126,74 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
         detail: String::new(),
         rtt_ms,
         gateway: None,
+        usage_note: None,
     };
     match sent {
         Ok(answer) => {
             report.http_status = Some(answer.http_status);
             report.detail = format!("HTTP {}", answer.http_status);
             report.gateway = answer.gateway.map(|g| *g);
+            if !answer.usage.is_known() {
+                report.usage_note = Some(format!(
+                    "the answer reported no usage, so runs will record their tokens and cost as unknown (null){}",
+                    if target.include_usage {
+                        " although stream_options.include_usage asked for it"
+                    } else {
+                        "; includeUsage is false, so try it true"
+                    }
+                ));
+            }
         }
-        Err(f) => {
-            report.gateway = f.body.gateway.clone();
-            report.verdict = judge(&f);
-            report.http_status = f.failure.http_status;
-            report.retry_after_ms = f.failure.retry_after_ms;
-            report.fault = Some((f.failure.fault.as_str().to_owned(), f.failure.class));
-            report.detail = redactor.line(&f.detail);
+        Err(f)
+            if target.api == Api::OpenaiChat
+                && target.include_usage
+                && f.failure.http_status == Some(400) =>
+        {
+            // A server that refuses `stream_options` answers 400 to every request a run sends;
+            // the spec keeps that terminal, so the probe finds it before a run does.
+            let again = TurnRequest {
+                include_usage: false,
+                ..probe_request(target.model, true)
+            };
+            let second = Payload::build(target.api, &again).ok().map(|p| {
+                crate::app::execute::runtime()
+                    .map(|rt| rt.block_on(transport.send(p.bytes().clone())))
+            });
+            if let Some(Ok(Ok(_))) = second {
+                report.usage_note = Some(format!(
+                    "the server refuses stream_options (HTTP 400 with it, an answer without it); set providers.{}.includeUsage: false in host.yaml",
+                    target.provider
+                ));
+            }
+            fill_failure(&mut report, &f, &redactor);
         }
+        Err(f) => fill_failure(&mut report, &f, &redactor),
     }
     Ok(report)
+}
+
+fn fill_failure(report: &mut ProbeReport, f: &TransportFailure, redactor: &Redactor) {
+    report.gateway = f.body.gateway.clone();
+    report.verdict = judge(f);
+    report.http_status = f.failure.http_status;
+    report.retry_after_ms = f.failure.retry_after_ms;
+    report.fault = Some((f.failure.fault.as_str().to_owned(), f.failure.class));
+    report.detail = redactor.line(&f.detail);
+}
+
+/// The one-token ping.
+fn probe_request(model: &str, include_usage: bool) -> TurnRequest {
+    TurnRequest {
+        model: model.to_owned(),
+        max_output_tokens: 1,
+        system: None,
+        messages: vec![Message::User {
+            text: "ping".into(),
+        }],
+        tools: vec![],
+        include_usage,
+        prompt_cache_key: None,
+    }
 }
 
 /// The verdict of a failed probe: the status first, then the error words a provider uses for a
@@ -224,6 +271,9 @@ impl ProbeReport {
                 rtt(self.rtt_ms)
             ),
         ];
+        if let Some(note) = &self.usage_note {
+            lines.push(format!("Probe usage: {note}"));
+        }
         if let Some(g) = &self.gateway {
             lines.push(format!(
                 "Probe gateway: {} answered for the provider; the retry rules it weakens, and what to do:",
@@ -252,7 +302,8 @@ impl ProbeReport {
             "retryAfterMs": self.retry_after_ms,
             "detail": self.detail,
             "rttMs": self.rtt_ms,
-            "requests": 1,
+            "usageNote": self.usage_note,
+            "requests": if self.usage_note.as_deref().is_some_and(|n| n.contains("refuses stream_options")) { 2 } else { 1 },
             "gateway": self.gateway.as_ref().map(|g| json!({
                 "name": g.name.as_str(),
                 "version": g.version,

@@ -131,12 +131,13 @@ pub fn render(s: &Stats) -> String {
         human_duration(w.throttle_holds),
         human_duration(w.total)
     );
-    let t = &s.failed_attempt_tokens;
-    let _ = writeln!(
-        out,
-        "Tokens spent by attempts that failed: {} input, {} output",
-        t.input_tokens, t.output_tokens
-    );
+    for (what, t) in [
+        ("all attempts", &s.spent),
+        ("attempts that failed", &s.failed_attempt_tokens),
+        ("step retries", &s.retry_attempt_tokens),
+    ] {
+        let _ = writeln!(out, "Spent by {what}: {}", spent_line(t));
+    }
     if let Some(n) = s.runs_by_provider.get(UNKNOWN_PROVIDER) {
         let _ = writeln!(
             out,
@@ -144,6 +145,40 @@ pub fn render(s: &Stats) -> String {
         );
     }
     out
+}
+
+/// One spend total: the known sums, what is not in them and why, and the cost.
+fn spent_line(t: &docsfab_runtime::stats::Tokens) -> String {
+    let mut line = format!(
+        "{} input, {} output tokens over {} attempt(s)",
+        t.input_tokens, t.output_tokens, t.attempts
+    );
+    if t.cache_read_tokens > 0 || t.cache_write_tokens > 0 {
+        line.push_str(&format!(
+            " (cache read {}, write {})",
+            t.cache_read_tokens, t.cache_write_tokens
+        ));
+    }
+    if t.unknown_usage_attempts > 0 {
+        line.push_str(&format!(
+            "; {} attempt(s) with unknown usage are not in these sums",
+            t.unknown_usage_attempts
+        ));
+    }
+    if t.estimated_attempts > 0 {
+        line.push_str(&format!("; {} estimated in part", t.estimated_attempts));
+    }
+    line.push_str(&match t.cost_usd {
+        Some(c) => format!("; ${c:.6}"),
+        None => "; cost unknown".to_owned(),
+    });
+    if t.cost_usd.is_some() && t.unpriced_attempts > 0 {
+        line.push_str(&format!(
+            " ({} attempt(s) without a cost)",
+            t.unpriced_attempts
+        ));
+    }
+    line
 }
 
 #[cfg(test)]
