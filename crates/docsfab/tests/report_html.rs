@@ -272,7 +272,20 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
         "{} in / {} out",
         a1["usage"]["inputTokens"], a1["usage"]["outputTokens"]
     );
-    assert!(dom.contains(&format!("<th>usage</th><td>{usage}</td>")));
+    // The cache parts follow when the simulator's cache was read; the demo sets no price.
+    let cache = match (
+        a1["usage"]["cacheReadTokens"].as_u64().unwrap_or(0),
+        a1["usage"]["cacheWriteTokens"].as_u64().unwrap_or(0),
+    ) {
+        (0, 0) => String::new(),
+        (r, w) => format!(" (cache read {r}, write {w})"),
+    };
+    assert!(
+        dom.contains(&format!(
+            "<th>usage</th><td>{usage}{cache}, cost unknown</td>"
+        )),
+        "detail lacks usage {usage}{cache}"
+    );
 
     // Header facts and the written file with its diff.
     for fact in [
