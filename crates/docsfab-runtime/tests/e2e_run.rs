@@ -754,7 +754,10 @@ async fn the_anthropic_messages_api_runs_a_tool_round_trip_too() {
     let log = h.server.requests();
     assert!(log.iter().all(|e| e.path == "/v1/messages"));
     let a = &r.json["steps"][0]["attempts"][0];
-    assert_eq!(a["usage"], json!({"inputTokens": 80, "outputTokens": 12}));
+    assert_eq!(
+        a["usage"],
+        json!({"inputTokens": 80, "outputTokens": 12, "cacheWriteTokens": 0, "cacheReadTokens": 0})
+    );
     assert_eq!(a["turns"][1]["usage"]["inputTokens"], 50);
     let reqs = requests(&r.events);
     assert!(reqs[1].4.contains("tool_result"));
