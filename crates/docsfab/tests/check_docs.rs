@@ -1,0 +1,126 @@
+//! `docsfab check-docs` (issue 32, docs/grounding.md), through the real binary: planted fakes
+//! are found with their line and nearest real names, real names pass, and bad input is one
+//! sentence with exit 2.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn docsfab() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_docsfab"))
+}
+
+/// A small crate: three modules, one dependency.
+fn tree(dir: &Path) {
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "Cargo.toml",
+        "[package]\nname = \"wc\"\n\n[dependencies]\nserde = \"1\"\n",
+    );
+    write("src/lib.rs", "pub mod count;\npub mod report;\n");
+    write(
+        "src/count.rs",
+        "pub struct Counts { pub words: usize }\npub fn count_words(s: &str) -> Counts {\n    Counts { words: s.split_whitespace().count() }\n}\n",
+    );
+    write(
+        "src/report.rs",
+        "pub fn render_line(c: &crate::count::Counts) -> String {\n    format!(\"{}\", c.words)\n}\n",
+    );
+}
+
+fn check(dir: &Path, page: &str, json: bool) -> (i32, String, String) {
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(dir.join("docs/page.md"), page).unwrap();
+    let mut cmd = docsfab();
+    cmd.arg("check-docs")
+        .arg(dir.join("docs/page.md"))
+        .arg("--workspace")
+        .arg(dir);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn issue32_a_true_page_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let (code, out, err) = check(
+        dir.path(),
+        "# wc\n\n`count_words` in `src/count.rs` returns `Counts`; `render_line()` prints it \
+         (`src/report.rs:1-3`). Built on `serde::Serialize`. See [the crate root](../src/lib.rs).\n",
+        false,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.ends_with("5 of 5 cited grounded (100.0 %)\n"), "{out}");
+}
+
+#[test]
+fn issue32_planted_fakes_are_named_with_line_kind_and_nearest() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let page = "# wc\n\nThe outline named `src/src.rb` and `count.js`.\n\n\
+                `count_word` is called by `render_line`.\n\nSee [missing](missing.md) and `src/count.rs:3-40`.\n";
+    let (code, out, _) = check(dir.path(), page, true);
+    assert_eq!(code, 1, "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["cited"].as_u64(), v["grounded"].as_u64()),
+        (Some(6), Some(1))
+    );
+    let file = &v["files"][0];
+    assert_eq!(file["path"], "docs/page.md");
+    let unknown: Vec<(String, String, u64)> = file["unknown"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["text"].as_str().unwrap().to_owned(),
+                u["kind"].as_str().unwrap().to_owned(),
+                u["line"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        unknown,
+        vec![
+            ("src/src.rb".into(), "path".into(), 3),
+            ("count.js".into(), "path".into(), 3),
+            ("count_word".into(), "identifier".into(), 5),
+            ("missing.md".into(), "link".into(), 7),
+            ("src/count.rs:3-40".into(), "line-range".into(), 7),
+        ]
+    );
+    assert_eq!(file["unknown"][2]["nearest"][0], "count_words");
+}
+
+#[test]
+fn issue32_bad_input_is_one_sentence_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = docsfab()
+        .args(["check-docs", "no-such-page.md", "--workspace"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no-such-page.md cannot be read"), "{err}");
+    let out = docsfab()
+        .args(["check-docs", "README.md", "--workspace", "/no/such/dir"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
