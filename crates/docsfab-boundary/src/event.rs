@@ -23,6 +23,11 @@ pub struct Event {
     /// One entry per `data:` line, in order: its chunk, or `None` when the line is not one JSON
     /// value.
     pub chunks: Vec<Option<Chunk>>,
+    /// The values of the event's `error:` field lines, in order (lossily decoded). Standard SSE
+    /// ignores a field of that name; some llama.cpp builds report a mid-stream failure that way
+    /// (`error: {"code":500,...}`), so the provider's stream reader reads them (docs/boundary.md,
+    /// "Provider path and route"). The verdict never looks at them: it follows the BND rules.
+    pub error_fields: Vec<String>,
     /// The data lines' bytes, back to back; `ends[i]` is where line `i` ends.
     bytes: Vec<u8>,
     ends: Vec<usize>,
@@ -48,9 +53,15 @@ impl Event {
         }
     }
 
+    /// Whether the event has anything to dispatch: a data line or an `error:` field.
+    fn has_content(&self) -> bool {
+        !self.chunks.is_empty() || !self.error_fields.is_empty()
+    }
+
     fn clear(&mut self) {
         self.event = None;
         self.chunks.clear();
+        self.error_fields.clear();
         self.bytes.clear();
         self.ends.clear();
     }
@@ -97,7 +108,7 @@ impl EventReader {
         let (judge, event) = (&mut self.judge, &mut self.event);
         self.lines
             .finish_at(|line, at| Self::line(judge, event, line, at, &mut on_event));
-        if !self.event.chunks.is_empty() {
+        if self.event.has_content() {
             on_event(&self.event);
         }
         let consumed = self.lines.consumed();
@@ -118,7 +129,7 @@ impl EventReader {
         // The SSE rules, as in `SseDecoder`.
         let line = strip_boms(line);
         if line.is_empty() {
-            if !event.chunks.is_empty() {
+            if event.has_content() {
                 on_event(event);
             }
             event.clear();
@@ -154,6 +165,9 @@ impl EventReader {
                 event.ends.push(event.bytes.len());
             }
             b"event" => event.event = Some(String::from_utf8_lossy(value).into_owned()),
+            b"error" => event
+                .error_fields
+                .push(String::from_utf8_lossy(value).into_owned()),
             _ => {}
         }
     }
@@ -187,6 +201,27 @@ mod tests {
         for cut in 0..=body.len() {
             let (want, got, _) = both(body, cut);
             assert_eq!(got, want, "cut at {cut}");
+        }
+    }
+
+    // BND-9: an `error:` field line is delivered with its event wherever the body is split,
+    // and the verdict stays the boundary's own (it never reads the field).
+    #[test]
+    fn error_field_lines_reach_the_reader_at_every_split_bnd_9() {
+        let body = b"error: {\"code\":500,\"type\":\"server_error\"}\r\n\r\ndata: [DONE]";
+        let config = BoundaryConfig::new(Api::OpenaiChat, "m", &[]).unwrap();
+        for cut in 0..=body.len() {
+            let mut r = EventReader::judged(&config);
+            let mut errors = Vec::new();
+            r.feed(&body[..cut], |e| errors.extend(e.error_fields.clone()));
+            r.feed(&body[cut..], |e| errors.extend(e.error_fields.clone()));
+            let verdict = r.finish(|e| errors.extend(e.error_fields.clone()));
+            assert_eq!(
+                errors,
+                ["{\"code\":500,\"type\":\"server_error\"}"],
+                "cut {cut}"
+            );
+            assert_eq!(verdict, Some(config.check(body)), "cut {cut}");
         }
     }
 

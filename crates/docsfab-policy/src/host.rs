@@ -38,6 +38,50 @@ pub struct ProviderConfig {
     /// Usage, prices and the run cost budget (`includeUsage`, `promptCaching`, `pricing`,
     /// `budget.maxRunCostUsd`).
     pub spend: ProviderSpend,
+    /// `structuredOutput` as written; `None` takes the API's default
+    /// ([`ProviderConfig::structured_output`]).
+    pub structured_output_given: Option<StructuredOutput>,
+}
+
+impl ProviderConfig {
+    /// How a contract step's answer requests are constrained: what host.yaml says, else what
+    /// the API documents (both APIs take a JSON Schema).
+    pub fn structured_output(&self) -> StructuredOutput {
+        self.structured_output_given
+            .unwrap_or_else(|| StructuredOutput::default_for(self.api))
+    }
+}
+
+/// `providers.NAME.structuredOutput`: how the contract of a read-only step is sent to the
+/// provider as a constraint on the answer (docs/structured-output.md). Whatever is sent, the
+/// contract validator still judges the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StructuredOutput {
+    /// The contract's schema: OpenAI `response_format: {type: json_schema}`, Anthropic
+    /// `output_config.format`.
+    JsonSchema,
+    /// Only "a JSON object": OpenAI `response_format: {type: json_object}` (no Anthropic form).
+    JsonObject,
+    /// No constraint: the system prompt alone asks for the object.
+    Off,
+}
+
+impl StructuredOutput {
+    /// What the API documents: both take a JSON Schema.
+    pub fn default_for(api: Api) -> StructuredOutput {
+        match api {
+            Api::OpenaiChat | Api::AnthropicMessages => StructuredOutput::JsonSchema,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StructuredOutput::JsonSchema => "json-schema",
+            StructuredOutput::JsonObject => "json-object",
+            StructuredOutput::Off => "off",
+        }
+    }
 }
 
 /// What a provider is asked about usage, what its tokens cost, and what a run may spend on it.
@@ -307,6 +351,7 @@ struct RawProvider {
     prompt_caching: Option<Spanned<serde_json::Value>>,
     pricing: Option<Spanned<RawPricing>>,
     budget: Option<Spanned<RawBudget>>,
+    structured_output: Option<Spanned<serde_json::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -385,6 +430,8 @@ fn check_provider(
     let throttle = check_throttle(&p, text)
         .map_err(|(key, line, problem)| invalid(key, line, problem.to_string()))?;
     let spend = check_spend(&p).map_err(|(key, line, problem)| invalid(&key, line, problem))?;
+    let structured_output_given = check_structured_output(&p, text)
+        .map_err(|(key, line, problem)| invalid(&key, line, problem))?;
     Ok(ProviderConfig {
         api: p.api,
         base_url: p.base_url.value.trim().to_string(),
@@ -392,7 +439,39 @@ fn check_provider(
         model: p.model.value,
         throttle,
         spend,
+        structured_output_given,
     })
+}
+
+/// `structuredOutput`: one of the three words, and `json-object` only where the API has it.
+/// Read from the source text, as `throttle` is: some YAML readers take a plain `off` for false.
+fn check_structured_output(
+    p: &RawProvider,
+    text: &str,
+) -> Result<Option<StructuredOutput>, KeyProblem> {
+    let Some(v) = p.structured_output.as_ref().filter(|v| !v.value.is_null()) else {
+        return Ok(None);
+    };
+    let line = v.defined.line();
+    let problem = |reason: String| ("structuredOutput".to_owned(), line, reason);
+    let written = raw_value(text, v).text;
+    let chosen = match unquoted(&written) {
+        "json-schema" => StructuredOutput::JsonSchema,
+        "json-object" => StructuredOutput::JsonObject,
+        "off" => StructuredOutput::Off,
+        other => {
+            return Err(problem(format!(
+                "structuredOutput is {}, but it must be json-schema, json-object or off",
+                shown_value(other)
+            )));
+        }
+    };
+    if chosen == StructuredOutput::JsonObject && p.api == Api::AnthropicMessages {
+        return Err(problem(
+            "structuredOutput: json-object has no form on api: anthropic-messages (it takes only a JSON Schema); use json-schema or off".to_owned(),
+        ));
+    }
+    Ok(Some(chosen))
 }
 
 /// A refusal of a provider key: the key under the provider, its line, the problem.
@@ -805,7 +884,7 @@ pub fn shown_value(value: &str) -> String {
 /// first few and how many more, so a file with a thousand providers cannot turn one refusal
 /// into a page.
 pub fn shown_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
-    const ALL_UP_TO: usize = 10;
+    const ALL_UP_TO: usize = 12;
     const SHOWN: usize = 5;
     let names: Vec<&str> = names.into_iter().collect();
     if names.is_empty() {
@@ -1407,6 +1486,47 @@ mod tests {
                 && msg.contains("unknown key \"maxConcurrentRequest\"")
                 && msg.contains("\"maxConcurrentRequests\"")
                 && msg.contains("\"throttle\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn issue31_structured_output_defaults_to_json_schema_and_reads_every_word() {
+        let h = HostConfig::parse(FULL, "host.yaml").unwrap();
+        let p = &h.providers["default"];
+        assert_eq!(p.structured_output_given, None);
+        assert_eq!(p.structured_output(), StructuredOutput::JsonSchema);
+        for (word, want) in [
+            ("json-schema", StructuredOutput::JsonSchema),
+            ("json-object", StructuredOutput::JsonObject),
+            // A plain `off` is false to some YAML readers: the word as written decides.
+            ("off", StructuredOutput::Off),
+            ("'off'", StructuredOutput::Off),
+        ] {
+            let h = HostConfig::parse(
+                &with_throttle(&format!("    structuredOutput: {word}\n")),
+                "host.yaml",
+            )
+            .unwrap();
+            assert_eq!(h.providers["default"].structured_output(), want, "{word}");
+        }
+    }
+
+    #[test]
+    fn issue31_structured_output_refusals_are_one_sentence_at_the_line() {
+        let msg = throttle_refusal("    structuredOutput: grammar\n");
+        assert_eq!(
+            msg,
+            "/h/host.yaml line 7: providers.default.structuredOutput: structuredOutput is \"grammar\", but it must be json-schema, json-object or off; fix the value or rerun `docsfab setup`."
+        );
+        let anthropic = with_throttle("    structuredOutput: json-object\n")
+            .replace("api: openai-chat", "api: anthropic-messages");
+        let msg = HostConfig::parse(&anthropic, "/h/host.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("json-object has no form on api: anthropic-messages")
+                && msg.lines().count() == 1,
             "{msg}"
         );
     }

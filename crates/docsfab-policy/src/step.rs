@@ -142,7 +142,8 @@ impl WriteSettlement {
 }
 
 pub use docsfab_record::{
-    Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,
+    Budget, ContextWindow, ContractFailure, RecordedSettlement, RetryDecision, StepFailure,
+    TimeoutKind,
 };
 
 /// A refusal a validator marked terminal (STP-14).
@@ -177,8 +178,12 @@ pub enum AttemptFailure {
     RefusedBeforeSend { error_text: String },
     /// A validator refused the answer terminally (STP-14).
     ValidatorTerminal { refusal: ValidatorRefusal },
-    /// The model's context was exhausted (STP-14).
-    ContextExhausted,
+    /// The model's context was exhausted (STP-14). `context` holds the token counts the
+    /// provider's refusal gave, for the failure's wording and record only: it decides nothing.
+    ContextExhausted {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<ContextWindow>,
+    },
     /// The run's token or cost budget could not take the next request's worst case, so it was
     /// not sent. `bound` names the budget (`run-max-tokens-bound`, `run-max-cost-bound`) and
     /// `message` is its sentence. Terminal: no retry spends past a run budget.
@@ -201,7 +206,7 @@ impl AttemptFailure {
             AttemptFailure::AttemptDeadline => Some(Condition::AttemptDeadline),
             AttemptFailure::NoProgress => Some(Condition::NoProgress),
             AttemptFailure::ValidatorTerminal { .. } => Some(Condition::ValidatorTerminal),
-            AttemptFailure::ContextExhausted => Some(Condition::ContextExhausted),
+            AttemptFailure::ContextExhausted { .. } => Some(Condition::ContextExhausted),
             AttemptFailure::Cancelled => Some(Condition::Cancelled),
             AttemptFailure::Provider { .. }
             | AttemptFailure::RefusedBeforeSend { .. }
@@ -714,7 +719,9 @@ struct Facts {
     failure_class: &'static str,
     code: String,
     message: String,
-    remediation: &'static str,
+    remediation: std::borrow::Cow<'static, str>,
+    /// The token counts of a context overflow, carried to the failure record.
+    context: Option<ContextWindow>,
 }
 
 impl Facts {
@@ -724,7 +731,8 @@ impl Facts {
             failure_class,
             code: code.to_string(),
             message: message.to_string(),
-            remediation,
+            remediation: std::borrow::Cow::Borrowed(remediation),
+            context: None,
         };
         match failure {
             AttemptFailure::Contract { failure } => {
@@ -794,13 +802,7 @@ impl Facts {
                     "Review the step's sources and instructions; this refusal is never retried.",
                 )
             }
-            AttemptFailure::ContextExhausted => fact(
-                "context-exhausted",
-                "model-output",
-                "context-exhausted",
-                "The model's context window was exhausted.",
-                "Lower sourceReadBytes or split the step into smaller steps.",
-            ),
+            AttemptFailure::ContextExhausted { context } => context_facts(*context),
             AttemptFailure::BudgetExhausted { bound, message } => fact(
                 BUDGET_EXHAUSTED,
                 "host",
@@ -831,6 +833,7 @@ impl Facts {
             code: self.code.clone(),
             message,
             remediation,
+            context: self.context,
         }
     }
 }
@@ -876,6 +879,12 @@ fn provider_facts(f: &ProviderFailure) -> Facts {
             "provider",
             "The provider's content filter refused the request; change the step's inputs.",
         ),
+        // A 404 is as often a base URL without its version path as an unknown model.
+        ProviderErrorClass::InvalidRequest if f.http_status == Some(404) => (
+            "provider-refused",
+            "provider",
+            "The provider answered 404: check the model name and that providers.NAME.baseUrl ends with the API's version path (such as /v1); `docsfab doctor --probe` tells which.",
+        ),
         ProviderErrorClass::InvalidRequest => (
             "provider-refused",
             "provider",
@@ -900,8 +909,45 @@ fn provider_facts(f: &ProviderFailure) -> Facts {
             "The provider request failed with class {}{status}.",
             f.class
         ),
-        remediation,
+        remediation: std::borrow::Cow::Borrowed(remediation),
+        context: None,
     }
+}
+
+/// How a context overflow reads (STP-14): the sizes the provider gave, and the three levers an
+/// operator has (what the step reads, what it may answer, and the model's context).
+fn context_facts(context: Option<ContextWindow>) -> Facts {
+    let c = context.unwrap_or_default();
+    let prompt = c.prompt_tokens.map_or_else(
+        || "the prompt".to_owned(),
+        |n| format!("the prompt of {n} tokens"),
+    );
+    let output = c.output_tokens.map_or_else(
+        || "maxOutputTokens".to_owned(),
+        |n| format!("the {n} output tokens asked for (maxOutputTokens)"),
+    );
+    let window = c.context_tokens.map_or_else(
+        || "the model's context".to_owned(),
+        |n| format!("the model's context of {n} tokens"),
+    );
+    Facts {
+        category: "context-exhausted",
+        failure_class: "model-output",
+        code: "context-exhausted".to_string(),
+        message: "The model's context window was exhausted.".to_string(),
+        remediation: std::borrow::Cow::Owned(format!(
+            "{} plus {output} did not fit {window}; lower limits.sourceReadBytes or limits.maxOutputTokens, split the step, or use a model or server with a larger context (llama-server -c, Ollama num_ctx, vLLM --max-model-len).",
+            upper_first(&prompt)
+        )),
+        context,
+    }
+}
+
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map_or_else(String::new, |c| {
+        c.to_uppercase().chain(chars).collect::<String>()
+    })
 }
 
 fn declined_failure(facts: &Facts, settlement: WriteSettlement) -> StepFailure {
@@ -925,6 +971,7 @@ fn declined_failure(facts: &Facts, settlement: WriteSettlement) -> StepFailure {
         ),
         remediation: "Inspect the workspace for partial writes, restore it, then run again."
             .to_string(),
+        context: None,
     }
 }
 

@@ -71,7 +71,7 @@ fn attempt_failure() -> impl Strategy<Value = AttemptFailure> {
         ])
         .prop_map(|t| AttemptFailure::RefusedBeforeSend { error_text: t.to_string() }),
         1 => Just(AttemptFailure::ValidatorTerminal { refusal: ValidatorRefusal::AuthorityRefusal }),
-        1 => Just(AttemptFailure::ContextExhausted),
+        1 => Just(AttemptFailure::ContextExhausted { context: None }),
     ]
 }
 

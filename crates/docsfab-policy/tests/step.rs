@@ -501,7 +501,7 @@ fn terminal_refusals_are_never_retried_stp_14() {
         AttemptFailure::ValidatorTerminal {
             refusal: ValidatorRefusal::AuthorityRefusal,
         },
-        AttemptFailure::ContextExhausted,
+        AttemptFailure::ContextExhausted { context: None },
     ] {
         let d = read_only(std::slice::from_ref(&f));
         assert_eq!(d[0].retry_decision(), RetryDecision::Terminal, "{f:?}");
@@ -517,12 +517,37 @@ fn terminal_refusals_are_never_retried_stp_14() {
         d[0].failure().map(|f| f.category.as_str()),
         Some("cancelled")
     );
-    let d = read_only(&[AttemptFailure::ContextExhausted]);
+    let d = read_only(&[AttemptFailure::ContextExhausted { context: None }]);
     assert_eq!(
         d[0].failure().map(|f| f.category.as_str()),
         Some("context-exhausted")
     );
     assert_eq!(d[0].retry_rule(), "terminal-context-exhausted");
+    // With the counts a server's overflow refusal gave: still terminal, and the failure names
+    // the counts and the three levers (what the step reads, what it may answer, the context).
+    let context = docsfab_policy::step::ContextWindow {
+        prompt_tokens: Some(5000),
+        context_tokens: Some(4096),
+        output_tokens: None,
+    };
+    let d = read_only(&[AttemptFailure::ContextExhausted {
+        context: Some(context),
+    }]);
+    assert_eq!(d[0].retry_decision(), RetryDecision::Terminal);
+    let failure = d[0].failure().expect("a failure");
+    assert_eq!(failure.context, Some(context));
+    for part in [
+        "The prompt of 5000 tokens plus maxOutputTokens did not fit the model's context of 4096 tokens",
+        "limits.sourceReadBytes",
+        "limits.maxOutputTokens",
+        "llama-server -c",
+    ] {
+        assert!(
+            failure.remediation.contains(part),
+            "{}",
+            failure.remediation
+        );
+    }
     let d = read_only(&[AttemptFailure::ValidatorTerminal {
         refusal: ValidatorRefusal::CredentialMaterial,
     }]);
@@ -648,7 +673,7 @@ fn history_gives_budget_and_feedback_of_the_running_attempt_stp_5() {
         &b,
         StepAccess::ReadOnly,
         &past,
-        &AttemptFailure::ContextExhausted,
+        &AttemptFailure::ContextExhausted { context: None },
         10,
     );
     // The record fields come from the decision's accessors, as the runtime writes them.

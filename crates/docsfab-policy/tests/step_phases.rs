@@ -30,7 +30,7 @@ fn failures() -> Vec<AttemptFailure> {
         AttemptFailure::CutAnswer,
         AttemptFailure::AttemptDeadline,
         AttemptFailure::NoProgress,
-        AttemptFailure::ContextExhausted,
+        AttemptFailure::ContextExhausted { context: None },
         AttemptFailure::Cancelled,
         AttemptFailure::RefusedBeforeSend {
             error_text: "host preflight failed: the workspace is gone".into(),

@@ -52,6 +52,8 @@ use crate::budget::{Exhausted, Reservation, RunBudget, worst_prompt_tokens};
 use crate::outcome::{StreamOutcome, TransportFailure, Usage};
 use crate::request::{Payload, PayloadDigest};
 use crate::transport::Transport;
+use crate::truncation::prompt_truncated;
+use docsfab_record::TurnWarning;
 
 /// Where the driver gets the bytes for each request of the turn.
 ///
@@ -134,6 +136,9 @@ pub struct TurnAccount {
     /// Tokens over every request of the turn, failed ones included.
     pub usage: Usage,
     pub duration_ms: u64,
+    /// What looked wrong with the answer without deciding anything (a prompt the server cut).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<TurnWarning>,
 }
 
 /// How the turn ended, with what the runtime needs next.
@@ -318,6 +323,8 @@ pub async fn run_turn_gated(
             Ok(mut outcome) => {
                 outcome.usage = answered_usage(outcome.usage, &outcome);
                 settle(reservation, &outcome.usage);
+                turn.warnings
+                    .extend(prompt_truncated(sent_bytes as u64, &outcome.usage));
                 return turn.completed(outcome, permit, on_event);
             }
             Err(f) => f,
@@ -490,6 +497,7 @@ struct Turn {
     requests: u32,
     usage: Usage,
     held_ms: u64,
+    warnings: Vec<TurnWarning>,
 }
 
 impl Turn {
@@ -558,6 +566,7 @@ impl Turn {
             requests: 0,
             usage: Usage::ZERO,
             held_ms: 0,
+            warnings: Vec::new(),
         }
     }
 
@@ -620,6 +629,7 @@ impl Turn {
             usage: self.usage,
             held_ms: self.held_ms,
             duration_ms: duration_ms(self.started.elapsed()),
+            warnings: self.warnings,
         };
         TurnResult { end, record }
     }

@@ -198,12 +198,15 @@ pub struct FailureBody {
     /// The gateway the failed response came through, recognised from its head (issue 24);
     /// `None` when no head arrived or it named no gateway docsfab knows.
     pub gateway: Option<docsfab_record::Gateway>,
+    /// A context-overflow refusal the body stated in a server's own dialect, with the counts it
+    /// gave ([`crate::overflow`]); read only for a failure already terminal by its class.
+    pub overflow: Option<crate::overflow::Overflow>,
 }
 
-/// Error codes and types that say the request did not fit the model's context window. Only
-/// these words are read: Anthropic says "prompt is too long" in the message alone, which docsfab
-/// never reads, so its 400 stays `invalid-request` (terminal too).
-const CONTEXT_EXHAUSTED_CODES: &[&str] = &["context_length_exceeded"];
+/// Error codes and types that say by themselves that the request did not fit the model's
+/// context window (OpenAI's code, llama.cpp's type). Dialects that say it only in the message
+/// (vLLM, Anthropic, TGI) are recognised by [`crate::overflow`] into [`FailureBody::overflow`].
+const CONTEXT_EXHAUSTED_CODES: &[&str] = &["context_length_exceeded", "exceed_context_size_error"];
 
 impl TransportFailure {
     /// A failure with no stream behind it (no response head, or a non-2xx status).
@@ -248,7 +251,14 @@ impl TransportFailure {
             .into_iter()
             .flatten()
             .any(|w| CONTEXT_EXHAUSTED_CODES.contains(&w.as_str()));
-        terminal_class && named
+        terminal_class && (named || self.body.overflow.is_some())
+    }
+
+    /// The token counts of a context-exhausted failure (empty when the provider gave none);
+    /// `None` for any other failure.
+    pub fn context_window(&self) -> Option<docsfab_record::ContextWindow> {
+        self.context_exhausted()
+            .then(|| self.body.overflow.map(|o| o.window).unwrap_or_default())
     }
 }
 
@@ -289,6 +299,18 @@ struct PartialCall {
     name: String,
     arguments: String,
     saw_argument_delta: bool,
+}
+
+impl PartialCall {
+    /// Adds a streamed name fragment. OpenAI sends the name once and fragments append, but
+    /// some servers repeat the whole name on every chunk of the call (reported against
+    /// llama.cpp's streamed tool calls, PR #12379) and others send `""` on continuations: a
+    /// fragment equal to the whole name so far is that repeat, not more name.
+    fn add_name(&mut self, fragment: &str) {
+        if self.name != fragment {
+            self.name.push_str(fragment);
+        }
+    }
 }
 
 /// Reads the decoded events of one 200 stream into an outcome or a failure.
@@ -339,6 +361,9 @@ impl StreamReader {
     /// (a line that is not JSON, an error, an Anthropic event of several data lines) is read
     /// from the event's text, exactly as [`Self::event`] reads it.
     pub fn read(&mut self, ev: &Event) -> Result<(), TransportFailure> {
+        for field in &ev.error_fields {
+            self.error_field(field)?;
+        }
         match self.api {
             Api::OpenaiChat => {
                 for (i, chunk) in ev.chunks.iter().enumerate() {
@@ -360,6 +385,27 @@ impl StreamReader {
                 self.anthropic_event(&ev.to_sse())
             }
         }
+    }
+
+    /// An SSE `error:` field line (some llama.cpp builds: `server_sent_event(sink, "error",
+    /// ...)`, then `data: [DONE]`). Its JSON is read as a structured error event under CLS-5/6:
+    /// `{"error":{...}}` as it stands, a bare `{"code":..,"message":..,"type":..}` as the
+    /// `error` member of one; an integer code is the declared status, the type is looked up in
+    /// the closed lists, the message is never read for the class. A value that is not a JSON
+    /// object is ignored, as SSE ignores a field it does not know.
+    fn error_field(&mut self, value: &str) -> Result<(), TransportFailure> {
+        let Ok(Value::Object(object)) = serde_json::from_str::<Value>(value) else {
+            return Ok(());
+        };
+        let event = match object.get("error") {
+            Some(e) if !e.is_null() => Value::Object(object),
+            _ => serde_json::json!({ "error": Value::Object(object) }),
+        };
+        let mut failure = self.error_fail(&event);
+        failure
+            .detail
+            .push_str(" (sent as an SSE `error:` field line)");
+        Err(failure)
     }
 
     /// [`Self::openai_line`] for a line already read into a chunk with no error member.
@@ -388,7 +434,7 @@ impl StreamReader {
                         call.id.clone_from(id);
                     }
                     if let Some(name) = &c.name {
-                        call.name.push_str(name);
+                        call.add_name(name);
                     }
                     if let Some(args) = &c.arguments {
                         call.arguments.push_str(args);
@@ -706,7 +752,7 @@ impl StreamReader {
                         call.id = id.to_owned();
                     }
                     if let Some(name) = c["function"]["name"].as_str() {
-                        call.name.push_str(name);
+                        call.add_name(name);
                     }
                     if let Some(args) = c["function"]["arguments"].as_str() {
                         call.arguments.push_str(args);
@@ -829,6 +875,7 @@ impl StreamReader {
         let mut failure = self.take_fail(f, detail);
         failure.body.error_type = error_type;
         failure.body.error_code = error_code;
+        failure.body.overflow = crate::overflow::recognise(v);
         failure
     }
 }
@@ -864,6 +911,138 @@ mod tests {
             r.event(e)?;
         }
         r.finish()
+    }
+
+    /// Reads `body` through the boundary's event reader (the transport's path), split into two
+    /// reads at `cut`.
+    fn read_split(api: Api, body: &[u8], cut: usize) -> Result<StreamOutcome, TransportFailure> {
+        let mut dec = docsfab_boundary::EventReader::new();
+        let mut r = StreamReader::new(api, 200);
+        let mut failed = None;
+        let mut on = |e: &Event| {
+            if failed.is_none() {
+                failed = r.read(e).err();
+            }
+        };
+        dec.feed(&body[..cut], &mut on);
+        dec.feed(&body[cut..], &mut on);
+        dec.finish(&mut on);
+        match failed {
+            Some(f) => Err(f),
+            None => r.finish(),
+        }
+    }
+
+    // CLS-5/CLS-6 on an SSE `error:` field line (llama.cpp), at every split of the raw bytes
+    // (BND-9 style): a declared 500 is `server` (replayed), a declared 503 in the wrapped shape
+    // too, a declared 429 is a rate limit without HTTP status (terminal, REP-6), and a declared
+    // 400 overflow is named context-exhausted with its counts (STP-14).
+    #[test]
+    fn error_field_lines_are_structured_error_events_at_every_split_cls_5_cls_6() {
+        let content = "data: {\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+        let cases: [(&str, ProviderErrorClass, Option<u16>); 4] = [
+            (
+                "error: {\"code\":500,\"message\":\"boom\",\"type\":\"server_error\"}\n\ndata: [DONE]\n\n",
+                ProviderErrorClass::Server,
+                Some(500),
+            ),
+            (
+                "error: {\"error\":{\"code\":503,\"type\":\"unavailable_error\"}}\r\n\r\ndata: [DONE]",
+                ProviderErrorClass::Server,
+                Some(503),
+            ),
+            (
+                "error: {\"code\":429,\"message\":\"slow down\",\"type\":\"rate_limit_error\"}\n\ndata: [DONE]\n\n",
+                ProviderErrorClass::RateLimit,
+                Some(429),
+            ),
+            (
+                "error: {\"code\":400,\"message\":\"request (5000 tokens) exceeds the available context size (4096 tokens), try increasing it\",\"type\":\"exceed_context_size_error\",\"n_prompt_tokens\":5000,\"n_ctx\":4096}\n\ndata: [DONE]\n\n",
+                ProviderErrorClass::InvalidRequest,
+                Some(400),
+            ),
+        ];
+        for (tail, class, declared) in cases {
+            for prefix in ["", content] {
+                let body = format!("{prefix}{tail}");
+                for cut in 0..=body.len() {
+                    let f = read_split(Api::OpenaiChat, body.as_bytes(), cut).unwrap_err();
+                    let p = f.failure;
+                    assert_eq!(
+                        (p.class, p.declared_status),
+                        (class, declared),
+                        "{body} @{cut}"
+                    );
+                    assert_eq!(p.http_status, None);
+                    assert_eq!(p.content_published, !prefix.is_empty());
+                    assert!(!p.is_throttled(), "a declared 429 is no HTTP 429 (REP-6)");
+                    assert!(f.detail.contains("`error:` field line"), "{}", f.detail);
+                    assert_eq!(f.context_exhausted(), declared == Some(400));
+                }
+            }
+        }
+        let f = read_split(Api::OpenaiChat, cases[3].0.as_bytes(), 0).unwrap_err();
+        let w = f.context_window().unwrap();
+        assert_eq!(
+            (w.prompt_tokens, w.context_tokens),
+            (Some(5000), Some(4096))
+        );
+        // The Anthropic transport reads the field the same way.
+        let f = read_split(Api::AnthropicMessages, cases[0].0.as_bytes(), 3).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::Server);
+    }
+
+    // Tool calls as real servers stream them, assembled by index: no ids, the id and the whole
+    // name repeated on every chunk, `name: ""` on continuations.
+    #[test]
+    fn tool_call_dialects_assemble_into_one_call_by_index() {
+        let head = |call: &str| {
+            format!(
+                "data: {{\"model\":\"m\",\"choices\":[{{\"delta\":{{\"tool_calls\":[{call}]}}}}]}}\n\n"
+            )
+        };
+        let end = "data: {\"model\":\"m\",\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n";
+        let bodies = [
+            [
+                r#"{"index":0,"type":"function","function":{"name":"read_file","arguments":""}}"#,
+                r#"{"index":0,"function":{"arguments":"{\"path\":"}}"#,
+                r#"{"index":0,"function":{"arguments":"\"a\"}"}}"#,
+            ],
+            [
+                r#"{"index":0,"id":"c1","type":"function","function":{"name":"read_file","arguments":""}}"#,
+                r#"{"index":0,"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\":"}}"#,
+                r#"{"index":0,"id":"c1","type":"function","function":{"name":"read_file","arguments":"\"a\"}"}}"#,
+            ],
+            [
+                r#"{"index":0,"id":"c1","type":"function","function":{"name":"read_file","arguments":""}}"#,
+                r#"{"index":0,"function":{"name":"","arguments":"{\"path\":"}}"#,
+                r#"{"index":0,"function":{"name":"","arguments":"\"a\"}"}}"#,
+            ],
+        ];
+        for calls in bodies {
+            let body: String = calls.iter().map(|c| head(c)).collect::<String>() + end;
+            for o in [
+                read(Api::OpenaiChat, &body).unwrap(),
+                read_split(Api::OpenaiChat, body.as_bytes(), body.len() / 2).unwrap(),
+            ] {
+                assert_eq!(o.tool_calls.len(), 1, "{body}");
+                let c = &o.tool_calls[0];
+                assert_eq!(
+                    (c.name.as_str(), c.arguments.as_str()),
+                    ("read_file", "{\"path\":\"a\"}")
+                );
+                assert!(!c.truncated);
+            }
+        }
+    }
+
+    #[test]
+    fn an_error_field_that_is_not_a_json_object_is_ignored_as_sse_says() {
+        let body = "error: oops\n\nerror: [1]\n\ndata: {\"model\":\"m\",\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        for cut in 0..=body.len() {
+            let o = read_split(Api::OpenaiChat, body.as_bytes(), cut).unwrap();
+            assert_eq!((o.text.as_str(), o.done), ("Hi", true));
+        }
     }
 
     const OA_TEXT: &str = "data: {\"model\":\"m1\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n\
@@ -1003,11 +1182,27 @@ data: [DONE]\n\n";
         );
         f.body.error_code = Some("context_length_exceeded".into());
         assert!(!f.context_exhausted());
-        // Anthropic names it only in the message, which is never read.
-        let body = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long\"}}\n\n";
+        // Anthropic names it only in the message: the bounded matcher names it, with counts,
+        // and the class the event's type gave stays as it was.
+        let body = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"prompt is too long: 9 tokens > 8 maximum\"}}\n\n";
         let f = read(Api::AnthropicMessages, body).unwrap_err();
         assert_eq!(f.body.error_type.as_deref(), Some("invalid_request_error"));
+        assert_eq!(f.failure.class, ProviderErrorClass::InvalidRequest);
+        assert!(f.context_exhausted());
+        let w = f.context_window().unwrap();
+        assert_eq!((w.prompt_tokens, w.context_tokens), (Some(9), Some(8)));
+    }
+
+    // REP-4 with STP-14: an overflow in the words of a retryable failure (a declared 503, a
+    // server-fault type) is never named context-exhausted, so it stays retryable.
+    #[test]
+    fn overflow_words_never_make_a_retryable_failure_terminal_rep_4_stp_14() {
+        let body = "data: {\"error\":{\"code\":503,\"type\":\"exceed_context_size_error\",\"message\":\"request (9 tokens) exceeds the available context size (8 tokens)\"}}\n\n";
+        let f = read(Api::OpenaiChat, body).unwrap_err();
+        assert_eq!(f.failure.class, ProviderErrorClass::Server);
+        assert!(f.body.overflow.is_some());
         assert!(!f.context_exhausted());
+        assert_eq!(f.context_window(), None);
     }
 
     #[test]

@@ -21,6 +21,9 @@
 //!   last tool, the system prompt as one text block, the first user message), so every turn,
 //!   replay and step retry of the step reads what the first request wrote.
 //!
+//! * A contract step's answer requests carry its schema as a structured-output constraint
+//!   (`response_format` on OpenAI, `output_config.format` on Anthropic; see [`crate::constraint`]).
+//!
 //! Caching changes the bytes, never their meaning: the digest covers the payload as sent.
 
 use bytes::Bytes;
@@ -31,6 +34,8 @@ use sha2::{Digest, Sha256};
 /// Which provider API a payload is written for: the policy's `host.yaml` type, re-exported
 /// here so the runtime passes one value from configuration to transport.
 use docsfab_record::Api;
+
+pub use crate::constraint::ResponseFormat;
 
 /// The path appended to the provider's `baseUrl` (which already holds the version prefix).
 pub fn endpoint_path(api: Api) -> &'static str {
@@ -92,6 +97,24 @@ pub struct TurnRequest {
     /// turns on the `cache_control` breakpoints. `None`: no caching asked for.
     #[serde(default)]
     pub prompt_cache_key: Option<String>,
+    /// The structured-output constraint of a contract step's answer (`None`: none is sent).
+    /// OpenAI: `response_format`; Anthropic: `output_config.format` (a JSON Schema only).
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+    /// Whether the model must call a tool. `None` sends nothing (the APIs' own default, auto);
+    /// `doctor --probe` sends `Required` to learn whether a server honours tools at all.
+    #[serde(default)]
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// `tool_choice`: OpenAI `"auto"`/`"required"`, Anthropic `{type: auto}`/`{type: any}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// The model must call one of the tools.
+    Required,
 }
 
 fn yes() -> bool {
@@ -105,6 +128,10 @@ pub enum RequestError {
         "the arguments of tool call {call_id} are not a JSON object, so they cannot be sent to the Anthropic Messages API"
     )]
     ToolArgumentsNotObject { call_id: String },
+    #[error(
+        "the Anthropic Messages API has no JSON-object mode; set providers.NAME.structuredOutput to json-schema or off"
+    )]
+    JsonObjectOnAnthropic,
     #[error("the request could not be written as JSON: {0}")]
     Json(String),
 }
@@ -196,6 +223,42 @@ mod openai {
         tools: Vec<Tool<'a>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         prompt_cache_key: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        response_format: Option<Format<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_choice: Option<&'static str>,
+    }
+
+    /// `response_format`: `{type: json_schema, json_schema: {...}}` or `{type: json_object}`.
+    #[derive(Serialize)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    enum Format<'a> {
+        JsonSchema { json_schema: Named<'a> },
+        JsonObject,
+    }
+
+    #[derive(Serialize)]
+    struct Named<'a> {
+        name: &'a str,
+        schema: &'a Value,
+        strict: bool,
+    }
+
+    fn format(f: &ResponseFormat) -> Format<'_> {
+        match f {
+            ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => Format::JsonSchema {
+                json_schema: Named {
+                    name,
+                    schema,
+                    strict: *strict,
+                },
+            },
+            ResponseFormat::JsonObject => Format::JsonObject,
+        }
     }
 
     #[derive(Serialize)]
@@ -289,6 +352,11 @@ mod openai {
                 include_usage: true,
             }),
             prompt_cache_key: r.prompt_cache_key.as_deref(),
+            response_format: r.response_format.as_ref().map(format),
+            tool_choice: r.tool_choice.map(|c| match c {
+                ToolChoice::Auto => "auto",
+                ToolChoice::Required => "required",
+            }),
             tools: r
                 .tools
                 .iter()
@@ -318,6 +386,41 @@ mod anthropic {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tools: Vec<Cached<Tool<'a>>>,
         stream: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        output_config: Option<OutputConfig<'a>>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_choice: Option<Choice>,
+    }
+
+    /// `tool_choice: {type: auto | any}`.
+    #[derive(Serialize)]
+    struct Choice {
+        r#type: &'static str,
+    }
+
+    /// `output_config: {format: {type: json_schema, schema}}`: Anthropic's structured outputs.
+    #[derive(Serialize)]
+    struct OutputConfig<'a> {
+        format: SchemaFormat<'a>,
+    }
+
+    #[derive(Serialize)]
+    struct SchemaFormat<'a> {
+        r#type: &'static str,
+        schema: &'a Value,
+    }
+
+    fn output_config(f: Option<&ResponseFormat>) -> Result<Option<OutputConfig<'_>>, RequestError> {
+        match f {
+            None => Ok(None),
+            Some(ResponseFormat::JsonSchema { schema, .. }) => Ok(Some(OutputConfig {
+                format: SchemaFormat {
+                    r#type: "json_schema",
+                    schema,
+                },
+            })),
+            Some(ResponseFormat::JsonObject) => Err(RequestError::JsonObjectOnAnthropic),
+        }
     }
 
     /// The system prompt: a plain string, or one text block when it carries a cache breakpoint.
@@ -485,6 +588,13 @@ mod anthropic {
                 })
                 .collect(),
             stream: true,
+            output_config: output_config(r.response_format.as_ref())?,
+            tool_choice: r.tool_choice.map(|c| Choice {
+                r#type: match c {
+                    ToolChoice::Auto => "auto",
+                    ToolChoice::Required => "any",
+                },
+            }),
         })
     }
 
@@ -514,6 +624,8 @@ mod tests {
         TurnRequest {
             include_usage: true,
             prompt_cache_key: None,
+            response_format: None,
+            tool_choice: None,
             model: "m1".into(),
             max_output_tokens: 512,
             system: Some("be brief".into()),
@@ -619,6 +731,79 @@ mod tests {
             Err(RequestError::ToolArgumentsNotObject {
                 call_id: "c9".into()
             })
+        );
+    }
+
+    fn constrained(format: ResponseFormat) -> TurnRequest {
+        TurnRequest {
+            response_format: Some(format),
+            ..request()
+        }
+    }
+
+    fn schema_format(strict: bool) -> ResponseFormat {
+        ResponseFormat::JsonSchema {
+            name: "outline".into(),
+            schema: json!({"type": "object", "required": ["modules"]}),
+            strict,
+        }
+    }
+
+    #[test]
+    fn issue31_tool_choice_is_sent_per_api_only_when_set() {
+        let required = TurnRequest {
+            tool_choice: Some(ToolChoice::Required),
+            ..request()
+        };
+        let v = parsed(&Payload::build(Api::OpenaiChat, &required).unwrap());
+        assert_eq!(v["tool_choice"], json!("required"));
+        let v = parsed(&Payload::build(Api::AnthropicMessages, &required).unwrap());
+        assert_eq!(v["tool_choice"], json!({"type": "any"}));
+        let auto = TurnRequest {
+            tool_choice: Some(ToolChoice::Auto),
+            ..request()
+        };
+        let v = parsed(&Payload::build(Api::AnthropicMessages, &auto).unwrap());
+        assert_eq!(v["tool_choice"], json!({"type": "auto"}));
+        for api in [Api::OpenaiChat, Api::AnthropicMessages] {
+            let v = parsed(&Payload::build(api, &request()).unwrap());
+            assert!(v.get("tool_choice").is_none(), "{api}");
+        }
+    }
+
+    #[test]
+    fn openai_carries_the_contract_as_response_format() {
+        let v =
+            parsed(&Payload::build(Api::OpenaiChat, &constrained(schema_format(false))).unwrap());
+        assert_eq!(
+            v["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "outline",
+                "schema": {"type": "object", "required": ["modules"]}, "strict": false}})
+        );
+        let v = parsed(
+            &Payload::build(Api::OpenaiChat, &constrained(ResponseFormat::JsonObject)).unwrap(),
+        );
+        assert_eq!(v["response_format"], json!({"type": "json_object"}));
+        let v = parsed(&Payload::build(Api::OpenaiChat, &request()).unwrap());
+        assert!(v.get("response_format").is_none());
+    }
+
+    #[test]
+    fn anthropic_carries_the_contract_as_output_config() {
+        let v = parsed(
+            &Payload::build(Api::AnthropicMessages, &constrained(schema_format(true))).unwrap(),
+        );
+        assert_eq!(
+            v["output_config"],
+            json!({"format": {"type": "json_schema", "schema": {"type": "object", "required": ["modules"]}}})
+        );
+        assert!(v.get("response_format").is_none());
+        assert_eq!(
+            Payload::build(
+                Api::AnthropicMessages,
+                &constrained(ResponseFormat::JsonObject)
+            ),
+            Err(RequestError::JsonObjectOnAnthropic)
         );
     }
 

@@ -101,22 +101,32 @@ pub struct HttpTransport {
 /// The most of an error body read for its type and code; the rest is not needed.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// The URL a request of `api` goes to: the base URL's path with the API's path appended,
+/// keeping any query the base URL carries. An `anthropic-messages` base URL with no path at all
+/// (`http://host:port`, the form Anthropic's SDKs and llama.cpp document) gets `/v1` first, so
+/// both spellings reach `/v1/messages`; any other path is taken as written.
+pub fn endpoint_url(api: Api, base_url: &str) -> Result<reqwest::Url, TransportBuildError> {
+    let mut url = reqwest::Url::parse(base_url.trim())
+        .map_err(|e| TransportBuildError::BadUrl(e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
+        return Err(TransportBuildError::BadUrl(
+            "it must be an http or https URL".into(),
+        ));
+    }
+    let base = url.path().trim_end_matches('/');
+    let version = if api == Api::AnthropicMessages && base.is_empty() {
+        "/v1"
+    } else {
+        ""
+    };
+    let path = format!("{base}{version}{}", endpoint_path(api));
+    url.set_path(&path);
+    Ok(url)
+}
+
 impl HttpTransport {
     pub fn new(config: HttpConfig) -> Result<Self, TransportBuildError> {
-        let mut url = reqwest::Url::parse(config.base_url.trim())
-            .map_err(|e| TransportBuildError::BadUrl(e.to_string()))?;
-        if !matches!(url.scheme(), "http" | "https") || url.cannot_be_a_base() {
-            return Err(TransportBuildError::BadUrl(
-                "it must be an http or https URL".into(),
-            ));
-        }
-        // Append the API's path to the base path, keeping any query the base URL carries.
-        let path = format!(
-            "{}{}",
-            url.path().trim_end_matches('/'),
-            endpoint_path(config.api)
-        );
-        url.set_path(&path);
+        let url = endpoint_url(config.api, &config.base_url)?;
 
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -514,11 +524,8 @@ async fn status_failure(
             break;
         }
     }
-    let error = serde_json::from_slice::<serde_json::Value>(&body)
-        .ok()
-        .map(|v| v["error"].clone())
-        .unwrap_or_default();
-    let (error_type, error_code) = error_words(&error);
+    let doc = serde_json::from_slice::<serde_json::Value>(&body).unwrap_or_default();
+    let (error_type, error_code) = error_words(&doc["error"]);
 
     let mut head = ProviderFailure::from_http_status(status, retry_after_ms);
     let filtered = [&error_code, &error_type].iter().any(|w| {
@@ -544,9 +551,17 @@ async fn status_failure(
     if let Some(c) = &error_code {
         detail.push_str(&format!(", error code {c}"));
     }
+    // Only a refusal already terminal by its status is read for a context overflow (REP-4).
+    let overflow = matches!(head.class, ProviderErrorClass::InvalidRequest)
+        .then(|| crate::overflow::recognise(&doc))
+        .flatten();
+    if let Some(o) = &overflow {
+        detail.push_str(&format!(", context overflow ({} dialect)", o.server));
+    }
     let mut failure = TransportFailure::new(head, detail);
     failure.body.error_type = error_type;
     failure.body.error_code = error_code;
+    failure.body.overflow = overflow;
     failure
 }
 
@@ -607,6 +622,16 @@ mod tests {
             t.url.as_str(),
             "https://example.com/openai/v1/chat/completions?api-version=2"
         );
+        // Issue 31: Anthropic's documented form, without the version path, reaches the same
+        // endpoint; an OpenAI base URL and any Anthropic path are taken as written.
+        for bare in ["http://127.0.0.1:9", "http://127.0.0.1:9/"] {
+            let url = endpoint_url(Api::AnthropicMessages, bare).unwrap();
+            assert_eq!(url.as_str(), "http://127.0.0.1:9/v1/messages");
+        }
+        let url = endpoint_url(Api::AnthropicMessages, "https://gw.example/anthropic").unwrap();
+        assert_eq!(url.as_str(), "https://gw.example/anthropic/messages");
+        let url = endpoint_url(Api::OpenaiChat, "http://127.0.0.1:9").unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:9/chat/completions");
         let err = HttpTransport::new(HttpConfig::new(Api::OpenaiChat, "ftp://u:secret@h/", None))
             .unwrap_err();
         assert!(!err.to_string().contains("secret"));

@@ -35,6 +35,8 @@ fn payload(api: Api) -> Payload {
         &TurnRequest {
             include_usage: true,
             prompt_cache_key: None,
+            response_format: None,
+            tool_choice: None,
             model: "m1".into(),
             max_output_tokens: 64,
             system: Some("be brief".into()),

@@ -28,6 +28,8 @@ fn payload() -> Bytes {
         &TurnRequest {
             include_usage: true,
             prompt_cache_key: None,
+            response_format: None,
+            tool_choice: None,
             model: "sim-model".into(),
             max_output_tokens: 64,
             system: None,

@@ -342,6 +342,8 @@ async fn one_parse_transport_keeps_the_verdict_it_reached_while_reading_bnd_1() 
             &TurnRequest {
                 include_usage: true,
                 prompt_cache_key: None,
+                response_format: None,
+                tool_choice: None,
                 model: "sim-model".into(),
                 max_output_tokens: 64,
                 system: None,

@@ -18,6 +18,8 @@ fn payload() -> Payload {
         &TurnRequest {
             include_usage: true,
             prompt_cache_key: None,
+            response_format: None,
+            tool_choice: None,
             model: "m".into(),
             max_output_tokens: 10,
             system: None,

@@ -33,11 +33,11 @@ pub use run::ForEach;
 pub use run::{
     ANSWER_EXCERPT_MAX_BYTES, AttemptRecord, AttemptStatus, FileWritten, InterruptedAttempt,
     LeaseRecord, Retry, RunContext, RunLink, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
-    StepInput, StepLink, StepRecord, StepStatus, TurnRecord, TurnStatus, WriteIntent, WriteRestore,
-    rfc3339_utc,
+    StepInput, StepLink, StepRecord, StepStatus, TurnRecord, TurnStatus, TurnWarning, WriteIntent,
+    WriteRestore, rfc3339_utc,
 };
 pub use step::{
-    Access, Budget, ContractFailure, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,
-    TransportRetry,
+    Access, Budget, ContextWindow, ContractFailure, OutputConstraint, RecordedSettlement,
+    RetryDecision, StepFailure, TimeoutKind, TransportRetry,
 };
 pub use usage::{Pricing, Usage, round_usd, shown_cost, sum_cost};

@@ -19,7 +19,8 @@ use crate::gateway::Gateway;
 use crate::lease::{Disposition, LeaseStop, ToolBatch};
 use crate::replay::ReplayRecord;
 use crate::step::{
-    Access, Budget, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind, TransportRetry,
+    Access, Budget, OutputConstraint, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind,
+    TransportRetry,
 };
 use crate::usage::{Usage, sum_cost};
 
@@ -374,6 +375,11 @@ pub struct AttemptRecord {
     #[serde(default)]
     pub answer_bytes: Option<u64>,
     pub timeout_kind: Option<TimeoutKind>,
+    /// The structured-output constraint the attempt's answer requests carried (docs/
+    /// structured-output.md); absent when none was sent (no contract, `structuredOutput: off`,
+    /// or a schema the API cannot take) and in records written before docsfab sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_constraint: Option<OutputConstraint>,
     pub retry_rule: Option<String>,
     #[serde(flatten)]
     pub retry: Retry,
@@ -508,6 +514,33 @@ pub struct TurnRecord {
     /// From the turn's start to the next turn's start (or the attempt's end): its request,
     /// replays and tool batch. `None` in records from before docsfab kept it.
     pub duration_ms: Option<u64>,
+    /// What looked wrong with the turn's answer without changing any decision (docs/cost.md,
+    /// "Silent prompt truncation"); empty in most turns and in older records.
+    pub warnings: Vec<TurnWarning>,
+}
+
+/// A warning on a turn: something an operator should look at that decided nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum TurnWarning {
+    /// The provider reported far fewer prompt tokens than a request of `sent_bytes` can hold:
+    /// the server most likely cut the prompt to its context window and answered anyway.
+    #[serde(rename_all = "camelCase")]
+    PromptTruncated { sent_bytes: u64, input_tokens: u64 },
+}
+
+impl TurnWarning {
+    /// One line for an operator.
+    pub fn describe(&self) -> String {
+        match self {
+            TurnWarning::PromptTruncated {
+                sent_bytes,
+                input_tokens,
+            } => format!(
+                "the provider counted {input_tokens} prompt tokens for a {sent_bytes}-byte request; it probably cut the prompt to its context window without saying so (raise the server's context size, e.g. llama-server -c or Ollama num_ctx)"
+            ),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -527,6 +560,8 @@ struct TurnWire {
     held_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<TurnWarning>,
 }
 
 impl From<TurnRecord> for TurnWire {
@@ -542,6 +577,7 @@ impl From<TurnRecord> for TurnWire {
             reason: t.reason,
             held_ms: t.held_ms,
             duration_ms: t.duration_ms,
+            warnings: t.warnings,
         }
     }
 }
@@ -567,6 +603,7 @@ impl TryFrom<TurnWire> for TurnRecord {
             reason: w.reason,
             held_ms: w.held_ms,
             duration_ms: w.duration_ms,
+            warnings: w.warnings,
         })
     }
 }

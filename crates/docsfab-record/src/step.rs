@@ -63,6 +63,32 @@ pub enum TimeoutKind {
     ProviderTimeout,
 }
 
+/// The structured-output constraint an attempt's requests carried (`outputConstraint` in the
+/// record; `null` when none was sent). The constraint only helps the model: the contract
+/// validator still judges every answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutputConstraint {
+    /// The contract's schema in strict mode (OpenAI `strict: true`; Anthropic's
+    /// `output_config.format`, which is always strict): the schema met the strict rules.
+    JsonSchemaStrict,
+    /// The contract's schema without strict mode (OpenAI `strict: false`): the server may treat
+    /// it as a hint or, as llama.cpp does, compile it into a grammar.
+    JsonSchema,
+    /// Only "some JSON object" (`response_format: {type: json_object}`).
+    JsonObject,
+}
+
+impl OutputConstraint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputConstraint::JsonSchemaStrict => "json-schema-strict",
+            OutputConstraint::JsonSchema => "json-schema",
+            OutputConstraint::JsonObject => "json-object",
+        }
+    }
+}
+
 /// The budget that pays for an attempt (`budget` in the record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -136,6 +162,26 @@ pub struct StepFailure {
     pub message: String,
     /// What the operator can do about it.
     pub remediation: String,
+    /// For `context-exhausted` after a provider's context-overflow refusal: the token counts
+    /// its error gave. Absent otherwise, and in records written before docsfab kept them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextWindow>,
+}
+
+/// The sizes a provider's context-overflow refusal reported, in tokens. Each is absent when the
+/// server did not say (OpenAI's error code alone says none; llama.cpp and vLLM say most).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextWindow {
+    /// The prompt's size as the server counted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    /// The model's (or server slot's) context size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
+    /// The output the request asked room for (`max_tokens`), when the server named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
 }
 
 /// The transport budget a step applies (`transportRetry` in the run record).

@@ -76,6 +76,7 @@ fn policy_types_serialize_as_the_record_spells_them() {
         code: "x".into(),
         message: "m".into(),
         remediation: "r".into(),
+        context: None,
     };
     assert_eq!(
         serde_json::to_string(&failure).ok().as_deref(),

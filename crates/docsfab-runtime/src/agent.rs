@@ -51,23 +51,24 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
 use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::host::StructuredOutput;
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::Feedback;
 use docsfab_policy::step::{AttemptFailure, ValidatorRefusal};
 use docsfab_provider::outcome::{FinishReason, StreamOutcome};
 use docsfab_provider::{
-    AssistantToolCall, Gateway, Message, Payload, ReplayEntry, RunBudget, Spend, ToolSpec,
-    Transport, TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
+    AssistantToolCall, Gateway, Message, Payload, ReplayEntry, ResponseFormat, RunBudget, Spend,
+    ToolSpec, Transport, TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
     driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
-use docsfab_record::{Api, Pricing};
+use docsfab_record::{Api, OutputConstraint, Pricing};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{self, BatchOutcome, CallReply, RequestedCall, ToolUse};
 use crate::composition::{Access, ModelLimits, Step, Tool};
-use crate::contract::CompiledContract;
+use crate::contract::{CompiledContract, ContractFailure};
 use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
@@ -119,6 +120,9 @@ pub struct AttemptInput<'a> {
     pub before_write: Option<batch::BeforeWrite<'a>>,
     /// How the attempt asks for usage, prices it and reserves its spend.
     pub spend: AttemptSpend<'a>,
+    /// How a contract's schema is sent as a structured-output constraint (host.yaml
+    /// `structuredOutput`).
+    pub structured_output: StructuredOutput,
 }
 
 /// What an attempt's requests ask for usage and caching, what its usage is priced at, and the
@@ -170,6 +174,12 @@ pub enum TurnEvent {
         /// it completed.
         reason: Option<String>,
     },
+    /// Something looked wrong with the turn that decided nothing (the turn record's
+    /// `warnings`); sent right after its `Finished`.
+    Warning {
+        turn: u32,
+        warning: docsfab_record::TurnWarning,
+    },
 }
 
 /// The answer of a successful attempt.
@@ -219,6 +229,8 @@ pub struct AttemptReport {
     pub turns: Vec<TurnRecord>,
     pub lease: LeaseRecord,
     pub usage: Usage,
+    /// The structured-output constraint the attempt's requests carried, when one did.
+    pub output_constraint: Option<OutputConstraint>,
     /// What `usage` cost at the provider's price; `None` without a price or with usage unknown.
     pub cost_usd: Option<f64>,
     pub duration_ms: u64,
@@ -253,6 +265,33 @@ pub fn feedback_text(feedback: Feedback, limits: &ModelLimits) -> String {
         ),
         Feedback::ReadOnlyWhatIsNeeded => "Your previous attempt ran out of time. Read only what the answer needs, then answer.".to_owned(),
         Feedback::AnswerAtFirstNotice => "Your previous attempt kept re-reading sources it had already read. When a tool answers with a notice that you already read something, answer at once from what you have.".to_owned(),
+    }
+}
+
+/// The structured-output constraint of a read-only step with a contract (docs/
+/// structured-output.md). The validator judges the answer whatever is sent.
+fn response_format(input: &AttemptInput<'_>) -> Option<ResponseFormat> {
+    let contract = input.step.contract.as_ref()?;
+    if input.step.access != Access::ReadOnly {
+        return None;
+    }
+    ResponseFormat::for_contract(
+        input.structured_output,
+        input.api,
+        &input.step.id,
+        &contract.schema,
+    )
+}
+
+/// The correction for this step: a read-only step without a contract answers plain text, so
+/// the only contract failure it can earn (an empty answer) is corrected in those words.
+fn correction(step: &Step, feedback: Feedback, limits: &ModelLimits) -> String {
+    let text_answer = step.access == Access::ReadOnly && step.contract.is_none();
+    match feedback {
+        Feedback::ReturnOnlyTheJsonObject if text_answer => {
+            "Your previous answer was empty. Answer the step in plain text.".to_owned()
+        }
+        _ => feedback_text(feedback, limits),
     }
 }
 
@@ -344,6 +383,11 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         turns: state.turns,
         lease,
         usage: state.usage,
+        output_constraint: state
+            .response_format
+            .as_ref()
+            .filter(|_| state.constraint_sent)
+            .map(ResponseFormat::recorded),
         cost_usd: input.spend.pricing.and_then(|p| p.cost(&state.usage)),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         snapshots: tools.into_snapshots(),
@@ -495,12 +539,18 @@ struct AgentLoop<'a> {
     final_answer: Option<String>,
     /// The provider throttle's hold of the turn being recorded (see `push_turn`).
     turn_held_ms: u64,
+    /// The warnings of the turn being recorded (see `push_turn`).
+    turn_warnings: Vec<docsfab_record::TurnWarning>,
     /// The gateway the latest response that named one came through (issue 24).
     gateway: Option<Gateway>,
     /// The price of the provider's tokens, for each turn's `costUsd`.
     pricing: Option<Pricing>,
     include_usage: bool,
     prompt_cache_key: Option<String>,
+    /// The constraint the step's answer requests carry (`None`: no contract, or none is sent).
+    response_format: Option<ResponseFormat>,
+    /// Whether a request that left carried it (the record's `outputConstraint`).
+    constraint_sent: bool,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -508,7 +558,7 @@ impl<'a> AgentLoop<'a> {
         let mut opening = String::from("Begin the step.");
         if let Some(f) = input.feedback {
             opening.push_str("\n\nCorrection from the previous attempt: ");
-            opening.push_str(&feedback_text(f, &input.limits));
+            opening.push_str(&correction(input.step, f, &input.limits));
         }
         let messages = vec![Message::User { text: opening }];
         AgentLoop {
@@ -534,10 +584,22 @@ impl<'a> AgentLoop<'a> {
             provider_failure: None,
             final_answer: None,
             turn_held_ms: 0,
+            turn_warnings: Vec::new(),
             gateway: None,
             pricing: input.spend.pricing,
             include_usage: input.spend.include_usage,
             prompt_cache_key: input.spend.prompt_cache_key.clone(),
+            response_format: response_format(input),
+            constraint_sent: false,
+        }
+    }
+
+    /// The constraint of this turn's request. A continuation of a cut answer carries none: it
+    /// must go on from the middle of the object, which a JSON constraint would not allow.
+    fn turn_constraint(&self) -> Option<ResponseFormat> {
+        match self.answer_continuations {
+            0 => self.response_format.clone(),
+            _ => None,
         }
     }
 
@@ -579,9 +641,14 @@ impl<'a> AgentLoop<'a> {
             tools: self.specs.clone(),
             include_usage: self.include_usage,
             prompt_cache_key: self.prompt_cache_key.clone(),
+            response_format: self.turn_constraint(),
+            tool_choice: None,
         };
         match Payload::build(self.api, &request) {
-            Ok(payload) => Action::Send { turn, payload },
+            Ok(payload) => {
+                self.constraint_sent |= request.response_format.is_some();
+                Action::Send { turn, payload }
+            }
             Err(e) => {
                 self.lease
                     .stop(LeaseStop::PreflightFailed, Some(e.to_string()));
@@ -605,6 +672,7 @@ impl<'a> AgentLoop<'a> {
         let turn_usage = result.record.usage;
         self.usage = self.usage + turn_usage;
         self.turn_held_ms = result.record.held_ms;
+        self.turn_warnings = result.record.warnings.clone();
         if let Some(g) = gateway_of(&result.end) {
             self.gateway = Some(g.clone());
         }
@@ -863,6 +931,7 @@ impl<'a> AgentLoop<'a> {
             reason,
             held_ms: std::mem::take(&mut self.turn_held_ms),
             duration_ms: None,
+            warnings: std::mem::take(&mut self.turn_warnings),
         });
     }
 
@@ -905,7 +974,9 @@ impl<'a> AgentLoop<'a> {
         };
         let (requested, rejected, executed) = (batch.requested, batch.rejected, batch.executed);
         self.push_turn(turn, status, replays, batch, usage, reason);
-        let reason = self.turns.last().and_then(|t| t.reason.clone());
+        let recorded = self.turns.last();
+        let reason = recorded.and_then(|t| t.reason.clone());
+        let warnings = recorded.map(|t| t.warnings.clone()).unwrap_or_default();
         self.events.push(TurnEvent::Finished {
             turn,
             status,
@@ -915,6 +986,11 @@ impl<'a> AgentLoop<'a> {
             calls,
             reason,
         });
+        self.events.extend(
+            warnings
+                .into_iter()
+                .map(|warning| TurnEvent::Warning { turn, warning }),
+        );
     }
 }
 
@@ -1182,7 +1258,9 @@ fn context_exhausted(st: &mut AgentLoop<'_>, failure: &TransportFailure) -> Endi
     // Recorded too, so the attempt still shows the provider's class and status.
     st.provider_failure = Some(failure.failure);
     fail(
-        AttemptFailure::ContextExhausted,
+        AttemptFailure::ContextExhausted {
+            context: failure.context_window(),
+        },
         format!(
             "the provider reported the model's context window exceeded: {}",
             failure.detail
@@ -1295,27 +1373,36 @@ fn judge(step: &Step, finish: Option<&FinishReason>, text: &str, continuations: 
     // field, like an error code, so it is read; another attempt would meet the same window.
     if matches!(finish, Some(FinishReason::Other(r)) if r == "model_context_window_exceeded") {
         return fail(
-            AttemptFailure::ContextExhausted,
+            AttemptFailure::ContextExhausted { context: None },
             "the answer ended at the model's context window (stop reason model_context_window_exceeded)",
         );
     }
     if step.access == Access::Write {
         return (Ok(Answer::Text(text.to_owned())), None);
     }
-    // A read-only step without a schema still answers one JSON object.
-    let contract = match &step.contract {
-        Some(c) => match CompiledContract::new(&c.schema) {
-            Ok(contract) => contract,
-            Err(e) => {
-                return fail(
-                    AttemptFailure::RefusedBeforeSend {
-                        error_text: e.to_string(),
-                    },
-                    e.to_string(),
-                );
-            }
-        },
-        None => CompiledContract::any_object(),
+    // A read-only step without a contract answers plain text, as its system prompt asks: any
+    // answer but an empty one meets it (an empty one is `contract-empty`, retried as STP-9 says).
+    let Some(contract) = &step.contract else {
+        return match text.trim().is_empty() {
+            false => (Ok(Answer::Text(text.to_owned())), None),
+            true => fail(
+                AttemptFailure::Contract {
+                    failure: ContractFailure::Empty,
+                },
+                "the answer is empty",
+            ),
+        };
+    };
+    let contract = match CompiledContract::new(&contract.schema) {
+        Ok(contract) => contract,
+        Err(e) => {
+            return fail(
+                AttemptFailure::RefusedBeforeSend {
+                    error_text: e.to_string(),
+                },
+                e.to_string(),
+            );
+        }
     };
     match contract.judge(text) {
         Ok(map) => (Ok(Answer::Object(Value::Object(map))), None),
@@ -1375,6 +1462,7 @@ mod tests {
                 usage: Usage::ZERO,
                 held_ms: 0,
                 duration_ms: 1,
+                warnings: Vec::new(),
             },
         }
     }
@@ -1399,6 +1487,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let input = AttemptInput {
             spend: Default::default(),
+            structured_output: StructuredOutput::JsonSchema,
             transport: &transport,
             gate: None,
             api: Api::OpenaiChat,

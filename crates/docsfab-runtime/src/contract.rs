@@ -56,8 +56,7 @@ pub struct ContractSchemaError(pub String);
 /// A compiled contract.
 #[derive(Debug)]
 pub struct CompiledContract {
-    /// `None`: any object will do.
-    validator: Option<jsonschema::Validator>,
+    validator: jsonschema::Validator,
 }
 
 impl CompiledContract {
@@ -65,23 +64,13 @@ impl CompiledContract {
     pub fn new(schema: &Value) -> Result<CompiledContract, ContractSchemaError> {
         let validator =
             jsonschema::validator_for(schema).map_err(|e| ContractSchemaError(e.to_string()))?;
-        Ok(CompiledContract {
-            validator: Some(validator),
-        })
-    }
-
-    /// The contract of a read-only step that names no schema: any JSON object.
-    pub fn any_object() -> CompiledContract {
-        CompiledContract { validator: None }
+        Ok(CompiledContract { validator })
     }
 
     /// Judges a final answer.
     pub fn judge(&self, answer: &str) -> Result<Map<String, Value>, ContractRejection> {
         let object = Value::Object(parse_object(answer)?);
-        let Some(validator) = &self.validator else {
-            return Ok(into_map(object));
-        };
-        let violations = schema_violations(validator, &object);
+        let violations = schema_violations(&self.validator, &object);
         if violations.is_empty() {
             Ok(into_map(object))
         } else {

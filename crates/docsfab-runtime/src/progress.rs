@@ -106,6 +106,9 @@ impl Progress {
                     reason,
                     ..
                 } => turn_line(*turn, *status, calls, reason.as_deref()),
+                TurnEvent::Warning { turn, warning } => {
+                    format!("    turn {turn}: warning: {}", warning.describe())
+                }
             },
             Progress::AttemptFinished {
                 attempt,

@@ -385,6 +385,7 @@ mod tests {
             reason: None,
             held_ms: 0,
             duration_ms: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -407,6 +408,7 @@ mod tests {
             answer_excerpt: None,
             answer_bytes: None,
             timeout_kind: None,
+            output_constraint: None,
             retry_rule: None,
             retry: Retry {
                 decision: RetryDecision::None,

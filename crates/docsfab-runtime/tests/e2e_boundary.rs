@@ -88,6 +88,7 @@ async fn run(api: Api, scenario: &str, rules: RulesTable) -> Ran {
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET).with_label(KEY_VAR)),
                 spend: Default::default(),
+                structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
             },
             limits: limits(),
             rules,
@@ -285,10 +286,10 @@ async fn an_anthropic_context_window_stop_is_context_exhausted_stp_14() {
     assert_eq!(a["retryScheduled"], false);
 }
 
-/// STP-14's limit, documented: Anthropic says "prompt is too long" only in the message, which
-/// docsfab never reads, so its 400 stays `invalid-request`: terminal as well, under its class rule.
+/// STP-14 in Anthropic's dialect: "prompt is too long" is said only in the message, which the
+/// bounded overflow matcher reads for the name and the counts; the class stays `invalid-request`.
 #[tokio::test]
-async fn an_anthropic_prompt_too_long_stays_invalid_request_stp_14() {
+async fn an_anthropic_prompt_too_long_is_context_exhausted_stp_14() {
     let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#;
     let r = run(
         Api::AnthropicMessages,
@@ -297,8 +298,9 @@ async fn an_anthropic_prompt_too_long_stays_invalid_request_stp_14() {
     )
     .await;
     let a = &attempts(&r)[0];
-    assert_eq!(a["failureCategory"], "provider-refused");
-    assert_eq!(a["retryRule"], "class-invalid-request");
+    assert_eq!(a["failureCategory"], "context-exhausted");
+    assert_eq!(a["providerErrorClass"], "invalid-request");
+    assert_eq!(a["retryRule"], "terminal-context-exhausted");
     assert_eq!(a["retryScheduled"], false);
     assert_eq!(r.requests, 1);
 }

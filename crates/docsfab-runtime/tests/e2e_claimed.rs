@@ -40,6 +40,7 @@ fn config(h: &Harness, workspace: std::path::PathBuf) -> RunConfig {
             model: "sim-model".into(),
             api_key: Some(ApiKey::new(SECRET)),
             spend: Default::default(),
+            structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
         },
         limits: limits("", &[]),
         rules: RulesTable::embedded().unwrap(),

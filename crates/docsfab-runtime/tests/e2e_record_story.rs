@@ -52,6 +52,7 @@ async fn issue11_the_recorded_host_never_holds_userinfo_or_query() {
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new("sk-ant-unit-test-key-000000")),
                 spend: Default::default(),
+                structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
             },
             limits: limits(FAST_HOST, &[]),
             rules: RulesTable::embedded().unwrap(),

@@ -527,6 +527,7 @@ async fn a_workspace_that_is_not_a_directory_is_an_error_before_any_request() {
                 model: "m".into(),
                 api_key: None,
                 spend: Default::default(),
+                structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
             },
             limits: limits(FAST_HOST, &[]),
             rules: RulesTable::embedded().unwrap(),

@@ -127,6 +127,7 @@ fn scripted_config(
             model: "m".into(),
             api_key,
             spend: Default::default(),
+            structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
         },
         limits,
         rules: RulesTable::embedded().unwrap(),

@@ -36,6 +36,7 @@ fn transport_attempt() -> AttemptRecord {
         answer_excerpt: None,
         answer_bytes: None,
         timeout_kind: None,
+        output_constraint: None,
         retry_rule: Some("transport".into()),
         retry: Retry {
             decision: RetryDecision::Scheduled,
@@ -74,6 +75,7 @@ fn transport_attempt() -> AttemptRecord {
                 reason: None,
                 held_ms: 0,
                 duration_ms: Some(1200),
+                warnings: Vec::new(),
             },
             TurnRecord {
                 cost_usd: None,
@@ -105,6 +107,7 @@ fn transport_attempt() -> AttemptRecord {
                 held_ms: 1200,
                 // A turn as docsfab recorded it before it kept turn durations.
                 duration_ms: None,
+                warnings: Vec::new(),
             },
         ],
     }

@@ -199,6 +199,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
             reason: None,
             held_ms: 0,
             duration_ms: None,
+            warnings: Vec::new(),
         })
         .collect();
     AttemptRecord {
@@ -218,6 +219,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         answer_excerpt: None,
         answer_bytes: None,
         timeout_kind: None,
+        output_constraint: None,
         retry_rule: None,
         retry: Retry {
             decision: RetryDecision::None,

@@ -239,6 +239,7 @@ fn a_finished_step_takes_no_more_attempts_and_a_fresh_home_is_created() {
             code: "contract-prose".into(),
             message: "the answer is prose".into(),
             remediation: "tighten the instructions".into(),
+            context: None,
         }),
         output: None,
         basis: None,

@@ -10,8 +10,8 @@ use crate::capacity::{
 };
 use crate::http::{Framing, Outgoing};
 use crate::scenario::{
-    Action, Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Reply, Response, StatusBody,
-    StatusReply, Step, StreamErrorReply, StreamFaults, ToolCall,
+    Action, Answer, BomLines, ErrorEvent, LineEnding, LineFraming, Quirk, Reply, Response,
+    StatusBody, StatusReply, Step, StreamErrorReply, StreamFaults, ToolCall,
 };
 
 /// Which provider API a request addressed (chosen by its path): docsfab's one `Api`.
@@ -329,6 +329,8 @@ struct Sse<'a> {
     written: u64,
     /// `(end offset, answer content bytes)` of every event, for billing a cut stream.
     marks: Vec<(u64, u64)>,
+    /// Write a `: ping` comment line before every event (the `ping-comments` quirk).
+    ping: bool,
 }
 
 impl<'a> Sse<'a> {
@@ -339,7 +341,19 @@ impl<'a> Sse<'a> {
             last_was_cr: false,
             written: 0,
             marks: Vec::new(),
+            ping: false,
         }
+    }
+
+    /// An event whose one line has a field other than `data` (`error: {...}`), which carries
+    /// no answer content.
+    fn field_event(&mut self, field: &str, value: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.line(&mut out, &format!("{field}: {value}"));
+        self.line(&mut out, "");
+        self.written += out.len() as u64;
+        self.marks.push((self.written, 0));
+        out
     }
 
     /// One event: an optional `event:` line, one `data:` line, and the blank line that ends it.
@@ -356,6 +370,9 @@ impl<'a> Sse<'a> {
 
     fn event_with(&mut self, name: Option<&str>, data: &str, content: u64) -> Vec<u8> {
         let mut out = Vec::new();
+        if self.ping {
+            self.line(&mut out, ": ping");
+        }
         if let Some(name) = name {
             self.line(&mut out, &format!("event: {name}"));
         }
@@ -949,6 +966,7 @@ fn error_event_json(event: &ErrorEvent, api: Api) -> String {
 
 fn openai_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64)>) {
     let faults = &answer.faults;
+    let quirk = |q: Quirk| faults.quirks.contains(&q);
     let model = model_of(answer, req);
     let id = format!("chatcmpl-sim-{}", req.index);
     let created = unix_secs();
@@ -958,38 +976,47 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]
         })
     };
+    let finish = (!faults.omit_finish_reason).then(|| finish_reason(answer, Api::OpenaiChat));
     let mut before: Vec<Value> = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
     if let Some(content) = &answer.content {
         for piece in split_text(content, answer.deltas.get()) {
             before.push(chunk(json!({"content": piece}), None));
         }
     }
-    for (k, call) in answer.tool_calls.iter().enumerate() {
+    let whole = quirk(Quirk::ToolCallsWhole) && !answer.tool_calls.is_empty();
+    if whole {
+        // Every call whole in one chunk that also ends the answer (llama.cpp, Ollama).
         before.push(chunk(
-            json!({"tool_calls": [{"index": k, "id": tool_call_id(call, Api::OpenaiChat, req, k),
-                "type": "function", "function": {"name": call.name, "arguments": ""}}]}),
-            None,
+            json!({"tool_calls": whole_tool_calls(answer, req, &faults.quirks)}),
+            finish.as_deref(),
         ));
-        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
-            before.push(chunk(
-                json!({"tool_calls": [{"index": k, "function": {"arguments": piece}}]}),
-                None,
-            ));
-        }
+    } else {
+        before.extend(
+            openai_tool_deltas(answer, req, &faults.quirks)
+                .into_iter()
+                .map(|d| chunk(d, None)),
+        );
     }
     let mut after: Vec<Value> = Vec::new();
-    if !faults.omit_finish_reason {
-        after.push(chunk(
-            json!({}),
-            Some(&finish_reason(answer, Api::OpenaiChat)),
-        ));
+    if let Some(finish) = finish.as_deref().filter(|_| !whole) {
+        after.push(chunk(json!({}), Some(finish)));
+        if quirk(Quirk::DuplicateFinish) {
+            after.push(chunk(json!({}), Some(finish)));
+        }
     }
     if req.body.include_usage && req.report_usage {
-        after.push(json!({
+        let mut usage = json!({
             "id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [],
             "usage": reported_usage(answer, req).openai_json()
-        }));
+        });
+        if quirk(Quirk::UsageExtraMembers) {
+            add_extra_usage_members(&mut usage);
+        }
+        after.push(usage);
+    }
+    if quirk(Quirk::NullFinishChunk) {
+        after.push(chunk(json!({}), None));
     }
     if let Some(foreign) = &faults.foreign_model {
         // The first chunk after the role chunk names the other model (the role chunk itself when
@@ -1002,20 +1029,109 @@ fn openai_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64
         };
         target["model"] = Value::String(foreign.clone());
     }
+    openai_pieces(faults, &before, &after)
+}
 
+/// The OpenAI stream's events: the chunks before the error event, the error event (a `data:`
+/// line, or llama.cpp's `error:` field line, after which only `[DONE]` follows), the chunks after
+/// it, and `[DONE]`.
+fn openai_pieces(
+    faults: &StreamFaults,
+    before: &[Value],
+    after: &[Value],
+) -> (Outgoing, Vec<(u64, u64)>) {
     let mut sse = Sse::new(&faults.framing);
+    sse.ping = faults.quirks.contains(&Quirk::PingComments);
     let mut pieces: Vec<Vec<u8>> = before
         .iter()
         .map(|c| sse.event(None, &c.to_string()))
         .collect();
-    if let Some(event) = &faults.error_event {
-        pieces.push(sse.event(None, &error_event_json(event, Api::OpenaiChat)));
+    let field_line = faults.quirks.contains(&Quirk::ErrorFieldLine);
+    match &faults.error_event {
+        Some(event) if field_line => {
+            pieces.push(sse.field_event("error", &llama_error_json(event)));
+        }
+        Some(event) => pieces.push(sse.event(None, &error_event_json(event, Api::OpenaiChat))),
+        None => {}
     }
-    pieces.extend(after.iter().map(|c| sse.event(None, &c.to_string())));
+    if !(field_line && faults.error_event.is_some()) {
+        pieces.extend(after.iter().map(|c| sse.event(None, &c.to_string())));
+    }
     if !faults.omit_done {
         pieces.push(sse.event(None, "[DONE]"));
     }
     stream_reply(sse, pieces, faults)
+}
+
+/// The deltas of every tool call as the reference streams them (a head chunk with id, type and
+/// name, then the argument pieces), shaped by the dialect's tool-call quirks.
+fn openai_tool_deltas(answer: &Answer, req: &RequestInfo, quirks: &[Quirk]) -> Vec<Value> {
+    let mut deltas = Vec::new();
+    for (k, call) in answer.tool_calls.iter().enumerate() {
+        let id = tool_call_id(call, Api::OpenaiChat, req, k);
+        let mut head = json!({"index": k, "id": id, "type": "function",
+            "function": {"name": call.name, "arguments": ""}});
+        if quirks.contains(&Quirk::ToolIdsMissing) {
+            head.as_object_mut().map(|o| o.remove("id"));
+        }
+        deltas.push(json!({"tool_calls": [head]}));
+        for piece in split_text(truncated_arguments(call), call.deltas.get()) {
+            let mut part = json!({"index": k, "function": {"arguments": piece}});
+            if quirks.contains(&Quirk::ToolIdEveryChunk) && !quirks.contains(&Quirk::ToolIdsMissing)
+            {
+                part["id"] = json!(id);
+                part["type"] = json!("function");
+                part["function"]["name"] = json!(call.name);
+            }
+            if quirks.contains(&Quirk::ToolNameEmptyOnContinuations) {
+                part["function"]["name"] = json!("");
+            }
+            deltas.push(json!({"tool_calls": [part]}));
+        }
+    }
+    deltas
+}
+
+/// Every tool call whole, for one chunk.
+fn whole_tool_calls(answer: &Answer, req: &RequestInfo, quirks: &[Quirk]) -> Vec<Value> {
+    let calls = answer.tool_calls.iter().enumerate();
+    calls
+        .map(|(k, call)| {
+            let mut c = json!({"index": k, "id": tool_call_id(call, Api::OpenaiChat, req, k),
+                "type": "function",
+                "function": {"name": call.name, "arguments": truncated_arguments(call)}});
+            if quirks.contains(&Quirk::ToolIdsMissing) {
+                c.as_object_mut().map(|o| o.remove("id"));
+            }
+            c
+        })
+        .collect()
+}
+
+/// Members real servers add to the usage chunk: `*_details: null` (vLLM, SGLang) and
+/// llama.cpp's `timings`.
+fn add_extra_usage_members(chunk: &mut Value) {
+    let usage = &mut chunk["usage"];
+    if usage.get("prompt_tokens_details").is_none() {
+        usage["prompt_tokens_details"] = Value::Null;
+    }
+    usage["completion_tokens_details"] = Value::Null;
+    chunk["timings"] =
+        json!({"prompt_n": 1, "prompt_ms": 1.5, "predicted_n": 1, "predicted_ms": 2.5});
+}
+
+/// llama.cpp's error object (`format_error_response`): code, message, type, in that order.
+fn llama_error_json(event: &ErrorEvent) -> String {
+    let code = event.code.clone().unwrap_or(Value::Null);
+    let message = event
+        .message
+        .clone()
+        .unwrap_or_else(|| format!("simulated {}", event.kind));
+    format!(
+        "{{\"code\":{code},\"message\":{},\"type\":{}}}",
+        Value::String(message),
+        Value::String(event.kind.clone())
+    )
 }
 
 fn anthropic_stream(answer: &Answer, req: &RequestInfo) -> (Outgoing, Vec<(u64, u64)>) {

@@ -191,6 +191,35 @@ pub(crate) struct StreamFaults {
     pub foreign_model: Option<String>,
     pub after_done: Vec<String>,
     pub event_delay_ms: u64,
+    /// Server dialects: shapes real servers send that the OpenAI reference does not.
+    pub quirks: Vec<Quirk>,
+}
+
+/// A documented shape of a real OpenAI-compatible server (docs/compat-results.md, "Servers"),
+/// for the OpenAI stream. The Anthropic stream ignores them: none of them is Anthropic's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Quirk {
+    /// An SSE comment line (`: ping`) before every event, as keep-alive pings.
+    PingComments,
+    /// The `error_event` is sent as an SSE `error:` field line in llama.cpp's bare shape
+    /// (`error: {"code":..,"message":..,"type":..}`), followed by `data: [DONE]` and nothing else.
+    ErrorFieldLine,
+    /// No `id` member on any tool-call chunk.
+    ToolIdsMissing,
+    /// The call's `id`, `type` and whole `function.name` repeated on every chunk of the call.
+    ToolIdEveryChunk,
+    /// `function.name: ""` on every argument chunk after the first.
+    ToolNameEmptyOnContinuations,
+    /// Each tool call whole (id, name, all arguments) in one chunk that also carries the finish
+    /// reason; with `finish_reason: stop` this is the llama.cpp / Ollama shape.
+    ToolCallsWhole,
+    /// The usage chunk carries members OpenAI does not send (`*_details: null`, `timings`).
+    UsageExtraMembers,
+    /// One more chunk with an empty delta and `finish_reason: null` right before `[DONE]`.
+    NullFinishChunk,
+    /// The finish chunk sent twice.
+    DuplicateFinish,
 }
 
 /// How SSE lines are terminated and prefixed.
@@ -629,6 +658,8 @@ struct RawAnswer {
     after_done: Vec<String>,
     #[serde(default)]
     event_delay_ms: u64,
+    #[serde(default)]
+    quirks: Vec<Quirk>,
 }
 
 #[derive(Deserialize)]
@@ -1366,6 +1397,9 @@ fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
             truncate_at: call.truncate_arguments,
         });
     }
+    if raw.quirks.contains(&Quirk::ErrorFieldLine) && raw.error_event.is_none() {
+        return Err("answer.quirks: error-field-line needs an error_event to send".to_owned());
+    }
     if let Some(reason) = &raw.finish_reason
         && reason.is_empty()
     {
@@ -1386,6 +1420,7 @@ fn resolve_answer(raw: RawAnswer) -> Result<Answer, String> {
             foreign_model: raw.foreign_model,
             after_done: raw.after_done,
             event_delay_ms: raw.event_delay_ms,
+            quirks: raw.quirks,
         },
     })
 }

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 use crate::app::error::CliError;
 use crate::app::{error, progress, telemetry};
-use crate::commands::{demo, doctor, route, run, runs, serve, setup, sim};
+use crate::commands::{check_docs, demo, doctor, route, run, runs, serve, setup, sim};
 
 /// Run multi-step documentation workflows against LLM providers, with auditable retries.
 #[derive(Debug, Parser)]
@@ -60,6 +60,9 @@ enum Commands {
     /// The job service: an HTTP API and web page that queue runs in the run store and run them,
     /// at most --jobs at once. Prints `listening on http://ADDR` first; SIGTERM drains.
     Serve(serve::ServeArgs),
+    /// Check existing Markdown against the tree it describes: every cited path, code name,
+    /// relative link and line range must exist (exit 0 all grounded, 1 some unknown, 2 bad input).
+    CheckDocs(check_docs::CheckDocsArgs),
     /// Print a shell completion script to stdout (e.g. `docsfab completions bash > ~/.local/share/bash-completion/completions/docsfab`).
     Completions {
         /// The shell to write the script for.
@@ -79,6 +82,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Commands::Sim(args) => sim::run(&args, cli.store.as_deref()),
         Commands::Route(args) => route::run(&args, cli.store.as_deref()),
         Commands::Serve(args) => serve::run(&args, cli.store.as_deref()),
+        Commands::CheckDocs(args) => check_docs::run(&args),
         Commands::Completions { shell } => completions(shell),
         Commands::Man => man_page(),
     }

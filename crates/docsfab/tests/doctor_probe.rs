@@ -189,7 +189,14 @@ fn issue11_probe_ok_reports_the_round_trip_and_sends_one_request() {
     assert_eq!(p["provider"], "default");
     assert_eq!(p["model"], "sim-model");
     assert!(p["rttMs"].is_u64(), "{p}");
-    assert_eq!(requests, 1);
+    // The ping, then the two capability probes (issue 31); the simulator answers "pong" to
+    // each, so neither a tool call nor a schema instance came back.
+    assert_eq!(requests, 3);
+    assert_eq!(p["requests"], 3);
+    assert_eq!(
+        p["capabilities"],
+        serde_json::json!({"tools": false, "structuredOutput": false, "streamUsage": true})
+    );
 }
 
 #[test]
@@ -206,7 +213,7 @@ fn issue11_probe_text_shows_result_and_round_trip() {
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(result.ends_with(" s)"), "{result}");
     assert!(stdout.contains(&format!(
-        "Probe: provider default api=openai-chat host={} model=sim-model (1 request, never replayed)\n",
+        "Probe: provider default api=openai-chat host={} model=sim-model (3 requests, never replayed)\n",
         sim.addr()
     )));
     assert!(stdout.ends_with("Configuration is valid.\n"), "{stdout}");
@@ -329,7 +336,7 @@ fn issue11_probe_anthropic_answer_and_unknown_model() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(v["probe"]["api"], "anthropic-messages");
     assert_eq!(v["probe"]["result"], "answered");
-    assert_eq!(requests, 1);
+    assert_eq!(requests, 3);
 
     let (out, v, requests) = probe_api("anthropic-messages", "responses:\n  - status: 404\n", &[]);
     assert_eq!(out.status.code(), Some(2));
@@ -340,4 +347,144 @@ fn issue11_probe_anthropic_answer_and_unknown_model() {
         text(&out.stderr)
     );
     assert_eq!(requests, 1);
+}
+
+/// A scenario whose lanes answer the capability probes: `tools` and `schema` are the script
+/// entries for the tool probe and the schema probe; the ping gets "pong".
+fn capability_scenario(tools: &str, schema: &str) -> String {
+    format!(
+        "responses:\n  - answer: {{text: pong}}\nlanes:\n  - contains: docsfab_probe_echo\n    responses:\n      - {tools}\n  - contains: the sky blue\n    responses:\n      - {schema}\n"
+    )
+}
+
+// Issue 31: a required tool call that comes back, and a schema instance, are capabilities; on
+// both APIs, each probe sent once.
+#[test]
+fn issue31_probe_capabilities_yes_when_the_server_honours_them() {
+    let scenario = capability_scenario(
+        "answer: {tool_calls: [{name: docsfab_probe_echo, arguments: {text: ping}}]}",
+        "answer: {json: {ok: true}}",
+    );
+    for api in ["openai-chat", "anthropic-messages"] {
+        let (out, v, requests) = probe_api(api, &scenario, &[]);
+        assert_eq!(out.status.code(), Some(0), "{api}: {}", text(&out.stderr));
+        assert_eq!(
+            v["probe"]["capabilities"],
+            serde_json::json!({"tools": true, "structuredOutput": true, "streamUsage": true}),
+            "{api}"
+        );
+        assert_eq!(requests, 3, "{api}");
+    }
+}
+
+// Issue 31: what a "no" means and what to set, in the text report; usage never sent is a "no"
+// too.
+#[test]
+fn issue31_probe_capabilities_no_says_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        "usage: never\nresponses:\n  - answer: {text: pong}\n",
+    );
+    let s = Setup::new(&sim.base_url, "");
+    let out = s.docsfab().args(["doctor", "--probe"]).output().unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        stdout.contains("Probe capabilities: tools no, structuredOutput no, streamUsage no\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("steps that need the read tools will answer without reading"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("set providers.default.structuredOutput: off or json-object in host.yaml"),
+        "{stdout}"
+    );
+}
+
+// Issue 31: a probe the server cannot answer is unknown (null), not "no".
+#[test]
+fn issue31_probe_capability_unanswered_is_null() {
+    let scenario = capability_scenario("status: 503", "answer: {json: {ok: true}}");
+    let (out, v, _) = probe_against(&scenario, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(v["probe"]["capabilities"]["tools"], Value::Null, "{v}");
+    assert_eq!(v["probe"]["capabilities"]["structuredOutput"], true, "{v}");
+}
+
+// Issue 31: a 404 at a base URL without its version path, an answer with it: the probe says
+// which base URL to use (exit 2), in one more request.
+#[test]
+fn issue31_probe_finds_the_missing_v1() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("requests.jsonl");
+    let sim = Sim::start_logging(dir.path(), "responses:\n  - answer: {text: pong}\n", &log);
+    let bare = format!("http://{}", sim.addr());
+    let s = Setup::new(&bare, "");
+    let out = s
+        .docsfab()
+        .args(["doctor", "--probe", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["probe"]["result"], "wrong-base-url", "{v}");
+    assert_eq!(v["probe"]["suggestedBaseUrl"], format!("{bare}/v1"));
+    assert_eq!(v["probe"]["requests"], 2);
+    assert_eq!(logged(&log), 2);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "set providers.default.baseUrl: {bare}/v1 in host.yaml"
+        )),
+        "{stderr}"
+    );
+}
+
+// Issue 31: an anthropic-messages base URL without a path (the form Anthropic's SDKs and
+// llama.cpp document) reaches /v1/messages, for the probe and for a run.
+#[test]
+fn issue31_anthropic_base_url_without_v1_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        "responses:\n  - answer: {json: {modules: []}}\n",
+    );
+    let bare = format!("http://{}", sim.addr());
+    let s = Setup::with_api("anthropic-messages", &bare, "");
+    let out = s
+        .docsfab()
+        .args(["doctor", "--probe", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["probe"]["result"], "answered", "{v}");
+    let c = s.composition(ONE_STEP);
+    let out = s.run_command(&c).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+// Issue 31: a run answered 404 names the base URL's version path next to the model, and the
+// probe that tells them apart.
+#[test]
+fn issue31_a_run_answered_404_points_at_the_version_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(dir.path(), "responses:\n  - answer: {text: pong}\n");
+    let s = Setup::new(&format!("http://{}", sim.addr()), "");
+    let c = s.composition(ONE_STEP);
+    let out = s.run_command(&c).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let id = text(&out.stdout).lines().next().unwrap().to_owned();
+    let record = s.show_json(&id);
+    let remedy = record["steps"][0]["failure"]["remediation"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{record}"));
+    assert!(
+        remedy.contains("ends with the API's version path"),
+        "{remedy}"
+    );
+    assert!(remedy.contains("docsfab doctor --probe"), "{remedy}");
 }

@@ -369,6 +369,7 @@ fn failed_end(step_id: &str, fan: &FanOut, why: &str) -> StepEnd {
                 fan.step_id,
                 path_text(fan)
             ),
+            context: None,
         }),
         output: None,
         basis: None,
@@ -386,6 +387,7 @@ fn member_failure(fan: &FanOut, instance: &str, why: &str) -> StepFailure {
             "Make the contract of step {} require that member in every element, or drop it from the instructions.",
             fan.step_id
         ),
+        context: None,
     }
 }
 

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use docsfab_boundary::{BoundaryConfig, Secret};
 use docsfab_policy::catalog::EffectiveLimits;
+use docsfab_policy::host::StructuredOutput;
 use docsfab_policy::rules::{Feedback, RulesTable};
 use docsfab_policy::step::{
     self, AttemptFailure, PastAttempt, StepAccess::ReadOnly, StepBudgets, StepDecision,
@@ -77,6 +78,8 @@ pub struct ProviderSettings {
     pub api_key: Option<ApiKey>,
     /// What host.yaml says of the provider's usage, prices and cost budget.
     pub spend: SpendSettings,
+    /// How a contract step's schema is sent as a structured-output constraint.
+    pub structured_output: StructuredOutput,
 }
 
 /// How a run asks for usage, what it prices it at and what it may spend (host.yaml's
@@ -506,6 +509,7 @@ impl Ctx<'_> {
                 code: "cancelled".into(),
                 message: "The run was cancelled by the caller.".into(),
                 remediation: "Run it again when ready.".into(),
+                context: None,
             },
             CancelReason::JobDeadline { deadline_ms } => StepFailure {
                 category: "cancelled".into(),
@@ -515,6 +519,7 @@ impl Ctx<'_> {
                     "The job deadline fired: runtime.deadlineMilliseconds = {deadline_ms} ms."
                 ),
                 remediation: "Raise runtime.deadlineMilliseconds (up to its catalog maximum), lower DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES, or seal a shorter timeoutMs.".into(),
+                context: None,
             },
         }
     }
@@ -816,6 +821,7 @@ impl StepRun<'_, '_> {
                     .prompt_caching
                     .then(|| format!("docsfab/{}/{}", cfg.composition.name, step.id)),
             },
+            structured_output: cfg.provider.structured_output,
         })
         .await
     }
@@ -999,6 +1005,7 @@ fn attempt_record(
         answer_excerpt: report.answer_excerpt.clone(),
         answer_bytes: report.answer_bytes,
         timeout_kind: None,
+        output_constraint: report.output_constraint,
         retry_rule: None,
         retry: Retry {
             decision: RetryDecision::None,

@@ -56,6 +56,7 @@ pub fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         answer_excerpt: None,
         answer_bytes: None,
         timeout_kind: None,
+        output_constraint: None,
         retry_rule: None,
         retry: Retry { decision },
         wait_ms: decision.is_scheduled().then_some(1000),

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
-use docsfab_policy::host::HostConfig;
+use docsfab_policy::host::{HostConfig, StructuredOutput};
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::ApiKey;
 use docsfab_record::Api;
@@ -100,6 +100,16 @@ pub struct Recorded {
 /// (what is on disk, not what is in memory) and checks that it meets the JSON Schema and does
 /// not hold the API key.
 pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Recorded {
+    run_recorded_with(h, composition, args, StructuredOutput::JsonSchema).await
+}
+
+/// [`run_recorded`] with the provider's `structuredOutput` set to `structured_output`.
+pub async fn run_recorded_with(
+    h: &Harness,
+    composition: &str,
+    args: RunArgs,
+    structured_output: StructuredOutput,
+) -> Recorded {
     let composition = Composition::parse(composition, "composition.yaml").unwrap();
     let events: Arc<Mutex<Vec<Progress>>> = Arc::default();
     let sink = {
@@ -122,6 +132,7 @@ pub async fn run_recorded(h: &Harness, composition: &str, args: RunArgs) -> Reco
                 model: "sim-model".into(),
                 api_key: Some(ApiKey::new(SECRET)),
                 spend: Default::default(),
+                structured_output,
             },
             limits: args.limits,
             rules: args.rules,

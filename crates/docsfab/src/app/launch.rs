@@ -134,6 +134,7 @@ pub fn provider_settings(selected: &Selected<'_>, api_key: ApiKey) -> ProviderSe
         model: selected.model.to_owned(),
         api_key: Some(api_key),
         spend: spend_settings(&selected.provider.spend),
+        structured_output: selected.provider.structured_output(),
     }
 }
 

@@ -171,6 +171,9 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
     if let Some(g) = &a.gateway {
         let _ = writeln!(out, "    through the gateway {}", g.describe());
     }
+    if let Some(c) = a.output_constraint {
+        let _ = writeln!(out, "    structured output asked for: {}", c.as_str());
+    }
     if a.provider_error_class.is_some() || a.failure_category.is_some() {
         let _ = writeln!(
             out,
@@ -318,5 +321,8 @@ fn render_turn(out: &mut String, t: &TurnRecord) {
     if !b.calls.is_empty() {
         let calls: Vec<String> = b.calls.iter().map(call_text).collect();
         let _ = writeln!(out, "      tools: {}", calls.join(", "));
+    }
+    for w in &t.warnings {
+        let _ = writeln!(out, "      warning: {}", w.describe());
     }
 }

@@ -107,6 +107,7 @@ fn line_style(p: &Progress) -> Option<Style> {
         Progress::Turn { event, .. } => match event {
             TurnEvent::Replay { .. } => Some(DIM),
             TurnEvent::Finished { status, .. } if *status != TurnStatus::Completed => Some(RED),
+            TurnEvent::Warning { .. } => Some(YELLOW),
             _ => None,
         },
         Progress::Backoff { .. } => Some(DIM),
@@ -387,7 +388,9 @@ impl State {
                         ));
                     }
                     TurnEvent::Finished { .. } => l.waiting = None,
-                    TurnEvent::Held { .. } | TurnEvent::ThrottleUnavailable { .. } => {}
+                    TurnEvent::Held { .. }
+                    | TurnEvent::ThrottleUnavailable { .. }
+                    | TurnEvent::Warning { .. } => {}
                 }
             }
             Progress::AttemptFinished { step_id, .. } => {

@@ -122,6 +122,7 @@ pub fn run(color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
                 model: DEMO_MODEL.to_owned(),
                 api_key: None,
                 spend: Default::default(),
+                structured_output: docsfab_policy::host::StructuredOutput::JsonSchema,
             },
             job_deadline: Some(Duration::from_millis(limits.deadline_ms())),
             limits,

@@ -1,6 +1,7 @@
 //! One module per command or command group: each parses its arguments, does its work through
 //! `crate::app` and prints. No command imports another.
 
+pub mod check_docs;
 pub mod demo;
 pub mod doctor;
 pub mod route;

@@ -17,8 +17,8 @@ use std::path::Path;
 use clap::{Args, ValueEnum};
 use docsfab_policy::host::{
     DEFAULT_MAX_CONCURRENT_REQUESTS, HostConfig, ProviderConfig, ProviderSpend, ProviderThrottle,
-    ThrottleMode, UrlProblem, check_base_url, check_key_env_name, check_max_concurrent_requests,
-    check_model, check_throttle_mode,
+    StructuredOutput, ThrottleMode, UrlProblem, check_base_url, check_key_env_name,
+    check_max_concurrent_requests, check_model, check_throttle_mode,
 };
 use docsfab_record::Api;
 
@@ -76,6 +76,7 @@ fn defaults_for(api: Api) -> ProviderConfig {
             model: "gpt-4o-mini".into(),
             throttle: ProviderThrottle::default(),
             spend: ProviderSpend::default(),
+            structured_output_given: None,
         },
         Api::AnthropicMessages => ProviderConfig {
             api,
@@ -84,6 +85,7 @@ fn defaults_for(api: Api) -> ProviderConfig {
             model: "claude-sonnet-4-5".into(),
             throttle: ProviderThrottle::default(),
             spend: ProviderSpend::default(),
+            structured_output_given: None,
         },
     }
 }
@@ -106,6 +108,7 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
             model: args.model.clone().unwrap_or(fresh.model),
             throttle: throttle_from_flags(fresh.throttle, args),
             spend: fresh.spend,
+            structured_output_given: None,
         };
     };
     let old_defaults = defaults_for(old.api);
@@ -135,7 +138,15 @@ fn merge(existing: Option<&ProviderConfig>, args: &SetupArgs) -> ProviderConfig 
         model: keep(&args.model, &old.model, &old_defaults.model, fresh.model),
         throttle: throttle_from_flags(old.throttle, args),
         spend: spend_for(api, old),
+        structured_output_given: structured_output_for(api, old),
     }
+}
+
+/// The old entry's `structuredOutput`; `json-object` has no Anthropic form, so it does not
+/// survive a move to anthropic-messages (the API's default applies there).
+fn structured_output_for(api: Api, old: &ProviderConfig) -> Option<StructuredOutput> {
+    old.structured_output_given
+        .filter(|s| !(api == Api::AnthropicMessages && *s == StructuredOutput::JsonObject))
 }
 
 /// The old entry's usage, price and budget settings; `includeUsage` is an OpenAI setting, so it
@@ -321,6 +332,7 @@ fn render(host: &HostConfig) -> String {
         let _ = writeln!(out, "    model: {}", scalar(&p.model));
         render_throttle(&mut out, &p.throttle);
         render_spend(&mut out, &p.spend);
+        render_structured_output(&mut out, p);
     }
     if let Some(raw) = &host.read_only_max_retries {
         // Written back exactly as the operator wrote it.
@@ -344,6 +356,13 @@ fn render_throttle(out: &mut String, t: &ProviderThrottle) {
     if t.given.mode || t.mode != ThrottleMode::Shared {
         // Quoted when needed: to other YAML readers a plain `off` is false.
         let _ = writeln!(out, "    throttle: {}", scalar(t.mode.as_str()));
+    }
+}
+
+/// `structuredOutput` when the operator wrote it (the API's default is not written).
+fn render_structured_output(out: &mut String, p: &ProviderConfig) {
+    if let Some(s) = p.structured_output_given {
+        let _ = writeln!(out, "    structuredOutput: {}", scalar(s.as_str()));
     }
 }
 

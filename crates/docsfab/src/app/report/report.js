@@ -173,7 +173,16 @@
     var b = t.toolBatch;
     if (b && b.requested) lines.push('tools: ' + b.requested + ' requested, ' + b.executed + ' executed, ' + b.rejected + ' rejected');
     if (t.reason) lines.push('reason: ' + t.reason);
+    (t.warnings || []).forEach(function (w) { lines.push(warningText(w)); });
     return lines.join('\n');
+  }
+  // A turn warning (record `warnings`): it decided nothing, but an operator should look.
+  function warningText(w) {
+    if (w.kind === 'prompt-truncated') {
+      return 'warning: the provider counted ' + w.inputTokens + ' prompt tokens for a ' + w.sentBytes +
+        '-byte request; it probably cut the prompt to its context window';
+    }
+    return 'warning: ' + w.kind;
   }
 
   // ---- timeline ----
@@ -352,7 +361,8 @@
           return c.tool + ' ' + JSON.stringify(rest);
         });
         tr.appendChild(el('td', null, calls.join('\n') || '-'));
-        tr.appendChild(el('td', null, tu.reason || '-'));
+        var notes = (tu.reason ? [tu.reason] : []).concat((tu.warnings || []).map(warningText));
+        tr.appendChild(el('td', null, notes.join('\n') || '-'));
         t.appendChild(tr);
       });
       box.appendChild(t);

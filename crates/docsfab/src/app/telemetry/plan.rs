@@ -98,7 +98,9 @@ impl Timeline {
                     }
                     // A hold's length is in the record (`heldMs`, an attribute of the turn's
                     // chat span); its event adds no time of its own.
-                    TurnEvent::Held { .. } | TurnEvent::ThrottleUnavailable { .. } => {}
+                    TurnEvent::Held { .. }
+                    | TurnEvent::ThrottleUnavailable { .. }
+                    | TurnEvent::Warning { .. } => {}
                 }
             }
             Progress::Backoff { .. } => {}

@@ -15,6 +15,7 @@
 //! stderr at the first problem. Secrets are never printed: for each provider doctor says only
 //! whether the variable it names is set.
 
+pub mod capabilities;
 pub mod probe;
 
 use std::path::PathBuf;
@@ -560,8 +561,35 @@ fn host_lines(r: &Report) -> Vec<String> {
         }
         lines.push(throttle_line(name, &p.throttle));
         lines.push(spend_line(name, &p.spend));
+        lines.push(structured_output_line(name, p));
     }
     lines
+}
+
+/// The `Provider NAME structuredOutput:` line: what a contract step's requests carry.
+fn structured_output_line(name: &str, p: &docsfab_policy::host::ProviderConfig) -> String {
+    use docsfab_policy::host::StructuredOutput;
+    let s = p.structured_output();
+    let source = match p.structured_output_given {
+        Some(_) => "host.yaml",
+        None => "the API's default",
+    };
+    let meaning = match (s, p.api) {
+        (StructuredOutput::JsonSchema, docsfab_record::Api::OpenaiChat) => {
+            "a contract step sends its schema as response_format json_schema (strict where the schema allows it)"
+        }
+        (StructuredOutput::JsonSchema, docsfab_record::Api::AnthropicMessages) => {
+            "a contract step sends its schema as output_config.format when every object in it is closed (additionalProperties: false)"
+        }
+        (StructuredOutput::JsonObject, _) => {
+            "a contract step asks for a JSON object (response_format json_object); the schema is only in the prompt"
+        }
+        (StructuredOutput::Off, _) => "no constraint is sent; the schema is only in the prompt",
+    };
+    format!(
+        "Provider {name} structuredOutput: {} ({source}): {meaning}",
+        s.as_str()
+    )
 }
 
 /// The `Provider NAME spend:` line: usage, caching, prices and the cost budget, with sources.
@@ -738,6 +766,10 @@ fn to_json(r: &Report) -> Value {
                         "mode": throttle_source(p.throttle.given.mode),
                         "maxConcurrentRequests": throttle_source(p.throttle.given.max_concurrent_requests),
                     },
+                },
+                "structuredOutput": {
+                    "mode": p.structured_output().as_str(),
+                    "source": if p.structured_output_given.is_some() { "host.yaml" } else { "default" },
                 },
                 "dns": r.dns.iter().find(|(n, _)| n == name).map(|(_, d)| json!({
                     "host": d.host(),

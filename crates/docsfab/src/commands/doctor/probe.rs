@@ -13,11 +13,12 @@ use docsfab_boundary::redact::Redactor;
 use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
     ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
-    TurnRequest,
+    TurnRequest, endpoint_url,
 };
 use docsfab_record::Api;
 use serde_json::{Value, json};
 
+use super::capabilities::{self, Capabilities, Probes};
 use crate::app::error::CliError;
 use crate::app::preflight::Resolution;
 
@@ -52,6 +53,9 @@ pub enum Verdict {
     Unreachable,
     /// Any other failure status or a failed stream.
     Failed,
+    /// HTTP 404 at the configured base URL, an answer at the other spelling (with or without
+    /// `/v1`): the path is wrong, not the model.
+    WrongBaseUrl,
 }
 
 impl Verdict {
@@ -63,6 +67,7 @@ impl Verdict {
             Verdict::NoSuchModel => "no-such-model",
             Verdict::Unreachable => "unreachable",
             Verdict::Failed => "failed",
+            Verdict::WrongBaseUrl => "wrong-base-url",
         }
     }
 }
@@ -88,46 +93,50 @@ pub struct ProbeReport {
     pub gateway: Option<Gateway>,
     /// What the probe learnt of the provider's usage reports, and what to set (issue 23).
     pub usage_note: Option<String>,
+    /// What the capability probes found (all unknown unless the ping answered; issue 31).
+    pub capabilities: Capabilities,
+    /// The base URL that answered where the configured one gave 404 (issue 31).
+    pub suggested_base_url: Option<String>,
+    /// Requests sent, every one once.
+    pub requests: u32,
 }
 
-/// Sends the probe once and judges what came back.
+impl ProbeReport {
+    /// A report of an answered ping, before anything else is known.
+    fn new(target: &Target<'_>, dns: Resolution, rtt_ms: u64) -> ProbeReport {
+        ProbeReport {
+            provider: target.provider.to_owned(),
+            api: target.api,
+            host: host_port(target.base_url),
+            model: target.model.to_owned(),
+            key_var: target.key_var.to_owned(),
+            dns,
+            verdict: Verdict::Answered,
+            http_status: None,
+            fault: None,
+            retry_after_ms: None,
+            detail: String::new(),
+            rtt_ms,
+            gateway: None,
+            usage_note: None,
+            capabilities: Capabilities::unknown(),
+            suggested_base_url: None,
+            requests: 1,
+        }
+    }
+}
+
+/// Sends the ping once and judges what came back; after an answer, the capability probes
+/// (two more requests); after a 404, the other spelling of the base URL (one more).
 pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliError> {
-    let payload = Payload::build(
-        target.api,
-        &probe_request(target.model, target.include_usage),
-    )
-    .map_err(|e| CliError::failed(format!("cannot build the probe request ({e}).")))?;
     let redactor = Redactor::new(&[target.key.expose()]);
-    let transport = HttpTransport::new(HttpConfig {
-        read_timeout: PROBE_READ_TIMEOUT,
-        ..HttpConfig::new(target.api, target.base_url, Some(target.key.clone()))
-    })
-    .map_err(|e| {
-        CliError::bad_input(format!(
-            "{e}; check providers.{}.baseUrl in host.yaml.",
-            target.provider
-        ))
-    })?;
+    let transport = transport_for(&target, target.base_url)?;
+    let rt = crate::app::execute::runtime()?;
     let started = Instant::now();
     // `send` is one request: the transport never retries, and no replay driver is involved.
-    let sent = crate::app::execute::runtime()?.block_on(transport.send(payload.bytes().clone()));
+    let sent = rt.block_on(transport.send(ping(&target, target.include_usage)?.bytes().clone()));
     let rtt_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut report = ProbeReport {
-        provider: target.provider.to_owned(),
-        api: target.api,
-        host: host_port(target.base_url),
-        model: target.model.to_owned(),
-        key_var: target.key_var.to_owned(),
-        dns,
-        verdict: Verdict::Answered,
-        http_status: None,
-        fault: None,
-        retry_after_ms: None,
-        detail: String::new(),
-        rtt_ms,
-        gateway: None,
-        usage_note: None,
-    };
+    let mut report = ProbeReport::new(&target, dns, rtt_ms);
     match sent {
         Ok(answer) => {
             report.http_status = Some(answer.http_status);
@@ -143,6 +152,15 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
                     }
                 ));
             }
+            let probes = Probes {
+                transport: &transport,
+                api: target.api,
+                model: target.model,
+                include_usage: target.include_usage,
+                redactor: &redactor,
+            };
+            report.capabilities = capabilities::probe(&probes, answer.usage.is_known())?;
+            report.requests += 2;
         }
         Err(f)
             if target.api == Api::OpenaiChat
@@ -151,15 +169,9 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
         {
             // A server that refuses `stream_options` answers 400 to every request a run sends;
             // the spec keeps that terminal, so the probe finds it before a run does.
-            let again = TurnRequest {
-                include_usage: false,
-                ..probe_request(target.model, true)
-            };
-            let second = Payload::build(target.api, &again).ok().map(|p| {
-                crate::app::execute::runtime()
-                    .map(|rt| rt.block_on(transport.send(p.bytes().clone())))
-            });
-            if let Some(Ok(Ok(_))) = second {
+            let second = rt.block_on(transport.send(ping(&target, false)?.bytes().clone()));
+            report.requests += 1;
+            if second.is_ok() {
                 report.usage_note = Some(format!(
                     "the server refuses stream_options (HTTP 400 with it, an answer without it); set providers.{}.includeUsage: false in host.yaml",
                     target.provider
@@ -167,9 +179,88 @@ pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliErro
             }
             fill_failure(&mut report, &f, &redactor);
         }
-        Err(f) => fill_failure(&mut report, &f, &redactor),
+        Err(f) => {
+            fill_failure(&mut report, &f, &redactor);
+            if f.failure.http_status == Some(404) {
+                try_other_base_url(&mut report, &target, &f, &rt)?;
+            }
+        }
     }
     Ok(report)
+}
+
+/// The probe's transport to `base_url`, waiting at most [`PROBE_READ_TIMEOUT`].
+fn transport_for(target: &Target<'_>, base_url: &str) -> Result<HttpTransport, CliError> {
+    HttpTransport::new(HttpConfig {
+        read_timeout: PROBE_READ_TIMEOUT,
+        ..HttpConfig::new(target.api, base_url, Some(target.key.clone()))
+    })
+    .map_err(|e| {
+        CliError::bad_input(format!(
+            "{e}; check providers.{}.baseUrl in host.yaml.",
+            target.provider
+        ))
+    })
+}
+
+/// The ping's payload.
+fn ping(target: &Target<'_>, include_usage: bool) -> Result<Payload, CliError> {
+    Payload::build(target.api, &probe_request(target.model, include_usage))
+        .map_err(|e| CliError::failed(format!("cannot build the probe request ({e}).")))
+}
+
+/// After a 404 that does not name the model: the ping once more at the other spelling of the
+/// base URL (with `/v1` added, or without its `/v1`). When that one is answered by anything but
+/// 404, the path was wrong, not the model, and the report says which base URL to use.
+fn try_other_base_url(
+    report: &mut ProbeReport,
+    target: &Target<'_>,
+    f: &TransportFailure,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(), CliError> {
+    if f.body.error_code.as_deref() == Some("model_not_found") {
+        return Ok(());
+    }
+    let Some(other) = other_base_url(target.base_url) else {
+        return Ok(());
+    };
+    let same = |a: &str, b: &str| {
+        endpoint_url(target.api, a).ok().map(|u| u.to_string())
+            == endpoint_url(target.api, b).ok().map(|u| u.to_string())
+    };
+    if same(target.base_url, &other) {
+        return Ok(());
+    }
+    let transport = transport_for(target, &other)?;
+    let second = rt.block_on(transport.send(ping(target, target.include_usage)?.bytes().clone()));
+    report.requests += 1;
+    let status = match &second {
+        Ok(a) => Some(a.http_status),
+        Err(e) => e.failure.http_status,
+    };
+    if status.is_some_and(|s| s != 404) {
+        report.verdict = Verdict::WrongBaseUrl;
+        report.suggested_base_url = Some(other);
+    }
+    Ok(())
+}
+
+/// The other spelling of a base URL: without its trailing `/v1`, or with `/v1` added. Never
+/// with credentials (the suggestion is printed).
+fn other_base_url(base_url: &str) -> Option<String> {
+    let mut url = reqwest::Url::parse(base_url.trim()).ok()?;
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let path = url.path().trim_end_matches('/').to_owned();
+    match path.strip_suffix("/v1") {
+        Some(rest) => url.set_path(rest),
+        None => url.set_path(&format!("{path}/v1")),
+    }
+    let shown = url.to_string();
+    Some(match shown.strip_suffix('/') {
+        Some(s) if url.query().is_none() => s.to_owned(),
+        _ => shown,
+    })
 }
 
 fn fill_failure(report: &mut ProbeReport, f: &TransportFailure, redactor: &Redactor) {
@@ -193,6 +284,8 @@ fn probe_request(model: &str, include_usage: bool) -> TurnRequest {
         tools: vec![],
         include_usage,
         prompt_cache_key: None,
+        response_format: None,
+        tool_choice: None,
     }
 }
 
@@ -249,6 +342,10 @@ impl ProbeReport {
             }
             Verdict::Unreachable => "unreachable".to_string(),
             Verdict::Failed => "the provider failed the request".to_string(),
+            Verdict::WrongBaseUrl => format!(
+                "nothing serves this API at this baseUrl; baseUrl should be {}",
+                self.suggested_base_url.as_deref().unwrap_or("?")
+            ),
         };
         // A status already says what came back; a failure without one is named by its label.
         let mut fault = match (&self.fault, self.http_status) {
@@ -261,8 +358,13 @@ impl ProbeReport {
         }
         let mut lines = vec![
             format!(
-                "Probe: provider {} api={} host={} model={} (1 request, never replayed)",
-                self.provider, self.api, self.host, self.model
+                "Probe: provider {} api={} host={} model={} ({} request{}, never replayed)",
+                self.provider,
+                self.api,
+                self.host,
+                self.model,
+                self.requests,
+                if self.requests == 1 { "" } else { "s" }
             ),
             format!("Probe DNS: {} {}", self.dns.host(), self.dns.describe()),
             format!(
@@ -273,6 +375,9 @@ impl ProbeReport {
         ];
         if let Some(note) = &self.usage_note {
             lines.push(format!("Probe usage: {note}"));
+        }
+        if self.verdict == Verdict::Answered {
+            lines.extend(self.capabilities.lines(&self.provider, self.api));
         }
         if let Some(g) = &self.gateway {
             lines.push(format!(
@@ -303,7 +408,9 @@ impl ProbeReport {
             "detail": self.detail,
             "rttMs": self.rtt_ms,
             "usageNote": self.usage_note,
-            "requests": if self.usage_note.as_deref().is_some_and(|n| n.contains("refuses stream_options")) { 2 } else { 1 },
+            "requests": self.requests,
+            "capabilities": self.capabilities.to_json(),
+            "suggestedBaseUrl": self.suggested_base_url,
             "gateway": self.gateway.as_ref().map(|g| json!({
                 "name": g.name.as_str(),
                 "version": g.version,
@@ -343,6 +450,12 @@ impl ProbeReport {
                 "provider {p:?} at {} failed the probe ({}); try again later, or check the provider's status.",
                 self.host, self.detail
             ))),
+            Verdict::WrongBaseUrl => Err(CliError::bad_input(format!(
+                "provider {p:?} answered {} at its baseUrl but answers at {}; set providers.{p}.baseUrl: {} in host.yaml.",
+                self.detail,
+                self.suggested_base_url.as_deref().unwrap_or("?"),
+                self.suggested_base_url.as_deref().unwrap_or("?")
+            ))),
         }
     }
 }
@@ -372,6 +485,22 @@ mod tests {
         assert_eq!(judge(&status(503, None)), Verdict::Failed);
         let refused = TransportFailure::new(ProviderFailure::from_fault(FaultKind::Dns), "x");
         assert_eq!(judge(&refused), Verdict::Unreachable);
+    }
+
+    #[test]
+    fn issue31_the_other_base_url_adds_or_drops_v1_without_credentials() {
+        assert_eq!(
+            other_base_url("http://127.0.0.1:8080").as_deref(),
+            Some("http://127.0.0.1:8080/v1")
+        );
+        assert_eq!(
+            other_base_url("http://127.0.0.1:8080/v1/").as_deref(),
+            Some("http://127.0.0.1:8080")
+        );
+        assert_eq!(
+            other_base_url("https://u:secret@gw.example/openai").as_deref(),
+            Some("https://gw.example/openai/v1")
+        );
     }
 
     #[test]
