@@ -336,6 +336,35 @@ fn issue31_real_contract_step_succeeds_under_the_constraint() {
     );
 }
 
+// Issue 31: a read-only step without a contract is told to answer plain text and is judged
+// so: a model that does as it is told succeeds, on both APIs, and no attempt is refused as
+// prose (before, every attempt was `contract-prose`). No constraint is sent.
+#[test]
+fn issue31_real_text_step_without_a_contract_takes_the_plain_answer() {
+    let Some(dir) = installed() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Llama::start(&dir, free_port(), 2048, 1);
+    for api in ["openai-chat", "anthropic-messages"] {
+        let s = setup(server.port, api);
+        let ran = run(
+            &s,
+            "name: text\nlimits:\n  timeoutMs: 300000\n  maxTurns: 3\n  maxOutputTokens: 128\nsteps:\n  - id: describe\n    access: read-only\n    instructions: Say in one short sentence what a function that returns 3 does.\n",
+        );
+        ran.expect_code(0);
+        for a in ran.attempts(0) {
+            assert_ne!(a["retryRule"], "contract-prose", "{api}: {a:#}");
+            assert!(a.get("outputConstraint").is_none(), "{api}: {a:#}");
+        }
+        let last = ran.attempts(0).last().unwrap();
+        assert!(
+            last["answerExcerpt"]
+                .as_str()
+                .is_some_and(|t| !t.trim().is_empty()),
+            "{api}: {last:#}"
+        );
+    }
+}
+
 // Issue 31, b: the run starts before the server listens; the refused connections (and the
 // 503s while the model loads) are replayed inside the turn, and the step succeeds.
 #[test]
