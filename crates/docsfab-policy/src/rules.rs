@@ -49,6 +49,8 @@ pub enum Condition {
     ContractEmpty,
     /// The reply was a JSON object that failed the contract's schema.
     ContractSchemaInvalid,
+    /// The reply met the schema but cited names the workspace does not hold.
+    ContractUngrounded,
     /// The answer was cut at the output limit (STP-10).
     CutAnswer,
     /// The host's own attempt timer fired (STP-11).
@@ -65,11 +67,12 @@ pub enum Condition {
 
 impl Condition {
     /// Every condition, in declaration order; the table has one rule per condition.
-    pub const ALL: [Condition; 10] = [
+    pub const ALL: [Condition; 11] = [
         Condition::ContractProse,
         Condition::ContractArray,
         Condition::ContractEmpty,
         Condition::ContractSchemaInvalid,
+        Condition::ContractUngrounded,
         Condition::CutAnswer,
         Condition::AttemptDeadline,
         Condition::NoProgress,
@@ -85,6 +88,7 @@ impl Condition {
             Condition::ContractArray => "contract-array",
             Condition::ContractEmpty => "contract-empty",
             Condition::ContractSchemaInvalid => "contract-schema-invalid",
+            Condition::ContractUngrounded => "contract-ungrounded",
             Condition::CutAnswer => "cut-answer",
             Condition::AttemptDeadline => "attempt-deadline",
             Condition::NoProgress => "no-progress",
@@ -111,6 +115,8 @@ pub enum Feedback {
     ReturnOnlyTheJsonObject,
     /// Return the object again, meeting the contract's schema.
     MeetTheContractSchema,
+    /// Cite only names the workspace holds (the attempt's unknown names go with it).
+    GroundEveryName,
     /// Answer completely and well inside the output limit (STP-10).
     AnswerCompletelyInsideLimit,
     /// Read only what the answer needs (STP-11, after the host deadline).

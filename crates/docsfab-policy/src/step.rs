@@ -201,6 +201,7 @@ impl AttemptFailure {
                 ContractFailure::Array => Condition::ContractArray,
                 ContractFailure::Empty => Condition::ContractEmpty,
                 ContractFailure::SchemaInvalid => Condition::ContractSchemaInvalid,
+                ContractFailure::Ungrounded => Condition::ContractUngrounded,
             }),
             AttemptFailure::CutAnswer => Some(Condition::CutAnswer),
             AttemptFailure::AttemptDeadline => Some(Condition::AttemptDeadline),
@@ -742,6 +743,15 @@ impl Facts {
                     ContractFailure::Empty => ("contract-empty", "an empty reply"),
                     ContractFailure::SchemaInvalid => {
                         ("contract-schema-invalid", "an object that fails the schema")
+                    }
+                    ContractFailure::Ungrounded => {
+                        return fact(
+                            "contract-violation",
+                            "model-output",
+                            "contract-ungrounded",
+                            "The model's answer cites names the workspace does not hold.",
+                            "The attempts list each unknown name with the nearest real ones; have the step read the sources it documents (give it read_file and search_text), or lower what it must cite.",
+                        );
                     }
                 };
                 fact(

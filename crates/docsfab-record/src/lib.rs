@@ -16,6 +16,7 @@
 mod api;
 pub mod class;
 pub mod gateway;
+pub mod grounding;
 pub mod lease;
 pub mod replay;
 pub mod run;
@@ -25,6 +26,7 @@ pub mod usage;
 pub use api::Api;
 pub use class::{FaultKind, ProviderErrorClass};
 pub use gateway::{Gateway, GatewayName};
+pub use grounding::{GroundingRecord, UnknownCitation};
 pub use lease::{
     CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
 };

@@ -16,6 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::api::Api;
 use crate::class::ProviderErrorClass;
 use crate::gateway::Gateway;
+use crate::grounding::GroundingRecord;
 use crate::lease::{Disposition, LeaseStop, ToolBatch};
 use crate::replay::ReplayRecord;
 use crate::step::{
@@ -380,6 +381,10 @@ pub struct AttemptRecord {
     /// or a schema the API cannot take) and in records written before docsfab sent one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_constraint: Option<OutputConstraint>,
+    /// What the answer cited and what of it the workspace did not hold, for a step whose
+    /// contract asks for grounding and an answer that met its schema; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<GroundingRecord>,
     pub retry_rule: Option<String>,
     #[serde(flatten)]
     pub retry: Retry,

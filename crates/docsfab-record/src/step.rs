@@ -39,16 +39,20 @@ pub enum ContractFailure {
     Empty,
     /// A JSON object that fails the step's schema.
     SchemaInvalid,
+    /// A JSON object that meets the schema but cites names the workspace does not hold
+    /// (`contract.grounding`, docs/grounding.md).
+    Ungrounded,
 }
 
 impl ContractFailure {
-    /// The record's spelling: `prose`, `array`, `empty` or `schema-invalid`.
+    /// The record's spelling: `prose`, `array`, `empty`, `schema-invalid` or `ungrounded`.
     pub fn as_str(self) -> &'static str {
         match self {
             ContractFailure::Prose => "prose",
             ContractFailure::Array => "array",
             ContractFailure::Empty => "empty",
             ContractFailure::SchemaInvalid => "schema-invalid",
+            ContractFailure::Ungrounded => "ungrounded",
         }
     }
 }

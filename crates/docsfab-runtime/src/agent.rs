@@ -50,6 +50,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
+use docsfab_grounding::Index;
 use docsfab_policy::class::{FaultKind, ProviderFailure};
 use docsfab_policy::host::StructuredOutput;
 use docsfab_policy::replay::ReplayLimits;
@@ -61,7 +62,7 @@ use docsfab_provider::{
     ToolSpec, Transport, TransportFailure, TurnEnd, TurnRequest, TurnStatus as ProviderTurnStatus,
     driver::{DriverEvent, Gate, TurnResult, run_turn_gated},
 };
-use docsfab_record::{Api, OutputConstraint, Pricing};
+use docsfab_record::{Api, GroundingRecord, OutputConstraint, Pricing};
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -69,6 +70,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{self, BatchOutcome, CallReply, RequestedCall, ToolUse};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::{CompiledContract, ContractFailure};
+use crate::grounding;
 use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
@@ -123,6 +125,11 @@ pub struct AttemptInput<'a> {
     /// How a contract's schema is sent as a structured-output constraint (host.yaml
     /// `structuredOutput`).
     pub structured_output: StructuredOutput,
+    /// The workspace as a grounding index, for a step whose contract asks for grounding.
+    pub grounding: Option<&'a Index>,
+    /// The unknown names the last ungrounded attempt cited, worded for the model; sent with
+    /// the `ground-every-name` correction.
+    pub grounding_correction: Option<&'a str>,
 }
 
 /// What an attempt's requests ask for usage and caching, what its usage is priced at, and the
@@ -231,6 +238,8 @@ pub struct AttemptReport {
     pub usage: Usage,
     /// The structured-output constraint the attempt's requests carried, when one did.
     pub output_constraint: Option<OutputConstraint>,
+    /// What the judged answer cited, for a step whose contract asks for grounding.
+    pub grounding: Option<GroundingRecord>,
     /// What `usage` cost at the provider's price; `None` without a price or with usage unknown.
     pub cost_usd: Option<f64>,
     pub duration_ms: u64,
@@ -259,6 +268,7 @@ pub fn feedback_text(feedback: Feedback, limits: &ModelLimits) -> String {
     match feedback {
         Feedback::ReturnOnlyTheJsonObject => "Your previous answer was not the JSON object this step asks for. Return only the JSON object: no prose, no Markdown fences, no array.".to_owned(),
         Feedback::MeetTheContractSchema => "Your previous answer was a JSON object that did not meet the step's schema. Return only the JSON object, meeting the schema exactly.".to_owned(),
+        Feedback::GroundEveryName => "Your previous answer cited names that are not in the workspace. Cite only files and names you read there.".to_owned(),
         Feedback::AnswerCompletelyInsideLimit => format!(
             "Your previous answer was cut at the output limit. Return the complete answer, well inside the limit of {} tokens.",
             limits.max_output_tokens
@@ -285,13 +295,18 @@ fn response_format(input: &AttemptInput<'_>) -> Option<ResponseFormat> {
 
 /// The correction for this step: a read-only step without a contract answers plain text, so
 /// the only contract failure it can earn (an empty answer) is corrected in those words.
-fn correction(step: &Step, feedback: Feedback, limits: &ModelLimits) -> String {
+/// The unknown names of an ungrounded answer go with their correction.
+fn correction(input: &AttemptInput<'_>, feedback: Feedback) -> String {
+    let step = input.step;
     let text_answer = step.access == Access::ReadOnly && step.contract.is_none();
     match feedback {
         Feedback::ReturnOnlyTheJsonObject if text_answer => {
             "Your previous answer was empty. Answer the step in plain text.".to_owned()
         }
-        _ => feedback_text(feedback, limits),
+        Feedback::GroundEveryName if input.grounding_correction.is_some() => {
+            input.grounding_correction.unwrap_or_default().to_owned()
+        }
+        _ => feedback_text(feedback, &input.limits),
     }
 }
 
@@ -383,6 +398,7 @@ pub async fn run_attempt(input: AttemptInput<'_>) -> AttemptReport {
         turns: state.turns,
         lease,
         usage: state.usage,
+        grounding: state.grounding.take(),
         output_constraint: state
             .response_format
             .as_ref()
@@ -551,6 +567,9 @@ struct AgentLoop<'a> {
     response_format: Option<ResponseFormat>,
     /// Whether a request that left carried it (the record's `outputConstraint`).
     constraint_sent: bool,
+    grounding_index: Option<&'a Index>,
+    /// What the judged answer cited (the record's `grounding`).
+    grounding: Option<GroundingRecord>,
 }
 
 impl<'a> AgentLoop<'a> {
@@ -558,7 +577,7 @@ impl<'a> AgentLoop<'a> {
         let mut opening = String::from("Begin the step.");
         if let Some(f) = input.feedback {
             opening.push_str("\n\nCorrection from the previous attempt: ");
-            opening.push_str(&correction(input.step, f, &input.limits));
+            opening.push_str(&correction(input, f));
         }
         let messages = vec![Message::User { text: opening }];
         AgentLoop {
@@ -591,6 +610,8 @@ impl<'a> AgentLoop<'a> {
             prompt_cache_key: input.spend.prompt_cache_key.clone(),
             response_format: response_format(input),
             constraint_sent: false,
+            grounding_index: input.grounding,
+            grounding: None,
         }
     }
 
@@ -759,10 +780,54 @@ impl<'a> AgentLoop<'a> {
             FinalTurn::Complete => {
                 // Ends the lease as answered: an empty batch needs no renewal.
                 let _ = self.lease.checkpoint(answered);
-                judge(self.step, finish, &self.answer, self.answer_continuations)
+                let ending = judge(self.step, finish, &self.answer, self.answer_continuations);
+                self.grounded(ending)
             }
         };
         Action::Finish(ending)
+    }
+
+    /// An answer that met its schema, judged against the workspace when the contract asks for
+    /// grounding: an unknown citation makes it `contract-ungrounded` (docs/grounding.md).
+    fn grounded(&mut self, ending: Ending) -> Ending {
+        let (Ok(Answer::Object(answer)), Some(index)) = (&ending.0, self.grounding_index) else {
+            return ending;
+        };
+        let Some(contract) = self
+            .step
+            .contract
+            .as_ref()
+            .filter(|c| !c.grounding.is_empty())
+        else {
+            return ending;
+        };
+        let record = grounding::check(answer, &contract.grounding, index);
+        let unknown = record.unknown.len();
+        self.grounding = Some(record);
+        if unknown == 0 {
+            return ending;
+        }
+        let names: Vec<&str> = self
+            .grounding
+            .iter()
+            .flat_map(|r| &r.unknown)
+            .map(|u| u.text.as_str())
+            .take(5)
+            .collect();
+        let more = if unknown > names.len() {
+            format!(" and {} more", unknown - names.len())
+        } else {
+            String::new()
+        };
+        fail(
+            AttemptFailure::Contract {
+                failure: ContractFailure::Ungrounded,
+            },
+            format!(
+                "the answer cites {unknown} name(s) the workspace does not hold: {}{more}",
+                names.join(", ")
+            ),
+        )
     }
 
     /// Asks for the rest of a cut answer. The lease is not checkpointed here: with an empty
@@ -1488,6 +1553,8 @@ mod tests {
         let input = AttemptInput {
             spend: Default::default(),
             structured_output: StructuredOutput::JsonSchema,
+            grounding: None,
+            grounding_correction: None,
             transport: &transport,
             gate: None,
             api: Api::OpenaiChat,

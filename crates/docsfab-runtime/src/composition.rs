@@ -111,6 +111,11 @@ impl Tool {
 pub struct Contract {
     /// A JSON Schema, already checked to compile.
     pub schema: serde_json::Value,
+    /// The answer's members whose citations must exist in the workspace
+    /// (`contract.grounding`, docs/grounding.md): dotted paths, `*` for every array item. A
+    /// string there is read as Markdown; an array of strings as a list of workspace paths.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub grounding: Vec<String>,
 }
 
 /// One step of a composition.
@@ -334,6 +339,7 @@ struct RawStep {
 #[serde(deny_unknown_fields)]
 struct RawContract {
     schema: serde_json::Value,
+    grounding: Option<Vec<String>>,
 }
 
 impl Composition {
@@ -842,7 +848,30 @@ fn check_contract<E: Fn(u64, String, String) -> CompositionError>(
             ),
         ));
     }
-    Ok(Contract { schema })
+    let grounding = c.value.grounding.unwrap_or_default();
+    if let Some(bad) = grounding.iter().find(|m| !is_member_path(m)) {
+        return Err(site.fail(
+            c_line,
+            "contract.grounding",
+            format!(
+                "the contract grounding of step {shown_id} names {}, which is not a member path; write dotted names with * for every array item, such as pages.*.markdown",
+                shown_value(bad)
+            ),
+        ));
+    }
+    Ok(Contract { schema, grounding })
+}
+
+/// `a.b`, `pages.*.markdown`: names of letters, digits, `_` and `-`, or `*`.
+fn is_member_path(path: &str) -> bool {
+    !path.is_empty()
+        && path.split('.').all(|part| {
+            part == "*"
+                || (!part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        })
 }
 
 fn check_limits(

@@ -32,6 +32,9 @@ pub fn feedback(kind: ContractFailure) -> &'static str {
         ContractFailure::Array => {
             "Your answer was a JSON array. Return only the JSON object the step asks for."
         }
+        ContractFailure::Ungrounded => {
+            "Your answer cites names the workspace does not hold. Cite only what you read there."
+        }
         ContractFailure::SchemaInvalid => {
             "Your answer object does not meet the step's schema. Return only a corrected \
                  JSON object."

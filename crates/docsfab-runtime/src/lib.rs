@@ -9,6 +9,7 @@
 //! - [`tools`]: the tools and the validation of their calls.
 //! - [`batch`]: one turn's tool batch through validation, authorization, lease and execution.
 //! - [`contract`]: judging a read-only step's answer against its JSON Schema.
+//! - [`grounding`]: judging what a contract answer cites against the workspace.
 //! - [`store`]: the run store (SQLite or PostgreSQL, by URL) and job queue, with crash recovery
 //!   to `interrupted`.
 //! - [`workspace`]: the workspace jail that resolves every tool path.
@@ -22,6 +23,7 @@ pub mod composition;
 pub mod contract;
 pub mod executor;
 pub mod fanout;
+pub mod grounding;
 pub mod ledger;
 pub mod observed;
 pub mod progress;

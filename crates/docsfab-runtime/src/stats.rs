@@ -44,7 +44,8 @@ impl Filter {
     }
 }
 
-fn provider_of(r: &RunRecord) -> &str {
+/// The provider name a record counts under: its own, else [`UNKNOWN_PROVIDER`].
+pub fn provider_of(r: &RunRecord) -> &str {
     r.provider
         .as_ref()
         .map_or(UNKNOWN_PROVIDER, |p| p.name.as_str())
@@ -62,6 +63,13 @@ pub struct Stats {
     /// Runs counted, by the provider their record names.
     pub runs_by_provider: Counts,
     pub steps: u64,
+    /// Steps carried over from an earlier run (`reusedFrom`) instead of run; they have no
+    /// attempts here.
+    pub reused_steps: u64,
+    /// Runs that carried at least one step over.
+    pub runs_with_reused_steps: u64,
+    /// `reusedSteps / steps`; `null` with no step.
+    pub reuse_rate: Option<f64>,
     pub attempts: u64,
     pub turns: u64,
     /// Provider requests sent: one per turn plus one per replay.
@@ -236,6 +244,9 @@ impl Acc {
         *s.runs_by_provider
             .entry(provider_of(r).to_owned())
             .or_default() += 1;
+        let reused = r.steps.iter().filter(|s| s.reused_from.is_some()).count() as u64;
+        s.reused_steps += reused;
+        s.runs_with_reused_steps += u64::from(reused > 0);
         for step in &r.steps {
             self.stats.steps += 1;
             let exhausted = step
@@ -327,6 +338,9 @@ impl Acc {
     fn finish(mut self) -> Stats {
         let w = &mut self.stats.waiting_ms;
         w.total = w.replay_waits + w.step_backoffs + w.throttle_holds;
+        let (steps, reused) = (self.stats.steps, self.stats.reused_steps);
+        // Counts far below 2^53: exact as floats.
+        self.stats.reuse_rate = (steps > 0).then(|| reused as f64 / steps as f64);
         self.stats.rate_limit_repeats = BUCKETS
             .iter()
             .zip(self.repeats)
@@ -409,6 +423,7 @@ mod tests {
             answer_bytes: None,
             timeout_kind: None,
             output_constraint: None,
+            grounding: None,
             retry_rule: None,
             retry: Retry {
                 decision: RetryDecision::None,
@@ -623,6 +638,33 @@ mod tests {
                 ("5-20s", 1, 1, Some(1.0)),
                 (">=20s", 0, 0, None)
             ]
+        );
+    }
+
+    /// Issue 34: a step carried over is counted as a step and as reused; the rate is over
+    /// every step, and a run counts once however many steps it carried over.
+    #[test]
+    fn issue34_reused_steps_and_runs_that_carried_steps_over_are_counted() {
+        let mut records = sample();
+        let mut carried = records[0].steps[0].clone();
+        carried.attempts.clear();
+        carried.reused_from = Some(docsfab_record::StepLink {
+            run_id: "run-old".into(),
+            step_id: "s".into(),
+        });
+        records[0].steps.push(carried.clone());
+        records[0].steps.push(carried);
+        let s = Stats::from_records(&records, &Filter::default());
+        assert_eq!(
+            (s.steps, s.reused_steps, s.runs_with_reused_steps),
+            (4, 2, 1)
+        );
+        assert_eq!(s.reuse_rate, Some(0.5));
+        // The carried steps spent nothing here.
+        assert_eq!(s.attempts, 3);
+        assert_eq!(
+            Stats::from_records(&[], &Filter::default()).reuse_rate,
+            None
         );
     }
 

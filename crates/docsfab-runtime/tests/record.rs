@@ -37,6 +37,7 @@ fn transport_attempt() -> AttemptRecord {
         answer_bytes: None,
         timeout_kind: None,
         output_constraint: None,
+        grounding: None,
         retry_rule: Some("transport".into()),
         retry: Retry {
             decision: RetryDecision::Scheduled,

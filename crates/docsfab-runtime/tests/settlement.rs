@@ -220,6 +220,7 @@ fn attempt_record(batches: Vec<ToolBatch>, lease: LeaseRecord) -> AttemptRecord 
         answer_bytes: None,
         timeout_kind: None,
         output_constraint: None,
+        grounding: None,
         retry_rule: None,
         retry: Retry {
             decision: RetryDecision::None,

@@ -2,10 +2,13 @@
 //! are found with their line and nearest real names, real names pass, and bad input is one
 //! sentence with exit 2.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use support::run::{Setup, Sim};
 
 fn docsfab() -> Command {
     Command::new(env!("CARGO_BIN_EXE_docsfab"))
@@ -123,4 +126,37 @@ fn issue32_bad_input_is_one_sentence_and_exit_2() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The same check inside a run: `runs show` prints what each judged attempt cited and each
+/// unknown name with its nearest real one, beside the `contract-ungrounded` retry it caused.
+#[test]
+fn issue32_runs_show_lists_what_each_attempt_cited() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer:\n      json: {markdown: \"`counts()` is in `src/count.rs`.\"}\n  - answer:\n      json: {markdown: \"`count()` is in `src/count.rs`.\"}\n",
+    );
+    let s = Setup::new(&sim.base_url, "");
+    let comp = s.composition(
+        "name: page\nmodel: sim-model\nlimits:\n  timeoutMs: 20000\nsteps:\n  - id: page\n    access: read-only\n    instructions: Write it.\n    tools: [read_file]\n    contract:\n      schema: {type: object, required: [markdown]}\n      grounding: [markdown]\n",
+    );
+    let out = s.run_command(&comp).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let id = stdout.lines().next().unwrap();
+    let show = s.docsfab().args(["runs", "show", id]).output().unwrap();
+    let show = String::from_utf8_lossy(&show.stdout).into_owned();
+    assert!(show.contains("grounding: 1 of 2 cited grounded"), "{show}");
+    assert!(
+        show.contains("unknown identifier counts() in markdown, line 1 (nearest: count)"),
+        "{show}"
+    );
+    assert!(show.contains("contract-ungrounded"), "{show}");
+    assert!(show.contains("grounding: 2 of 2 cited grounded"), "{show}");
 }

@@ -638,7 +638,10 @@ async fn run_begun_step(
         instructions,
         model: selected_model(ctx.cfg),
         claims,
+        grounding: grounding_index(ctx, step),
     };
+    // The unknown names of the last ungrounded answer, for the correction that follows it.
+    let mut grounding_correction: Option<String> = None;
     let mut past: Vec<PastAttempt> = Vec::new();
     // What is left of the step retry's wait ceiling once its own wait is over: the most the
     // throttle may hold the retry's first request (the policy decides how long, the throttle
@@ -660,6 +663,7 @@ async fn run_begun_step(
                 attempt_no,
                 step::current_feedback(&past),
                 first_patience,
+                grounding_correction.as_deref(),
             )
             .await;
         // A retry's wait counts from here: recording the attempt (a durable commit) and
@@ -683,6 +687,7 @@ async fn run_begun_step(
             }
             Err(f) => f.clone(),
         };
+        grounding_correction = next_correction(grounding_correction, &failure, &report);
 
         let (record, decision) = run.decide(&past, &failure, &report, attempt_no, budget);
         // Durable before anything else happens (the next attempt, or the step's end).
@@ -715,6 +720,31 @@ async fn run_begun_step(
     };
     store.finish_step(ctx.run_id, step_index, &end)?;
     Ok((end.status, output_text))
+}
+
+/// The workspace index of a step whose contract names members to ground.
+fn grounding_index(ctx: &Ctx<'_>, step: &Step) -> Option<docsfab_grounding::Index> {
+    step.contract.as_ref().filter(|c| !c.grounding.is_empty())?;
+    let (index, _cut) =
+        crate::grounding::index_workspace(ctx.workspace.root(), &Default::default());
+    Some(index)
+}
+
+/// The grounding correction the next attempt carries: the unknown names of an ungrounded
+/// answer; kept across attempts that were not judged (a transport fault), dropped when a
+/// judged answer failed for another reason.
+fn next_correction(
+    previous: Option<String>,
+    failure: &AttemptFailure,
+    report: &AttemptReport,
+) -> Option<String> {
+    match failure {
+        AttemptFailure::Contract {
+            failure: docsfab_record::ContractFailure::Ungrounded,
+        } => report.grounding.as_ref().map(crate::grounding::correction),
+        AttemptFailure::Contract { .. } | AttemptFailure::CutAnswer => None,
+        _ => previous,
+    }
 }
 
 /// A step's end when an attempt's answer was accepted.
@@ -750,17 +780,22 @@ struct StepRun<'c, 'a> {
     model: String,
     /// The paths of a fan-out step's instances, when this step is one of them.
     claims: Option<&'c WriteClaims>,
+    /// The workspace as a grounding index, read once for a step whose contract asks for
+    /// grounding (docs/grounding.md).
+    grounding: Option<docsfab_grounding::Index>,
 }
 
 impl StepRun<'_, '_> {
-    /// Runs attempt `attempt_no`, carrying `feedback`, and reports its turns to progress. The
-    /// throttle may hold its first request at most `first_patience` (see the caller).
+    /// Runs attempt `attempt_no`, carrying `feedback` (with the unknown names of an ungrounded
+    /// answer, `grounding_correction`), and reports its turns to progress. The throttle may
+    /// hold its first request at most `first_patience` (see the caller).
     async fn attempt(
         &self,
         store: &mut (dyn StepLog + Send),
         attempt_no: u32,
         feedback: Option<Feedback>,
         first_patience: Option<Duration>,
+        grounding_correction: Option<&str>,
     ) -> AttemptReport {
         let (ctx, step) = (self.ctx, self.step);
         let cfg = ctx.cfg;
@@ -822,6 +857,8 @@ impl StepRun<'_, '_> {
                     .then(|| format!("docsfab/{}/{}", cfg.composition.name, step.id)),
             },
             structured_output: cfg.provider.structured_output,
+            grounding: self.grounding.as_ref(),
+            grounding_correction,
         })
         .await
     }
@@ -1006,6 +1043,7 @@ fn attempt_record(
         answer_bytes: report.answer_bytes,
         timeout_kind: None,
         output_constraint: report.output_constraint,
+        grounding: report.grounding.clone(),
         retry_rule: None,
         retry: Retry {
             decision: RetryDecision::None,

@@ -57,6 +57,7 @@ pub fn attempt(n: u32, decision: RetryDecision) -> AttemptRecord {
         answer_bytes: None,
         timeout_kind: None,
         output_constraint: None,
+        grounding: None,
         retry_rule: None,
         retry: Retry { decision },
         wait_ms: decision.is_scheduled().then_some(1000),

@@ -157,6 +157,33 @@ fn render_step(out: &mut String, s: &StepRecord) {
     }
 }
 
+/// What a judged answer cited, and each name the workspace did not hold (docs/grounding.md).
+fn render_grounding(out: &mut String, g: &docsfab_record::GroundingRecord) {
+    let external = match g.external {
+        0 => String::new(),
+        n => format!(", {n} external"),
+    };
+    let _ = writeln!(
+        out,
+        "    grounding: {} of {} cited grounded{external}",
+        g.grounded, g.cited
+    );
+    for u in &g.unknown {
+        let near = match u.nearest.is_empty() {
+            true => String::new(),
+            false => format!(" (nearest: {})", u.nearest.join(", ")),
+        };
+        let _ = writeln!(
+            out,
+            "      unknown {} {} in {}, line {}{near}",
+            u.kind,
+            shown(&u.text),
+            u.member,
+            u.line
+        );
+    }
+}
+
 fn render_attempt(out: &mut String, a: &AttemptRecord) {
     let _ = writeln!(
         out,
@@ -173,6 +200,9 @@ fn render_attempt(out: &mut String, a: &AttemptRecord) {
     }
     if let Some(c) = a.output_constraint {
         let _ = writeln!(out, "    structured output asked for: {}", c.as_str());
+    }
+    if let Some(g) = &a.grounding {
+        render_grounding(out, g);
     }
     if a.provider_error_class.is_some() || a.failure_category.is_some() {
         let _ = writeln!(
