@@ -560,6 +560,94 @@ fn doctor_json_spells_sources_in_kebab_case_cfg_5() {
     );
 }
 
+/// Issue 34: `--json` carries each provider's spend settings with their sources, and the
+/// composition's token envelope, as fields with the figures the text report prints.
+#[test]
+fn doctor_json_carries_the_spend_settings_and_the_token_envelope() {
+    let s = Scratch::new();
+    s.write_host(
+        "providers:\n  default:\n    api: openai-chat\n    baseUrl: http://127.0.0.1:9/v1\n    apiKeyEnv: K\n    model: m\n    includeUsage: false\n    pricing:\n      inputPerMillion: 3\n      outputPerMillion: 15\n      cacheWritePerMillion: 3.75\n    budget:\n      maxRunCostUsd: 5\n  plain:\n    api: anthropic-messages\n    baseUrl: http://127.0.0.1:9/v1\n    apiKeyEnv: K\n    model: c\n",
+    );
+    let f = s.composition_text(
+        "name: q\nlimits:\n  timeoutMs: 60000\n  maxTurns: 4\n  maxOutputTokens: 1000\n  maxRunTokens: 50000\nsteps:\n  - id: a\n    access: read-only\n    instructions: Survey.\n  - id: b\n    access: read-only\n    instructions: Outline.\n",
+    );
+    let mut c = s.cmd();
+    c.args(["doctor", "--json", "--composition"]).arg(&f);
+    let o = run(c);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    let spend = |name: &str| {
+        v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()["spend"]
+            .clone()
+    };
+    assert_eq!(
+        spend("default"),
+        serde_json::json!({
+            "includeUsage": false,
+            "promptCaching": true,
+            "pricing": {"inputPerMillion": 3.0, "outputPerMillion": 15.0,
+                "cacheWritePerMillion": 3.75, "cacheReadPerMillion": 3.0},
+            "budget": {"maxRunCostUsd": 5.0},
+            "sources": {"includeUsage": "host.yaml", "promptCaching": "default",
+                "pricing": "host.yaml", "cacheWritePerMillion": "host.yaml",
+                "cacheReadPerMillion": "default", "maxRunCostUsd": "host.yaml"},
+        })
+    );
+    let plain = spend("plain");
+    assert_eq!(plain["pricing"], serde_json::Value::Null);
+    assert_eq!(plain["budget"]["maxRunCostUsd"], serde_json::Value::Null);
+    assert_eq!(plain["sources"]["pricing"], "default");
+    assert_eq!(
+        plain["sources"]["cacheReadPerMillion"],
+        serde_json::Value::Null
+    );
+
+    let t = &v["tokenEnvelope"];
+    let attempts = v["envelope"]["attempts"].as_u64().unwrap();
+    assert_eq!(t["attempts"], attempts);
+    assert_eq!(t["maxTurns"], 4);
+    assert_eq!(t["maxOutputTokens"], 1000);
+    assert_eq!(t["outputTokensPerStep"], attempts * 4 * 1000);
+    assert_eq!(
+        t["steps"],
+        serde_json::json!([
+            {"id": "a", "outputTokens": attempts * 4000},
+            {"id": "b", "outputTokens": attempts * 4000},
+        ])
+    );
+    assert_eq!(t["timeEnvelopeMs"], v["envelope"]["totalMs"]);
+    assert_eq!(t["maxRunTokens"], 50000);
+    assert_eq!(t["maxRunTokensSource"], "composition");
+
+    // The text report prints the same figures.
+    let mut c = s.cmd();
+    c.args(["doctor", "--composition"]).arg(&f);
+    let o = run(c);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let line = format!(
+        "Token envelope of step b: up to {attempts} attempts x 4 turns x 1000 maxOutputTokens = {} output tokens",
+        attempts * 4000
+    );
+    assert!(o.stdout.contains(&line), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("Provider default spend: includeUsage=false (host.yaml) promptCaching=true (default) pricing USD/M in 3 out 15 cache-write 3.75 cache-read 3 (host.yaml) budget.maxRunCostUsd=5 (host.yaml)"),
+        "{}",
+        o.stdout
+    );
+
+    // Without a composition there is no envelope to give.
+    let mut c = s.cmd();
+    c.args(["doctor", "--json"]);
+    let o = run(c);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).expect("json");
+    assert_eq!(v["tokenEnvelope"], serde_json::Value::Null);
+}
+
 #[test]
 fn doctor_json_refusal_is_an_object_and_exit_2_cfg_1() {
     let s = Scratch::new();

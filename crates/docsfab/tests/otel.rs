@@ -376,6 +376,56 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
         ),
         "{retries:?}"
     );
+    // Issue 34: every step is counted, none of them reused.
+    assert_eq!(total("docsfab.steps"), 2.0);
+    assert!(
+        metrics["docsfab.steps"]
+            .iter()
+            .all(|(a, _)| a["docsfab.step.reused"] == "false")
+    );
+    assert_eq!(attr(run, "docsfab.run.reused_steps").unwrap(), "0");
+}
+
+/// Issue 34: a `run --reuse` that carries its one step over says so on its run and step spans
+/// and in the `docsfab.steps` counter, so a backend can read the reuse rate.
+#[test]
+fn issue34_a_reused_step_is_counted_on_the_spans_and_in_the_steps_metric() {
+    let receiver = Receiver::start();
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        dir.path(),
+        "responses:\n  - answer: {json: {modules: [lib]}}\n",
+    );
+    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    let composition = setup.composition(ONE_STEP);
+    let first = setup.run_command(&composition).output().unwrap();
+    assert_eq!(first.status.code(), Some(0));
+    let out = setup
+        .run_command(&composition)
+        .arg("--reuse")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("OpenTelemetry"), "{stderr}");
+    let spans = receiver.spans();
+    let run = spans
+        .iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .expect("a run span");
+    assert_eq!(attr(run, "docsfab.run.steps").unwrap(), "1");
+    assert_eq!(attr(run, "docsfab.run.reused_steps").unwrap(), "1");
+    let steps = children(&spans, run);
+    assert_eq!(steps.len(), 1);
+    assert_eq!(attr(steps[0], "docsfab.step.reused").unwrap(), "true");
+    assert!(children(&spans, steps[0]).is_empty(), "no attempt span");
+    let metrics = receiver.metrics();
+    let points = &metrics["docsfab.steps"];
+    assert_eq!(points.len(), 1, "{points:?}");
+    assert_eq!(points[0].0["docsfab.step.reused"], "true");
+    assert_eq!(points[0].0["docsfab.step.status"], "succeeded");
+    assert_eq!(points[0].1, 1.0);
 }
 
 /// The long canary of the hardening tests (160 letters and digits, no key shape).

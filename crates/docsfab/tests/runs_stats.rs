@@ -155,6 +155,44 @@ fn issue13_runs_stats_counts_step_retries_bursts_that_gave_up_and_backoffs() {
     assert_eq!(st["waitingMs"]["stepBackoffs"], backoffs);
 }
 
+/// Issue 34: `run --reuse` on an unchanged tree carries the step over; the stats count it as a
+/// reused step of a run that reused, and give the rate over every step.
+#[test]
+fn issue34_runs_stats_counts_reused_steps_and_the_reuse_rate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sim = Sim::start(
+        tmp.path(),
+        "responses:\n  - answer: {json: {modules: [lib]}}\n",
+    );
+    let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    let comp = s.composition(ONE_STEP);
+    for extra in [&[][..], &["--reuse"][..]] {
+        let out = s.run_command(&comp).args(extra).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let st = stats(&s, &[]);
+    assert_eq!(
+        (st["runs"].clone(), st["steps"].clone()),
+        (json!(2), json!(2))
+    );
+    assert_eq!(st["reusedSteps"], 1);
+    assert_eq!(st["runsWithReusedSteps"], 1);
+    assert_eq!(st["reuseRate"], 0.5);
+    // The reused step sent nothing: one attempt in all.
+    assert_eq!(st["attempts"], 1);
+    let out = s.docsfab().args(["runs", "stats"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Reused steps: 1 of 2 (50 %), carried over by 1 run(s)"),
+        "{text}"
+    );
+}
+
 /// A --since that is not a duration is refused in one sentence with exit 2, before the store
 /// is read or created.
 #[test]

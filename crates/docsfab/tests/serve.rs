@@ -774,6 +774,109 @@ fn issue15_metrics_have_every_family_and_count_replays_by_class() {
     );
 }
 
+/// Polls `/metrics` until `series` has `want`; the parsed samples then.
+fn metrics_when(server: &Server, series: &str, want: f64) -> Vec<(String, f64)> {
+    let end = Instant::now() + WAIT;
+    loop {
+        let text = server.get("/metrics").text().unwrap();
+        let samples = parse_exposition(&text);
+        if samples.iter().any(|(s, v)| s == series && *v == want) {
+            return samples;
+        }
+        assert!(Instant::now() < end, "{series} never {want}: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn sample(samples: &[(String, f64)], series: &str) -> Option<f64> {
+    samples.iter().find(|(s, _)| s == series).map(|(_, v)| *v)
+}
+
+/// A read step whose first answer fails its contract (one attempt, one turn) and whose second
+/// answers; each answer reports its usage.
+const PRICED_SCENARIO: &str = "responses:\n  - answer: {text: not json, usage: {input_tokens: 1000, output_tokens: 10, cached_tokens: 400}}\n  - answer: {json: {modules: [lib]}, usage: {input_tokens: 1200, output_tokens: 20, cached_tokens: 600}}\n";
+const PRICED_STEP: &str = "name: priced\nlimits:\n  timeoutMs: 60000\n  maxTurns: 1\nsteps:\n  - id: outline\n    access: read-only\n    instructions: Return an object with a modules array.\n    contract:\n      schema: {type: object, required: [modules]}\n";
+
+/// Issue 34: tokens and cost by provider and model, failed attempts included, are the sums of
+/// what the simulator reported; a provider whose server never reports usage has its attempts
+/// counted apart and no token or cost series (never 0).
+#[test]
+fn issue34_metrics_count_tokens_and_cost_by_provider_and_model_and_unknown_usage_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let priced_dir = tmp.path().join("priced");
+    let silent_dir = tmp.path().join("silent");
+    std::fs::create_dir_all(&priced_dir).unwrap();
+    std::fs::create_dir_all(&silent_dir).unwrap();
+    let priced = Sim::start(&priced_dir, PRICED_SCENARIO);
+    let silent = Sim::start(
+        &silent_dir,
+        "usage: never\nresponses:\n  - answer: {json: {modules: [lib]}}\n",
+    );
+    let extra = format!(
+        "    pricing:\n      inputPerMillion: 3\n      outputPerMillion: 15\n      cacheReadPerMillion: 0.3\n  local:\n    api: openai-chat\n    baseUrl: {}\n    apiKeyEnv: {KEY_VAR}\n    model: local-model\n{FAST_CATALOG}",
+        silent.base_url
+    );
+    let s = Setup::new(&priced.base_url, &extra);
+    let server = Server::start(&s, &[]);
+    let id = server.submit(PRICED_STEP, ws());
+    let record = server.wait_status(&id, "succeeded");
+    let attempts = record["steps"][0]["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{record:#}");
+    assert_eq!(attempts[0]["status"], "failed", "{record:#}");
+    let local = server.submit(&format!("provider: local\n{ONE_STEP}"), ws());
+    server.wait_status(&local, "succeeded");
+
+    let samples = metrics_when(&server, "docsfab_finished_runs_total", 2.0);
+    let at = |series: &str| sample(&samples, series);
+    let default = "provider=\"default\",model=\"sim-model\"";
+    assert_eq!(
+        at(&format!(
+            "docsfab_tokens_total{{{default},direction=\"input\"}}"
+        )),
+        Some(2200.0)
+    );
+    assert_eq!(
+        at(&format!(
+            "docsfab_tokens_total{{{default},direction=\"output\"}}"
+        )),
+        Some(30.0)
+    );
+    assert_eq!(
+        at(&format!(
+            "docsfab_cache_tokens_total{{{default},operation=\"read\"}}"
+        )),
+        Some(1000.0)
+    );
+    // (600 x 3 + 400 x 0.3 + 10 x 15) + (600 x 3 + 600 x 0.3 + 20 x 15) per million.
+    let cost = at(&format!("docsfab_cost_usd_total{{{default}}}")).unwrap();
+    assert!((cost - 0.00435).abs() < 1e-9, "{cost}");
+    let recorded = record["costUsd"].as_f64().unwrap();
+    assert!((recorded - cost).abs() < 1e-9, "{recorded} in the record");
+    assert_eq!(
+        at(&format!(
+            "docsfab_unknown_usage_attempts_total{{{default}}}"
+        )),
+        Some(0.0)
+    );
+    let local = "provider=\"local\",model=\"local-model\"";
+    assert_eq!(
+        at(&format!("docsfab_unknown_usage_attempts_total{{{local}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        at(&format!("docsfab_unpriced_attempts_total{{{local}}}")),
+        Some(1.0)
+    );
+    for absent in [
+        format!("docsfab_tokens_total{{{local},direction=\"input\"}}"),
+        format!("docsfab_cost_usd_total{{{local}}}"),
+    ] {
+        assert_eq!(at(&absent), None, "{absent}: {samples:?}");
+    }
+    assert_eq!(at("docsfab_reused_steps_total"), Some(0.0));
+    assert_eq!(at("docsfab_finished_steps_total"), Some(2.0));
+}
+
 /// With --token-env every request needs the token, as a bearer header or the cookie; a
 /// missing or wrong one is 401 with one JSON sentence (the page shell for GET /), and the
 /// token is never printed.
@@ -1292,4 +1395,10 @@ fn issue22_serve_resumes_a_dead_workers_run_once_with_resume_auto_and_on_request
         2,
         "each resume asked only for the second step: {sent}"
     );
+    // Issue 34: this process finished the two resumes, each of which carried one step over.
+    let samples = metrics_when(&server, "docsfab_finished_runs_total", 2.0);
+    let at = |series: &str| sample(&samples, series);
+    assert_eq!(at("docsfab_runs_with_reused_steps_total"), Some(2.0));
+    assert_eq!(at("docsfab_reused_steps_total"), Some(2.0));
+    assert_eq!(at("docsfab_finished_steps_total"), Some(4.0));
 }

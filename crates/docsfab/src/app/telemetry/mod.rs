@@ -432,6 +432,14 @@ fn export_metrics(points: &MetricPoints, resource: Resource) -> Result<(), Strin
         .with_unit("{retry}")
         .with_description("Step retries scheduled, by failure class and rule.")
         .build();
+    let steps = meter
+        .u64_counter("docsfab.steps")
+        .with_unit("{step}")
+        .with_description("Steps of the run, by whether they were reused from an earlier run.")
+        .build();
+    for attrs in &points.steps {
+        steps.add(1, attrs);
+    }
     for (v, attrs) in &points.durations {
         duration.record(*v, attrs);
     }

@@ -186,6 +186,9 @@ pub struct MetricPoints {
     pub replays: Vec<Vec<KeyValue>>,
     /// `docsfab.step_retries`: one per attempt whose failure scheduled another attempt.
     pub step_retries: Vec<Vec<KeyValue>>,
+    /// `docsfab.steps`: one per step of the run, marked whether it was carried over from an
+    /// earlier run, so a backend can read the reuse rate.
+    pub steps: Vec<Vec<KeyValue>>,
 }
 
 /// The span name of the run span, and the `gen_ai.operation.name` values used.
@@ -220,6 +223,13 @@ pub fn plan(
         kv("docsfab.run.status", record.status.as_str()),
     ];
     attributes.extend(usage_attributes(&record.usage, record.cost_usd));
+    let reused = record
+        .steps
+        .iter()
+        .filter(|s| s.reused_from.is_some())
+        .count();
+    attributes.push(int("docsfab.run.steps", record.steps.len() as u64));
+    attributes.push(int("docsfab.run.reused_steps", reused as u64));
     if let Some(p) = &record.provider {
         attributes.push(kv("docsfab.provider.name", facts.text(&p.name)));
     }
@@ -253,7 +263,12 @@ fn step_span(
         kv("docsfab.step.access", s.access.as_str()),
         kv("docsfab.step.status", s.status.as_str()),
         int("docsfab.step.attempts", s.attempts.len() as u64),
+        kv("docsfab.step.reused", s.reused_from.is_some()),
     ];
+    points.steps.push(vec![
+        kv("docsfab.step.reused", s.reused_from.is_some()),
+        kv("docsfab.step.status", s.status.as_str()),
+    ]);
     if let Some(f) = &s.for_each {
         attributes.push(kv("docsfab.step.for_each", facts.text(&f.step)));
         attributes.push(int("docsfab.step.index", u64::from(f.index)));

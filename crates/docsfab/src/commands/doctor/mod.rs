@@ -619,32 +619,104 @@ pub fn spend_line(name: &str, s: &docsfab_policy::host::ProviderSpend) -> String
 }
 
 /// Each step's worst-case token envelope beside the time envelope: every attempt the spec
-/// allows, every turn of each, at the sealed output ceiling; prompts come on top.
+/// allows, every turn of each, at the sealed output ceiling; prompts come on top. The text and
+/// the JSON are both read from this.
+struct TokenEnvelope<'a> {
+    attempts: u64,
+    max_turns: u32,
+    max_output_tokens: u32,
+    /// The output tokens one step may take.
+    per_step: u64,
+    steps: Vec<&'a str>,
+    max_run_tokens: Option<u64>,
+}
+
+fn token_envelope(r: &Report) -> Option<TokenEnvelope<'_>> {
+    let (_, c, _) = r.composition.as_ref()?;
+    let l = &c.limits;
+    Some(TokenEnvelope {
+        attempts: r.envelope.attempts,
+        max_turns: l.max_turns,
+        max_output_tokens: l.max_output_tokens,
+        per_step: r
+            .envelope
+            .attempts
+            .saturating_mul(u64::from(l.max_turns))
+            .saturating_mul(u64::from(l.max_output_tokens)),
+        steps: c.steps.iter().map(|s| s.id.as_str()).collect(),
+        max_run_tokens: l.max_run_tokens,
+    })
+}
+
 fn token_lines(r: &Report) -> Vec<String> {
-    let Some((_, c, _)) = &r.composition else {
+    let Some(t) = token_envelope(r) else {
         return Vec::new();
     };
-    let l = &c.limits;
-    let per_step = r
-        .envelope
-        .attempts
-        .saturating_mul(u64::from(l.max_turns))
-        .saturating_mul(u64::from(l.max_output_tokens));
-    let mut lines: Vec<String> = c
+    let mut lines: Vec<String> = t
         .steps
         .iter()
-        .map(|s| {
+        .map(|id| {
             format!(
-                "Token envelope of step {}: up to {} attempts x {} turns x {} maxOutputTokens = {per_step} output tokens, plus the prompts (time envelope {}ms)",
-                s.id, r.envelope.attempts, l.max_turns, l.max_output_tokens, r.envelope.total_ms
+                "Token envelope of step {id}: up to {} attempts x {} turns x {} maxOutputTokens = {} output tokens, plus the prompts (time envelope {}ms)",
+                t.attempts, t.max_turns, t.max_output_tokens, t.per_step, r.envelope.total_ms
             )
         })
         .collect();
-    lines.push(match l.max_run_tokens {
+    lines.push(match t.max_run_tokens {
         Some(n) => format!("Run budget: limits.maxRunTokens={n} (composition)"),
         None => "Run budget: limits.maxRunTokens=none (composition sets no token bound)".to_owned(),
     });
     lines
+}
+
+/// `tokenEnvelope` of `--json`: the figures of [`token_lines`]; `null` without a composition.
+fn token_envelope_json(r: &Report) -> Value {
+    let Some(t) = token_envelope(r) else {
+        return Value::Null;
+    };
+    json!({
+        "attempts": t.attempts,
+        "maxTurns": t.max_turns,
+        "maxOutputTokens": t.max_output_tokens,
+        "outputTokensPerStep": t.per_step,
+        "steps": t.steps.iter().map(|id| json!({"id": id, "outputTokens": t.per_step})).collect::<Vec<_>>(),
+        "timeEnvelopeMs": r.envelope.total_ms,
+        "maxRunTokens": t.max_run_tokens,
+        "maxRunTokensSource": t.max_run_tokens.map(|_| "composition"),
+    })
+}
+
+/// A provider's `spend` in `--json`: what [`spend_line`] prints, as fields. Cache prices are
+/// given as they apply (the input price when host.yaml sets none); each source is `host.yaml`
+/// or `default`.
+fn spend_json(s: &docsfab_policy::host::ProviderSpend) -> Value {
+    let source = |given: bool| if given { "host.yaml" } else { "default" };
+    let pricing = s.pricing.as_ref().map(|p| {
+        json!({
+            "inputPerMillion": p.input_per_million,
+            "outputPerMillion": p.output_per_million,
+            "cacheWritePerMillion": p.cache_write_per_million.unwrap_or(p.input_per_million),
+            "cacheReadPerMillion": p.cache_read_per_million.unwrap_or(p.input_per_million),
+        })
+    });
+    let cache_source = |price: Option<f64>| match (&s.pricing, price) {
+        (None, _) => Value::Null,
+        (Some(_), given) => json!(source(given.is_some())),
+    };
+    json!({
+        "includeUsage": s.include_usage,
+        "promptCaching": s.prompt_caching,
+        "pricing": pricing,
+        "budget": {"maxRunCostUsd": s.max_run_cost_usd},
+        "sources": {
+            "includeUsage": source(s.given_include_usage),
+            "promptCaching": source(s.given_prompt_caching),
+            "pricing": source(s.pricing.is_some()),
+            "cacheWritePerMillion": cache_source(s.pricing.as_ref().and_then(|p| p.cache_write_per_million)),
+            "cacheReadPerMillion": cache_source(s.pricing.as_ref().and_then(|p| p.cache_read_per_million)),
+            "maxRunCostUsd": source(s.max_run_cost_usd.is_some()),
+        },
+    })
 }
 
 fn rules_line(ctx: &HostContext) -> String {
@@ -729,25 +801,9 @@ fn limit_lines(l: &EffectiveLimits) -> Vec<String> {
     lines
 }
 
-fn to_json(r: &Report) -> Value {
-    let ctx = &r.ctx;
-    let l = &ctx.limits;
-    let limits: Vec<Value> = l
-        .iter()
-        .map(|(limit, e)| {
-            json!({
-                "key": limit.key(),
-                "value": e.value,
-                "source": e.source,
-                "default": limit.default_value(),
-                "min": limit.min(),
-                "max": limit.max(),
-                "env": limit.env_var(),
-                "hostCatalog": limit.in_host_catalog(),
-            })
-        })
-        .collect();
-    let providers: Vec<Value> = ctx
+/// Each provider of host.yaml with its settings and their sources, for `--json`.
+fn providers_json(r: &Report) -> Vec<Value> {
+    r.ctx
         .host
         .providers
         .iter()
@@ -767,6 +823,7 @@ fn to_json(r: &Report) -> Value {
                         "maxConcurrentRequests": throttle_source(p.throttle.given.max_concurrent_requests),
                     },
                 },
+                "spend": spend_json(&p.spend),
                 "structuredOutput": {
                     "mode": p.structured_output().as_str(),
                     "source": if p.structured_output_given.is_some() { "host.yaml" } else { "default" },
@@ -778,7 +835,28 @@ fn to_json(r: &Report) -> Value {
                 })),
             })
         })
+        .collect()
+}
+
+fn to_json(r: &Report) -> Value {
+    let ctx = &r.ctx;
+    let l = &ctx.limits;
+    let limits: Vec<Value> = l
+        .iter()
+        .map(|(limit, e)| {
+            json!({
+                "key": limit.key(),
+                "value": e.value,
+                "source": e.source,
+                "default": limit.default_value(),
+                "min": limit.min(),
+                "max": limit.max(),
+                "env": limit.env_var(),
+                "hostCatalog": limit.in_host_catalog(),
+            })
+        })
         .collect();
+    let providers = providers_json(r);
     let tr = l.transport_retry();
     let e = &r.envelope;
     json!({
@@ -823,6 +901,7 @@ fn to_json(r: &Report) -> Value {
             "deadlineMilliseconds": e.deadline_ms,
             "exceedsDeadline": e.exceeds_deadline,
         },
+        "tokenEnvelope": token_envelope_json(r),
         "store": r.store.to_json(),
         "probe": r.probe.as_ref().map(ProbeReport::to_json),
         "warnings": r.warnings,

@@ -84,6 +84,7 @@ pub fn render(s: &Stats) -> String {
         "Requests: {} in {} turns, {} attempts, {} steps",
         s.requests, s.turns, s.attempts, s.steps
     );
+    let _ = writeln!(out, "{}", reuse_line(s));
     let _ = writeln!(
         out,
         "In-turn replays: {}; by class: {}; by cause: {}",
@@ -145,6 +146,18 @@ pub fn render(s: &Stats) -> String {
         );
     }
     out
+}
+
+/// `Reused steps: 2 of 5 (40 %), carried over by 1 run(s)`: steps taken from an earlier run
+/// instead of run.
+fn reuse_line(s: &Stats) -> String {
+    let share = s
+        .reuse_rate
+        .map_or_else(String::new, |r| format!(" ({:.0} %)", r * 100.0));
+    format!(
+        "Reused steps: {} of {}{share}, carried over by {} run(s)",
+        s.reused_steps, s.steps, s.runs_with_reused_steps
+    )
 }
 
 /// One spend total: the known sums, what is not in them and why, and the cost.
