@@ -725,6 +725,42 @@ struct Facts {
     context: Option<ContextWindow>,
 }
 
+/// The facts of an answer the contract refused: what it was, and what to do about it.
+fn contract_facts(failure: ContractFailure) -> Facts {
+    let (code, message, remediation) = match failure {
+        ContractFailure::Ungrounded => (
+            "contract-ungrounded",
+            "The model's answer cites names the workspace does not hold.".to_owned(),
+            "The attempts list each unknown name with the nearest real ones; have the step read the sources it documents (give it read_file and search_text), or lower what it must cite.",
+        ),
+        other => {
+            let (code, what) = match other {
+                ContractFailure::Array => ("contract-array", "a JSON array"),
+                ContractFailure::Empty => ("contract-empty", "an empty reply"),
+                ContractFailure::SchemaInvalid => {
+                    ("contract-schema-invalid", "an object that fails the schema")
+                }
+                ContractFailure::Prose | ContractFailure::Ungrounded => ("contract-prose", "prose"),
+            };
+            (
+                code,
+                format!(
+                    "The model returned {what} where the step's contract asks for a JSON object."
+                ),
+                "Make the step's instructions ask for the JSON object plainly, or choose a model that follows the contract.",
+            )
+        }
+    };
+    Facts {
+        category: "contract-violation",
+        failure_class: "model-output",
+        code: code.to_owned(),
+        message,
+        remediation: std::borrow::Cow::Borrowed(remediation),
+        context: None,
+    }
+}
+
 impl Facts {
     fn of(failure: &AttemptFailure) -> Facts {
         let fact = |category, failure_class, code: &str, message: &str, remediation| Facts {
@@ -736,34 +772,7 @@ impl Facts {
             context: None,
         };
         match failure {
-            AttemptFailure::Contract { failure } => {
-                let (code, what) = match failure {
-                    ContractFailure::Prose => ("contract-prose", "prose"),
-                    ContractFailure::Array => ("contract-array", "a JSON array"),
-                    ContractFailure::Empty => ("contract-empty", "an empty reply"),
-                    ContractFailure::SchemaInvalid => {
-                        ("contract-schema-invalid", "an object that fails the schema")
-                    }
-                    ContractFailure::Ungrounded => {
-                        return fact(
-                            "contract-violation",
-                            "model-output",
-                            "contract-ungrounded",
-                            "The model's answer cites names the workspace does not hold.",
-                            "The attempts list each unknown name with the nearest real ones; have the step read the sources it documents (give it read_file and search_text), or lower what it must cite.",
-                        );
-                    }
-                };
-                fact(
-                    "contract-violation",
-                    "model-output",
-                    code,
-                    &format!(
-                        "The model returned {what} where the step's contract asks for a JSON object."
-                    ),
-                    "Make the step's instructions ask for the JSON object plainly, or choose a model that follows the contract.",
-                )
-            }
+            AttemptFailure::Contract { failure } => contract_facts(*failure),
             AttemptFailure::CutAnswer => fact(
                 "cut-answer",
                 "model-output",

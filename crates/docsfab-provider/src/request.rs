@@ -487,8 +487,65 @@ mod anthropic {
     }
 
     pub fn body(r: &TurnRequest) -> Result<Body<'_>, RequestError> {
-        let mut messages: Vec<Draft<'_>> = Vec::with_capacity(r.messages.len());
-        for m in &r.messages {
+        let messages = drafts(&r.messages)?;
+        let caching = r.prompt_cache_key.is_some();
+        let last_tool = r.tools.len().checked_sub(1);
+        // The first user message ends the stable prefix: the step's instructions and sources.
+        let first_user = messages.first().filter(|m| m.role == "user").map(|_| 0);
+        let messages = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let last = m.content.len().saturating_sub(1);
+                Msg {
+                    role: m.role,
+                    content: m
+                        .content
+                        .into_iter()
+                        .enumerate()
+                        .map(|(j, b)| cached(b, caching && first_user == Some(i) && j == last))
+                        .collect(),
+                }
+            })
+            .collect();
+        let system = r.system.as_deref().map(|text| match caching {
+            true => System::Blocks([cached(Block::Text { text }, true)]),
+            false => System::Text(text),
+        });
+        Ok(Body {
+            model: &r.model,
+            max_tokens: r.max_output_tokens,
+            system,
+            messages,
+            tools: r
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let tool = Tool {
+                        name: &t.name,
+                        description: &t.description,
+                        input_schema: &t.parameters,
+                    };
+                    cached(tool, caching && last_tool == Some(i))
+                })
+                .collect(),
+            stream: true,
+            output_config: output_config(r.response_format.as_ref())?,
+            tool_choice: r.tool_choice.map(|c| Choice {
+                r#type: match c {
+                    ToolChoice::Auto => "auto",
+                    ToolChoice::Required => "any",
+                },
+            }),
+        })
+    }
+
+    /// The conversation in the API's messages, before cache breakpoints are placed: tool calls
+    /// as `tool_use` blocks, and every result of one tool batch in a single user message.
+    fn drafts(conversation: &[Message]) -> Result<Vec<Draft<'_>>, RequestError> {
+        let mut messages: Vec<Draft<'_>> = Vec::with_capacity(conversation.len());
+        for m in conversation {
             match m {
                 Message::User { text } => messages.push(Draft {
                     role: "user",
@@ -545,57 +602,7 @@ mod anthropic {
                 }
             }
         }
-        let caching = r.prompt_cache_key.is_some();
-        let last_tool = r.tools.len().checked_sub(1);
-        // The first user message ends the stable prefix: the step's instructions and sources.
-        let first_user = messages.first().filter(|m| m.role == "user").map(|_| 0);
-        let messages = messages
-            .into_iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let last = m.content.len().saturating_sub(1);
-                Msg {
-                    role: m.role,
-                    content: m
-                        .content
-                        .into_iter()
-                        .enumerate()
-                        .map(|(j, b)| cached(b, caching && first_user == Some(i) && j == last))
-                        .collect(),
-                }
-            })
-            .collect();
-        let system = r.system.as_deref().map(|text| match caching {
-            true => System::Blocks([cached(Block::Text { text }, true)]),
-            false => System::Text(text),
-        });
-        Ok(Body {
-            model: &r.model,
-            max_tokens: r.max_output_tokens,
-            system,
-            messages,
-            tools: r
-                .tools
-                .iter()
-                .enumerate()
-                .map(|(i, t)| {
-                    let tool = Tool {
-                        name: &t.name,
-                        description: &t.description,
-                        input_schema: &t.parameters,
-                    };
-                    cached(tool, caching && last_tool == Some(i))
-                })
-                .collect(),
-            stream: true,
-            output_config: output_config(r.response_format.as_ref())?,
-            tool_choice: r.tool_choice.map(|c| Choice {
-                r#type: match c {
-                    ToolChoice::Auto => "auto",
-                    ToolChoice::Required => "any",
-                },
-            }),
-        })
+        Ok(messages)
     }
 
     /// A message while the conversation is gathered, before breakpoints are placed.
