@@ -329,6 +329,10 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
         let mut a: Value = serde_json::from_str(&text).unwrap();
         a["answerExcerpt"] = json!(payload);
         a["answerBytes"] = json!(payload.len());
+        // Issue 32: what a page cited is drawn per attempt, as text.
+        a["grounding"] = json!({"cited": 2, "grounded": 1, "external": 0, "unknown": [
+            {"member": "markdown", "text": payload, "kind": "identifier", "line": 3, "nearest": ["count_words"]}
+        ]});
         for f in a["filesWritten"].as_array_mut().into_iter().flatten() {
             f["path"] = json!(path_payload);
         }
@@ -402,6 +406,14 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
     assert!(
         dom.contains(&format!("<li>docs/{shown}")),
         "path not shown as text"
+    );
+    assert!(
+        dom.contains("grounding: 1 of 2 cited grounded, 1 unknown"),
+        "grounding not drawn"
+    );
+    assert!(
+        dom.contains(&format!("<li>identifier {shown}")),
+        "unknown citation not shown as text"
     );
     assert!(
         dom.contains(&format!(">docs/{shown}")),

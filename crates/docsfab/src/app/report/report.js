@@ -163,7 +163,18 @@
     lines.push('usage: ' + usage(a.usage) + ', ' + cost(a.costUsd));
     lines.push('turns: ' + turns.length + ', replays: ' + replays + ', tools: ' + toolsText(turns));
     if (a.lease) lines.push('stop: ' + a.lease.stopReason);
+    if (a.grounding) lines.push(groundingText(a.grounding));
     return lines.join('\n');
+  }
+  // What a judged answer cited (record `grounding`, docs/grounding.md).
+  function groundingText(g) {
+    return 'grounding: ' + g.grounded + ' of ' + g.cited + ' cited grounded' +
+      (g.external ? ', ' + g.external + ' external' : '') +
+      (g.unknown.length ? ', ' + g.unknown.length + ' unknown' : '');
+  }
+  function unknownText(u) {
+    return u.kind + ' ' + u.text + ' in ' + u.member + ', line ' + u.line +
+      (u.nearest && u.nearest.length ? ' (nearest: ' + u.nearest.join(', ') + ')' : '');
   }
   function turnText(t) {
     var lines = ['turn ' + t.turn + ': ' + t.status + ', ' + usage(t.usage)];
@@ -333,7 +344,7 @@
     var a = x.a;
     box.appendChild(el('h3', null, x.step.stepId + ', attempt ' + a.attempt));
     var rows = [['started', '+' + ms(x.start) + ' (' + a.startedAt + ')'], ['duration', ms(a.durationMs)]];
-    var skip = { turns: 1, lease: 1, usage: 1, costUsd: 1, filesWritten: 1, answerExcerpt: 1, startedAt: 1, durationMs: 1 };
+    var skip = { turns: 1, lease: 1, usage: 1, costUsd: 1, filesWritten: 1, answerExcerpt: 1, startedAt: 1, durationMs: 1, grounding: 1 };
     Object.keys(a).forEach(function (k) { if (!skip[k]) rows.push([k, scalar(a[k])]); });
     rows.push(['usage', usage(a.usage) + ', ' + cost(a.costUsd)]);
     if (a.lease) {
@@ -372,6 +383,14 @@
       var ul = el('ul', 'files');
       a.filesWritten.forEach(function (f) { ul.appendChild(el('li', null, f.path + ' (' + f.bytes + ' bytes)')); });
       box.appendChild(ul);
+    }
+    if (a.grounding) {
+      box.appendChild(el('div', 'muted grounding', groundingText(a.grounding)));
+      if (a.grounding.unknown.length) {
+        var unknown = el('ul', 'unknown');
+        a.grounding.unknown.forEach(function (u) { unknown.appendChild(el('li', null, unknownText(u))); });
+        box.appendChild(unknown);
+      }
     }
     if (a.answerExcerpt !== null && a.answerExcerpt !== undefined) {
       box.appendChild(el('div', 'muted', 'answer (' + a.answerBytes + ' bytes in all):'));
