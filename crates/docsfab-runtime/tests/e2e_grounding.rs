@@ -122,3 +122,69 @@ async fn an_ungrounded_page_is_never_accepted_when_the_budget_is_spent() {
     assert_eq!(step["failure"]["code"], "contract-ungrounded");
     assert_eq!(step["attempts"][0]["retryDecision"], "exhausted");
 }
+
+/// A fan-out of grounded pages (the instances share one reading of the workspace): each
+/// instance is judged on its own answer, and only the one that invented a name is retried.
+#[tokio::test]
+async fn fan_out_pages_are_each_grounded_and_only_the_invented_one_retries() {
+    let h = harness(
+        r#"responses:
+  - answer:
+      json: {names: [alpha, beta, gamma]}
+lanes:
+  - contains: "[page-alpha]"
+    responses:
+      - answer: {json: {markdown: "`count_words` in `src/lib.rs`."}}
+  - contains: "[page-beta]"
+    responses:
+      - answer: {json: {markdown: "`count_wordz` in `src/lib.rs`."}}
+      - answer: {json: {markdown: "`count_words` in `src/lib.rs`."}}
+  - contains: "[page-gamma]"
+    responses:
+      - answer: {json: {markdown: "`count()` in `src/count.rs`."}}
+"#,
+    )
+    .await;
+    let composition = r#"name: grounded-fan-out
+model: sim-model
+limits:
+  timeoutMs: 20000
+  maxOutputTokens: 512
+steps:
+  - id: outline
+    access: read-only
+    instructions: 'List the pages.'
+    contract:
+      schema: {type: object, required: [names]}
+  - id: page
+    access: read-only
+    forEach: steps.outline.output.names
+    concurrency: 3
+    instructions: 'Write page [page-{{item}}] as {"markdown": "..."}.'
+    contract:
+      schema: {type: object, required: [markdown], properties: {markdown: {type: string}}}
+      grounding: [markdown]
+"#;
+    let r = run(&h, composition, &[("DOCSFAB_RETRY_BASE_DELAY_MS", "20")]).await;
+    assert_eq!(r.outcome.status, RunStatus::Succeeded, "{:#}", r.json);
+    let steps = r.json["steps"].as_array().unwrap();
+    let attempts_of = |id: &str| {
+        steps
+            .iter()
+            .find(|s| s["stepId"] == id)
+            .unwrap_or_else(|| panic!("no step {id}: {:#}", r.json))["attempts"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(attempts_of("page[0]").len(), 1);
+    assert_eq!(attempts_of("page[2]").len(), 1);
+    let beta = attempts_of("page[1]");
+    assert_eq!(beta.len(), 2);
+    assert_eq!(beta[0]["retryRule"], "contract-ungrounded");
+    assert_eq!(
+        beta[0]["grounding"]["unknown"][0]["nearest"],
+        json!(["count_words"])
+    );
+    assert_eq!(beta[1]["grounding"]["grounded"], 2);
+}

@@ -302,6 +302,7 @@ async fn run_into(
     let ctx = Ctx {
         model: &model,
         taken: Mutex::new(HashSet::new()),
+        grounding: Mutex::new(None),
         text_needed: text_needed(&cfg.composition),
         cfg: &cfg,
         workspace,
@@ -387,6 +388,9 @@ struct Ctx<'a> {
     run_id: &'a str,
     /// The run's token and cost budget, shared by every attempt and instance.
     budget: Option<RunBudget>,
+    /// The workspace's grounding index with the step it was read for (instances of one
+    /// fan-out step share it: they are read-only, so the tree does not change between them).
+    grounding: Mutex<Option<(String, Arc<docsfab_grounding::Index>)>>,
 }
 
 impl Ctx<'_> {
@@ -723,10 +727,21 @@ async fn run_begun_step(
 }
 
 /// The workspace index of a step whose contract names members to ground.
-fn grounding_index(ctx: &Ctx<'_>, step: &Step) -> Option<docsfab_grounding::Index> {
+/// Read once per step, and once for all the instances of a fan-out step (`pages[0]`,
+/// `pages[1]`, ... share `pages`'s).
+fn grounding_index(ctx: &Ctx<'_>, step: &Step) -> Option<Arc<docsfab_grounding::Index>> {
     step.contract.as_ref().filter(|c| !c.grounding.is_empty())?;
+    let group = step.id.split('[').next().unwrap_or(&step.id);
+    let mut cached = ctx.grounding.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((read_for, index)) = cached.as_ref()
+        && read_for == group
+    {
+        return Some(Arc::clone(index));
+    }
     let (index, _cut) =
         crate::grounding::index_workspace(ctx.workspace.root(), &Default::default());
+    let index = Arc::new(index);
+    *cached = Some((group.to_owned(), Arc::clone(&index)));
     Some(index)
 }
 
@@ -782,7 +797,7 @@ struct StepRun<'c, 'a> {
     claims: Option<&'c WriteClaims>,
     /// The workspace as a grounding index, read once for a step whose contract asks for
     /// grounding (docs/grounding.md).
-    grounding: Option<docsfab_grounding::Index>,
+    grounding: Option<Arc<docsfab_grounding::Index>>,
 }
 
 impl StepRun<'_, '_> {
@@ -857,7 +872,7 @@ impl StepRun<'_, '_> {
                     .then(|| format!("docsfab/{}/{}", cfg.composition.name, step.id)),
             },
             structured_output: cfg.provider.structured_output,
-            grounding: self.grounding.as_ref(),
+            grounding: self.grounding.as_deref(),
             grounding_correction,
         })
         .await
