@@ -21,6 +21,75 @@ impl GroundingRecord {
     }
 }
 
+/// Grounded over cited: how much of what a step's answer cited is in the tree, and how many
+/// unknown names the check caught before an answer was accepted. For a run, the sum over its
+/// judged steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Truthfulness {
+    /// Citations of the accepted answer (of the last judged one, for a step that failed).
+    pub cited: u32,
+    pub grounded: u32,
+    /// `grounded / cited`, rounded to four places; `null` when nothing was cited.
+    pub share: Option<f64>,
+    /// Unknown names in the answers the check refused (`contract-ungrounded`): what it kept
+    /// off the tree.
+    pub caught: u32,
+    /// The steps with a judged answer (1 for a step).
+    pub steps: u32,
+}
+
+impl Truthfulness {
+    fn new(cited: u32, grounded: u32, caught: u32, steps: u32) -> Truthfulness {
+        let share =
+            (cited > 0).then(|| (f64::from(grounded) / f64::from(cited) * 1e4).round() / 1e4);
+        Truthfulness {
+            cited,
+            grounded,
+            share,
+            caught,
+            steps,
+        }
+    }
+
+    /// The figure of a step with a judged answer: the accepted (last) answer's citations, and
+    /// the unknown names of every answer before it.
+    pub fn of_step(step: &crate::StepRecord) -> Option<Truthfulness> {
+        let judged: Vec<&GroundingRecord> = step
+            .attempts
+            .iter()
+            .filter_map(|a| a.grounding.as_ref())
+            .collect();
+        let (last, refused) = judged.split_last()?;
+        let accepted = step.status == crate::RunStatus::Succeeded;
+        let refused: &[&GroundingRecord] = match accepted {
+            true => refused,
+            false => &judged,
+        };
+        let caught = refused
+            .iter()
+            .map(|g| u32::try_from(g.unknown.len()).unwrap_or(u32::MAX))
+            .sum();
+        Some(Truthfulness::new(last.cited, last.grounded, caught, 1))
+    }
+
+    /// The sum of the steps' figures; `None` when no step has one.
+    pub fn of_run(steps: &[crate::StepRecord]) -> Option<Truthfulness> {
+        let figures: Vec<Truthfulness> = steps.iter().filter_map(|s| s.truthfulness).collect();
+        if figures.is_empty() {
+            return None;
+        }
+        let sum = |f: fn(&Truthfulness) -> u32| figures.iter().map(f).sum::<u32>();
+        let steps = u32::try_from(figures.len()).unwrap_or(u32::MAX);
+        Some(Truthfulness::new(
+            sum(|f| f.cited),
+            sum(|f| f.grounded),
+            sum(|f| f.caught),
+            steps,
+        ))
+    }
+}
+
 /// One citation the workspace does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -114,6 +114,8 @@ pub enum LeaseStop {
     /// The provider request failed (after any in-turn replays).
     ProviderFailed,
     Cancelled,
+    /// A pages step wrote its pages; it sends no request (docs/pages.md).
+    PagesWritten,
 }
 
 /// What the stop means for the attempt.
@@ -134,7 +136,7 @@ pub enum Disposition {
 impl LeaseStop {
     pub fn disposition(self) -> Disposition {
         match self {
-            LeaseStop::Answered => Disposition::Completed,
+            LeaseStop::Answered | LeaseStop::PagesWritten => Disposition::Completed,
             LeaseStop::MaxTurns | LeaseStop::Deadline => Disposition::Exhausted,
             LeaseStop::NoProgress | LeaseStop::RenewalRefused => Disposition::Stopped,
             LeaseStop::PreflightFailed | LeaseStop::ProviderFailed => Disposition::Failed,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::api::Api;
 use crate::class::ProviderErrorClass;
 use crate::gateway::Gateway;
-use crate::grounding::GroundingRecord;
+use crate::grounding::{GroundingRecord, Truthfulness};
 use crate::lease::{Disposition, LeaseStop, ToolBatch};
 use crate::replay::ReplayRecord;
 use crate::step::{
@@ -70,6 +70,11 @@ pub struct RunRecord {
     /// is set for the provider or some usage is unknown.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// Grounded over cited across the accepted answers of the steps this run judged
+    /// (docs/grounding.md); derived when the record is read. Absent when no step's contract
+    /// asks for grounding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truthfulness: Option<Truthfulness>,
     /// Why the run ended, in one sentence, when its steps cannot say it: a served run that could
     /// not start (its clone failed, its host did not resolve), one cancelled while queued, one
     /// marked `interrupted`. `null` for a run that ended through its steps.
@@ -245,6 +250,11 @@ pub struct StepRecord {
     /// attempt's cost is unknown or the step made no attempt.
     #[serde(default)]
     pub cost_usd: Option<f64>,
+    /// Grounded over cited in the step's accepted answer (docs/grounding.md); derived when the
+    /// record is read. Absent when its contract asks for no grounding, when it failed, and on
+    /// a step carried over from an earlier run (the figure is in that run's record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truthfulness: Option<Truthfulness>,
     /// A digest (SHA-256, hex) of everything the step was asked with: its rendered
     /// instructions, its settings, the provider, the model and the docsfab version. Two steps
     /// with the same fingerprint and unchanged inputs would be asked the same question. Set when
@@ -642,11 +652,12 @@ impl StepRecord {
 }
 
 impl RunRecord {
-    /// Sets the step and run totals (`heldMs`, `usage`, `costUsd`) from the attempts and
-    /// turns, their one source.
+    /// Sets the step and run totals (`heldMs`, `usage`, `costUsd`, `truthfulness`) from the
+    /// attempts and turns, their one source.
     pub fn sum_totals(&mut self) {
         let mut held = 0u64;
         for step in &mut self.steps {
+            step.truthfulness = Truthfulness::of_step(step);
             step.held_ms = step.turns_held_ms();
             held = held.saturating_add(step.held_ms);
             step.usage = step.attempts.iter().map(|a| a.usage).sum();
@@ -656,6 +667,7 @@ impl RunRecord {
             };
         }
         self.held_ms = held;
+        self.truthfulness = Truthfulness::of_run(&self.steps);
         self.usage = self.steps.iter().map(|s| s.usage).sum();
         let spent: Vec<_> = self
             .steps

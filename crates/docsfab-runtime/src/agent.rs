@@ -50,7 +50,6 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use docsfab_boundary::{BoundaryConfig, Redactor, Refusal, Verdict};
-use docsfab_grounding::Index;
 use docsfab_policy::class::{FaultKind, ProviderFailure};
 use docsfab_policy::host::StructuredOutput;
 use docsfab_policy::replay::ReplayLimits;
@@ -70,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{self, BatchOutcome, CallReply, RequestedCall, ToolUse};
 use crate::composition::{Access, ModelLimits, Step, Tool};
 use crate::contract::{CompiledContract, ContractFailure};
-use crate::grounding;
+use crate::grounding::{self, GroundingBasis};
 use crate::ledger::{
     CallOutcome, Checkpoint, ExecutionLease, LeaseStop, PreflightFailure, ToolBatch, TurnEvidence,
 };
@@ -125,8 +124,8 @@ pub struct AttemptInput<'a> {
     /// How a contract's schema is sent as a structured-output constraint (host.yaml
     /// `structuredOutput`).
     pub structured_output: StructuredOutput,
-    /// The workspace as a grounding index, for a step whose contract asks for grounding.
-    pub grounding: Option<&'a Index>,
+    /// The workspace and the run's pages, for a step whose contract asks for grounding.
+    pub grounding: Option<&'a GroundingBasis>,
     /// The unknown names the last ungrounded attempt cited, worded for the model; sent with
     /// the `ground-every-name` correction.
     pub grounding_correction: Option<&'a str>,
@@ -567,7 +566,7 @@ struct AgentLoop<'a> {
     response_format: Option<ResponseFormat>,
     /// Whether a request that left carried it (the record's `outputConstraint`).
     constraint_sent: bool,
-    grounding_index: Option<&'a Index>,
+    grounding_basis: Option<&'a GroundingBasis>,
     /// What the judged answer cited (the record's `grounding`).
     grounding: Option<GroundingRecord>,
 }
@@ -610,7 +609,7 @@ impl<'a> AgentLoop<'a> {
             prompt_cache_key: input.spend.prompt_cache_key.clone(),
             response_format: response_format(input),
             constraint_sent: false,
-            grounding_index: input.grounding,
+            grounding_basis: input.grounding,
             grounding: None,
         }
     }
@@ -790,7 +789,7 @@ impl<'a> AgentLoop<'a> {
     /// An answer that met its schema, judged against the workspace when the contract asks for
     /// grounding: an unknown citation makes it `contract-ungrounded` (docs/grounding.md).
     fn grounded(&mut self, ending: Ending) -> Ending {
-        let (Ok(Answer::Object(answer)), Some(index)) = (&ending.0, self.grounding_index) else {
+        let (Ok(Answer::Object(answer)), Some(basis)) = (&ending.0, self.grounding_basis) else {
             return ending;
         };
         let Some(contract) = self
@@ -801,7 +800,7 @@ impl<'a> AgentLoop<'a> {
         else {
             return ending;
         };
-        let record = grounding::check(answer, &contract.grounding, index);
+        let record = grounding::check(answer, &contract.grounding, &basis.index, &basis.pages);
         let unknown = record.unknown.len();
         self.grounding = Some(record);
         if unknown == 0 {
@@ -1273,7 +1272,7 @@ fn lease_ended(reason: LeaseStop, evidence: Option<String>) -> Ending {
         ),
         LeaseStop::Deadline => fail(AttemptFailure::AttemptDeadline, "the attempt timer fired"),
         LeaseStop::Cancelled => fail(AttemptFailure::Cancelled, "the attempt was cancelled"),
-        LeaseStop::ProviderFailed | LeaseStop::Answered => fail(
+        LeaseStop::ProviderFailed | LeaseStop::Answered | LeaseStop::PagesWritten => fail(
             AttemptFailure::RefusedBeforeSend {
                 error_text: format!("the lease ended unexpectedly ({reason:?})"),
             },
@@ -1548,6 +1547,7 @@ mod tests {
             write_roots: vec!["docs".to_owned()],
             line: 1,
             fan_out: None,
+            pages: Vec::new(),
         };
         let cancel = CancellationToken::new();
         let input = AttemptInput {

@@ -136,6 +136,18 @@ pub struct Step {
     /// Set on a fan-out step: one instance runs per element of an earlier step's array.
     #[serde(rename = "forEach")]
     pub fan_out: Option<FanOut>,
+    /// Set on a pages step (docs/pages.md): the earlier read-only steps whose accepted page
+    /// answers (`{path, markdown}`) it writes, with no provider request. Such a step has no
+    /// instructions, tools, contract or `forEach`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<String>,
+}
+
+impl Step {
+    /// Whether the step writes earlier steps' pages instead of asking a model.
+    pub fn writes_pages(&self) -> bool {
+        !self.pages.is_empty()
+    }
 }
 
 /// The default number of fan-out instances that run at once.
@@ -325,9 +337,10 @@ struct RawLimits {
 struct RawStep {
     id: Spanned<String>,
     access: Access,
-    instructions: Spanned<String>,
+    instructions: Option<Spanned<String>>,
     #[serde(default)]
     tools: Vec<Spanned<Tool>>,
+    pages: Option<Spanned<Vec<Spanned<String>>>>,
     contract: Option<Spanned<RawContract>>,
     write_roots: Option<Spanned<Vec<Spanned<String>>>>,
     for_each: Option<Spanned<String>>,
@@ -476,7 +489,20 @@ fn check_step(
         err,
     };
     check_id(&site, &id, line, earlier)?;
-    check_instructions(&site, &id, &s.instructions, earlier, all_ids)?;
+    if s.pages.is_some() {
+        return check_pages_step(&site, id, line, s, earlier);
+    }
+    let Some(instructions) = s.instructions else {
+        return Err(site.fail(
+            line,
+            "instructions",
+            format!(
+                "step {} has no instructions; say what the step must do (only a step with pages: needs none)",
+                site.shown_id
+            ),
+        ));
+    };
+    check_instructions(&site, &id, &instructions, earlier, all_ids)?;
     let tools = check_tools(&site, &s.tools, s.access)?;
     let write_roots = check_write_roots(&site, s.write_roots, s.access)?;
     if s.access == Access::Write && tools.contains(&Tool::WriteFile) && write_roots.is_empty() {
@@ -494,18 +520,167 @@ fn check_step(
         None => None,
     };
     let for_each = check_for_each(&site, s.for_each, s.concurrency, earlier, all_ids)?;
-    check_item_placeholders(&site, &s.instructions, for_each.is_some())?;
+    check_item_placeholders(&site, &instructions, for_each.is_some())?;
 
     Ok(Step {
         id,
         access: s.access,
-        instructions: s.instructions.value,
+        instructions: instructions.value,
         tools,
         contract,
         write_roots,
         line,
         fan_out: for_each,
+        pages: Vec::new(),
     })
+}
+
+/// A pages step (docs/pages.md): a write step with write roots whose `pages` name earlier
+/// read-only steps that answer pages, each grounded, so that no page reaches the tree before
+/// its contract and its grounding passed.
+fn check_pages_step<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    id: String,
+    line: u64,
+    s: RawStep,
+    earlier: &[Step],
+) -> Result<Step, CompositionError> {
+    let shown_id = &site.shown_id;
+    refuse_model_fields(site, line, &s)?;
+    let (access, instructions) = (s.access, s.instructions);
+    let pages = s.pages.expect("checked by the caller");
+    if access != Access::Write {
+        return Err(site.fail(
+            line,
+            "access",
+            format!("step {shown_id} writes pages, so its access must be write; set access: write"),
+        ));
+    }
+    if let Some(i) = instructions {
+        return Err(site.fail(
+            i.defined.line(),
+            "instructions",
+            format!(
+                "step {shown_id} writes pages and sends no request, so it has no instructions; remove them"
+            ),
+        ));
+    }
+    let write_roots = check_write_roots(site, s.write_roots, access)?;
+    if write_roots.is_empty() {
+        return Err(site.fail(
+            line,
+            "writeRoots",
+            format!(
+                "step {shown_id} writes pages but has no writeRoots; list the paths its pages may be written under, such as [docs/]"
+            ),
+        ));
+    }
+    if pages.value.is_empty() {
+        return Err(site.fail(
+            pages.defined.line(),
+            "pages",
+            format!(
+                "step {shown_id} has an empty pages list; name the steps whose pages it writes"
+            ),
+        ));
+    }
+    let mut from = Vec::new();
+    for source in pages.value {
+        let name = source.value.trim().to_owned();
+        check_page_source(site, &name, source.defined.line(), earlier)?;
+        if !from.contains(&name) {
+            from.push(name);
+        }
+    }
+    Ok(Step {
+        id,
+        access,
+        instructions: String::new(),
+        tools: Vec::new(),
+        contract: None,
+        write_roots,
+        line,
+        fan_out: None,
+        pages: from,
+    })
+}
+
+/// A page source is an earlier read-only step whose contract requires `path` and `markdown`
+/// and grounds `markdown`.
+fn check_page_source<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    name: &str,
+    line: u64,
+    earlier: &[Step],
+) -> Result<(), CompositionError> {
+    let shown_id = &site.shown_id;
+    let fail = |why: &str| {
+        site.fail(
+            line,
+            "pages",
+            format!(
+                "pages of step {shown_id} names step {}, {why}",
+                shown_value(name)
+            ),
+        )
+    };
+    let Some(source) = earlier.iter().find(|e| e.id == name) else {
+        return Err(fail(
+            "which is not a step listed before it; name an earlier step",
+        ));
+    };
+    let Some(contract) = source
+        .contract
+        .as_ref()
+        .filter(|_| source.access == Access::ReadOnly)
+    else {
+        return Err(fail(
+            "which answers no JSON object (only a read-only step with a contract does); point it at a step that answers pages",
+        ));
+    };
+    let required: Vec<&str> = contract
+        .schema
+        .get("required")
+        .and_then(serde_json::Value::as_array)
+        .map(|r| r.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    if !(required.contains(&"path") && required.contains(&"markdown")) {
+        return Err(fail(
+            "whose contract does not require path and markdown; add required: [path, markdown] to its schema",
+        ));
+    }
+    if !contract.grounding.iter().any(|m| m == "markdown") {
+        return Err(fail(
+            "whose contract does not ground markdown, and no page may reach the tree unchecked; add grounding: [markdown] to its contract",
+        ));
+    }
+    Ok(())
+}
+
+/// A pages step has no tools, contract or `forEach`: it asks no model.
+fn refuse_model_fields<E: Fn(u64, String, String) -> CompositionError>(
+    site: &StepSite<'_, E>,
+    line: u64,
+    s: &RawStep,
+) -> Result<(), CompositionError> {
+    let field = match (
+        s.tools.is_empty(),
+        s.contract.is_some(),
+        s.for_each.is_some() || s.concurrency.is_some(),
+    ) {
+        (false, _, _) => "tools",
+        (_, true, _) => "contract",
+        (_, _, true) => "forEach",
+        _ => return Ok(()),
+    };
+    Err(site.fail(
+        line,
+        field,
+        format!(
+            "step {} writes pages and asks no model, so it has no {field}; remove it",
+            site.shown_id
+        ),
+    ))
 }
 
 /// The id is well formed and not used by an earlier step.
@@ -1002,6 +1177,97 @@ steps:
             Ok(c) => panic!("expected a refusal, got {c:?}"),
             Err(e) => e,
         }
+    }
+
+    /// A page-answering step `page` and a pages step with `extra` lines (issue 32).
+    fn with_pages(page_contract: &str, pages_step: &str) -> String {
+        format!(
+            "name: wiki\nsteps:\n  - id: page\n    access: read-only\n    instructions: Write it.\n    contract:\n{page_contract}\n  - id: write\n    access: write\n{pages_step}\n"
+        )
+    }
+
+    const PAGE_CONTRACT: &str =
+        "      schema: {type: object, required: [path, markdown]}\n      grounding: [markdown]";
+
+    #[test]
+    fn issue32_a_pages_step_names_earlier_page_steps_and_needs_no_instructions() {
+        let c = parse(&with_pages(
+            PAGE_CONTRACT,
+            "    pages: [page, page]\n    writeRoots: [docs/]",
+        ))
+        .unwrap();
+        let write = c.step("write").unwrap();
+        assert!(write.writes_pages());
+        assert_eq!(write.pages, vec!["page".to_owned()]);
+        assert!(write.instructions.is_empty() && write.tools.is_empty());
+    }
+
+    #[test]
+    fn issue32_a_pages_step_is_refused_with_what_to_change() {
+        let cases = [
+            (
+                with_pages(PAGE_CONTRACT, "    pages: [page]"),
+                "writeRoots",
+                "has no writeRoots",
+            ),
+            (
+                with_pages(
+                    PAGE_CONTRACT,
+                    "    pages: [page]\n    writeRoots: [docs/]\n    instructions: Write.",
+                ),
+                "instructions",
+                "sends no request",
+            ),
+            (
+                with_pages(
+                    PAGE_CONTRACT,
+                    "    pages: [page]\n    writeRoots: [docs/]\n    tools: [write_file]",
+                ),
+                "tools",
+                "asks no model",
+            ),
+            (
+                with_pages(PAGE_CONTRACT, "    pages: [later]\n    writeRoots: [docs/]"),
+                "pages",
+                "not a step listed before it",
+            ),
+            (
+                with_pages(
+                    "      schema: {type: object, required: [markdown]}\n      grounding: [markdown]",
+                    "    pages: [page]\n    writeRoots: [docs/]",
+                ),
+                "pages",
+                "does not require path and markdown",
+            ),
+            (
+                with_pages(
+                    "      schema: {type: object, required: [path, markdown]}",
+                    "    pages: [page]\n    writeRoots: [docs/]",
+                ),
+                "pages",
+                "does not ground markdown",
+            ),
+        ];
+        for (text, field, words) in cases {
+            let e = refused(&text);
+            assert_eq!(
+                e.field.as_deref(),
+                Some(&*format!("steps[1].{field}")),
+                "{e:?}"
+            );
+            assert!(e.message.contains(words), "{}: {}", words, e.message);
+        }
+        let read_only = text_without_pages_access();
+        assert!(refused(&read_only).message.contains("access must be write"));
+        let missing = "name: x\nsteps:\n  - id: a\n    access: read-only\n";
+        assert!(refused(missing).message.contains("has no instructions"));
+    }
+
+    fn text_without_pages_access() -> String {
+        with_pages(PAGE_CONTRACT, "    pages: [page]\n    writeRoots: [docs/]").replace(
+            "  - id: write\n    access: write",
+            "  - id: write\n    access: read-only",
+        )
     }
 
     #[test]

@@ -7,10 +7,19 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use docsfab_grounding::{Citation, Index, Kind, extract};
 use docsfab_record::{GroundingRecord, UnknownCitation};
 use serde_json::Value;
+
+/// What a step's answers are judged against: the workspace as read for the step, and the
+/// paths of the pages the run has answered before it (a link to one of them resolves).
+#[derive(Debug, Clone)]
+pub struct GroundingBasis {
+    pub index: Arc<Index>,
+    pub pages: BTreeSet<String>,
+}
 
 /// Directories that hold no source a page describes: build output, VCS data, installs.
 const SKIPPED_DIRS: &[&str] = &[
@@ -122,13 +131,22 @@ fn walk_inside(
 }
 
 /// Judges the citations of `members` of `answer` against `index`. A string member is read as
-/// Markdown (as a page at its member path); an array of strings as workspace paths.
-pub fn check(answer: &Value, members: &[String], index: &Index) -> GroundingRecord {
+/// Markdown, as a page at the `path` beside it when its object has one (so its relative links
+/// resolve from there); an array of strings as workspace paths. `pages` are the paths of pages
+/// the run has answered so far: a link to one of them, or to a page of this answer, resolves.
+pub fn check(
+    answer: &Value,
+    members: &[String],
+    index: &Index,
+    pages: &BTreeSet<String>,
+) -> GroundingRecord {
+    let mut pages = pages.clone();
+    pages.extend(page_paths(answer));
     let mut record = GroundingRecord::default();
     for member in members {
-        for (at, value) in select(answer, member) {
+        for Selected { at, value, page } in select(answer, member) {
             let citations = citations_of(value);
-            let report = index.judge("", &citations, &BTreeSet::new());
+            let report = index.judge(page, &citations, &pages);
             record.cited += report.cited;
             record.grounded += report.grounded;
             record.external += report.external;
@@ -144,6 +162,20 @@ pub fn check(answer: &Value, members: &[String], index: &Index) -> GroundingReco
         }
     }
     record
+}
+
+/// The page paths an answer holds: the `path` of the answer itself when it is a page
+/// (`{path, markdown}`), or of each page of an array of them (a fan-out step's output).
+pub fn page_paths(answer: &Value) -> Vec<String> {
+    let page = |v: &Value| {
+        let path = v.get("path")?.as_str()?;
+        v.get("markdown")?.as_str()?;
+        Some(path.trim_start_matches("./").to_owned())
+    };
+    match answer {
+        Value::Array(items) => items.iter().filter_map(page).collect(),
+        other => page(other).into_iter().collect(),
+    }
 }
 
 fn citations_of(value: &Value) -> Vec<Citation> {
@@ -162,27 +194,44 @@ fn citations_of(value: &Value) -> Vec<Citation> {
     }
 }
 
-/// The values at a dotted member path (`*` takes every array item), each with its concrete
-/// path (`pages.2.markdown`).
-fn select<'a>(answer: &'a Value, member: &str) -> Vec<(String, &'a Value)> {
-    let mut found = vec![(String::new(), answer)];
+/// One value a member path selects: where it is (`pages.2.markdown`), the value, and the
+/// `path` of the object that holds it ("" when it has none), the page it is read as.
+struct Selected<'a> {
+    at: String,
+    value: &'a Value,
+    page: &'a str,
+}
+
+/// The values at a dotted member path (`*` takes every array item).
+fn select<'a>(answer: &'a Value, member: &str) -> Vec<Selected<'a>> {
+    let mut found = vec![Selected {
+        at: String::new(),
+        value: answer,
+        page: "",
+    }];
     for part in member.split('.') {
         let mut next = Vec::new();
-        for (at, value) in found {
+        for Selected { at, value, .. } in found {
             let join = |k: &str| match at.is_empty() {
                 true => k.to_owned(),
                 false => format!("{at}.{k}"),
             };
             match (part, value) {
-                ("*", Value::Array(items)) => next.extend(
-                    items
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| (join(&i.to_string()), v)),
-                ),
+                ("*", Value::Array(items)) => {
+                    next.extend(items.iter().enumerate().map(|(i, v)| Selected {
+                        at: join(&i.to_string()),
+                        value: v,
+                        page: "",
+                    }));
+                }
                 (key, Value::Object(map)) => {
                     if let Some(v) = map.get(key) {
-                        next.push((join(key), v));
+                        let page = map.get("path").and_then(Value::as_str).unwrap_or("");
+                        next.push(Selected {
+                            at: join(key),
+                            value: v,
+                            page: page.trim_start_matches("./"),
+                        });
                     }
                 }
                 _ => {}
@@ -240,6 +289,7 @@ mod tests {
             &answer,
             &["pages.*.markdown".into(), "components.*.paths".into()],
             &index(),
+            &BTreeSet::new(),
         );
         assert_eq!((r.cited, r.grounded), (6, 3), "{r:?}");
         let unknown: Vec<(&str, &str)> = r

@@ -239,6 +239,17 @@ impl Reference {
         &self.steps[at]
     }
 
+    /// The output of the reference's step `step_id` when it succeeded (the last such step, for
+    /// a run that was itself resumed).
+    pub fn succeeded_output(&self, step_id: &str) -> Option<&serde_json::Value> {
+        self.steps
+            .iter()
+            .rev()
+            .find(|s| s.step_id == step_id && s.status == RunStatus::Succeeded)?
+            .output
+            .as_ref()
+    }
+
     /// Where a reused step's attempts are: the run that ran it (an earlier reuse points on).
     pub fn origin(&self, at: usize) -> StepLink {
         let step = &self.steps[at];

@@ -473,6 +473,7 @@ mod tests {
     fn run(started_at: &str, provider: Option<&str>, attempts: Vec<AttemptRecord>) -> RunRecord {
         RunRecord {
             cost_usd: None,
+            truthfulness: None,
             usage: docsfab_record::Usage::ZERO,
             run_id: format!("run-{started_at}"),
             composition: "c".into(),
@@ -491,6 +492,7 @@ mod tests {
             end_reason: None,
             steps: vec![StepRecord {
                 cost_usd: None,
+                truthfulness: None,
                 usage: docsfab_record::Usage::ZERO,
                 step_id: "s".into(),
                 access: Access::ReadOnly,

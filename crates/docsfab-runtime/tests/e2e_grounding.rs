@@ -91,6 +91,10 @@ async fn an_invented_function_is_retried_with_the_list_and_the_corrected_page_pa
     assert_eq!(second["budget"], "contract");
     assert_eq!(second["grounding"]["unknown"], json!([]));
     assert_eq!(second["grounding"]["grounded"], 4);
+    assert_eq!(
+        r.json["steps"][0]["truthfulness"],
+        json!({"cited": 4, "grounded": 4, "share": 1.0, "caught": 2, "steps": 1})
+    );
     // The correction went to the model with the names.
     let reqs = requests(&r.events);
     let retry: Value = serde_json::from_str(&reqs[1].4).unwrap();
@@ -121,6 +125,10 @@ async fn an_ungrounded_page_is_never_accepted_when_the_budget_is_spent() {
     assert!(step["output"].is_null());
     assert_eq!(step["failure"]["code"], "contract-ungrounded");
     assert_eq!(step["attempts"][0]["retryDecision"], "exhausted");
+    // The truthfulness of the step's best answer, and of the run (issue 32).
+    let figure = json!({"cited": 2, "grounded": 0, "share": 0.0, "caught": 2, "steps": 1});
+    assert_eq!(step["truthfulness"], figure);
+    assert_eq!(r.json["truthfulness"], figure);
 }
 
 /// A fan-out of grounded pages (the instances share one reading of the workspace): each

@@ -129,6 +129,7 @@ fn sample_run() -> RunRecord {
     second.answer_bytes = Some(18);
     RunRecord {
         cost_usd: None,
+        truthfulness: None,
         usage: docsfab_record::Usage::ZERO,
         run_id: "run-20261129-200000-abcdef".into(),
         composition: "quickstart".into(),
@@ -148,6 +149,7 @@ fn sample_run() -> RunRecord {
         end_reason: None,
         steps: vec![StepRecord {
             cost_usd: None,
+            truthfulness: None,
             usage: docsfab_record::Usage::ZERO,
             step_id: "outline".into(),
             access: Access::ReadOnly,

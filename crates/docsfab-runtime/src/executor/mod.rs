@@ -20,7 +20,7 @@
 //! requests, replay backoffs, step backoffs) races it, so the run ends at once and is recorded
 //! `cancelled` with the reason.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -47,6 +47,7 @@ use crate::agent::{self, Answer, AttemptInput, AttemptReport, AttemptSpend, Turn
 use crate::batch::{BeforeWrite, WriteVeto};
 use crate::composition::{Access, Composition, Step, Tool, output_references};
 use crate::fanout::WriteClaims;
+use crate::grounding::GroundingBasis;
 use crate::record::{
     AttemptRecord, AttemptStatus, Budget, Retry, RetryDecision, RunContext, RunLink, RunProvider,
     RunStatus, StepFailure, WriteRestore,
@@ -59,6 +60,7 @@ use crate::workspace::Workspace;
 use crate::written::{Kept, classify};
 
 mod instances;
+mod pages;
 use instances::StepLog;
 
 /// The provider a run talks to, as host.yaml names it, with the key already read from the
@@ -153,6 +155,9 @@ pub struct Carry {
     pub reference: Reference,
     /// Set by `runs resume`: the record names the reference run as `resumedFrom`.
     pub resume: bool,
+    /// `--allow-lost-pages`: a pages step may write fewer pages than the reference run's did
+    /// (docs/pages.md); otherwise it stops before writing and names the pages it would lose.
+    pub allow_lost_pages: bool,
 }
 
 /// Why a run was cancelled.
@@ -303,6 +308,7 @@ async fn run_into(
         model: &model,
         taken: Mutex::new(HashSet::new()),
         grounding: Mutex::new(None),
+        pages: Mutex::new(BTreeSet::new()),
         text_needed: text_needed(&cfg.composition),
         cfg: &cfg,
         workspace,
@@ -391,6 +397,8 @@ struct Ctx<'a> {
     /// The workspace's grounding index with the step it was read for (instances of one
     /// fan-out step share it: they are read-only, so the tree does not change between them).
     grounding: Mutex<Option<(String, Arc<docsfab_grounding::Index>)>>,
+    /// The paths of the pages earlier steps of this run answered: a later page may link them.
+    pages: Mutex<BTreeSet<String>>,
 }
 
 impl Ctx<'_> {
@@ -467,6 +475,17 @@ impl Ctx<'_> {
         ))
     }
 
+    /// Notes the pages an accepted output holds, so later pages may link them.
+    fn note_pages(&self, output: &str) {
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(output) else {
+            return;
+        };
+        self.pages
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(crate::grounding::page_paths(&value));
+    }
+
     fn emit(&self, p: Progress) {
         if let Some(sink) = &self.cfg.progress {
             sink(&p);
@@ -541,6 +560,7 @@ async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, Run
         }
         let (status, output) = match &step.fan_out {
             Some(fan) => instances::run_fan_out(ctx, store, step, fan, &outputs).await?,
+            None if step.writes_pages() => pages::run_pages_step(ctx, store, step, &outputs)?,
             None => run_step(ctx, store, step, &outputs).await?,
         };
         ctx.emit(Progress::StepFinished {
@@ -549,6 +569,7 @@ async fn run_steps(ctx: &Ctx<'_>, store: &mut RunStore) -> Result<RunStatus, Run
         });
         match (status, output) {
             (RunStatus::Succeeded, Some(out)) => {
+                ctx.note_pages(&out);
                 outputs.insert(step.id.clone(), out);
             }
             (RunStatus::Succeeded, None) => {}
@@ -642,7 +663,7 @@ async fn run_begun_step(
         instructions,
         model: selected_model(ctx.cfg),
         claims,
-        grounding: grounding_index(ctx, step),
+        grounding: grounding_basis(ctx, step),
     };
     // The unknown names of the last ungrounded answer, for the correction that follows it.
     let mut grounding_correction: Option<String> = None;
@@ -716,7 +737,7 @@ async fn run_begun_step(
             StepDecision::End { failure: f, .. } => {
                 let end = match failure {
                     AttemptFailure::Cancelled => ctx.cancelled_end(),
-                    _ => failed(f),
+                    _ => failed(naming_unknowns(f, &report)),
                 };
                 break (end, None);
             }
@@ -726,23 +747,29 @@ async fn run_begun_step(
     Ok((end.status, output_text))
 }
 
-/// The workspace index of a step whose contract names members to ground.
-/// Read once per step, and once for all the instances of a fan-out step (`pages[0]`,
-/// `pages[1]`, ... share `pages`'s).
-fn grounding_index(ctx: &Ctx<'_>, step: &Step) -> Option<Arc<docsfab_grounding::Index>> {
+/// What a step whose contract names members to ground is judged against: the workspace index
+/// and the run's pages so far. The index is read once per step, and once for all the instances
+/// of a fan-out step (`pages[0]`, `pages[1]`, ... share `pages`'s).
+fn grounding_basis(ctx: &Ctx<'_>, step: &Step) -> Option<GroundingBasis> {
     step.contract.as_ref().filter(|c| !c.grounding.is_empty())?;
+    let pages = ctx
+        .pages
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let group = step.id.split('[').next().unwrap_or(&step.id);
     let mut cached = ctx.grounding.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((read_for, index)) = cached.as_ref()
         && read_for == group
     {
-        return Some(Arc::clone(index));
+        let index = Arc::clone(index);
+        return Some(GroundingBasis { index, pages });
     }
     let (index, _cut) =
         crate::grounding::index_workspace(ctx.workspace.root(), &Default::default());
     let index = Arc::new(index);
     *cached = Some((group.to_owned(), Arc::clone(&index)));
-    Some(index)
+    Some(GroundingBasis { index, pages })
 }
 
 /// The grounding correction the next attempt carries: the unknown names of an ungrounded
@@ -773,6 +800,15 @@ fn succeeded(answer: &Answer, basis: ResultBasis) -> StepEnd {
 }
 
 /// A step's end when the policy ended it on `failure`.
+/// A step that ended ungrounded says which names its last answer invented (the attempt's
+/// message lists them), so the failure alone tells the operator what was wrong.
+fn naming_unknowns(mut failure: StepFailure, report: &AttemptReport) -> StepFailure {
+    if let (true, Some(why)) = (failure.code == "contract-ungrounded", &report.message) {
+        failure.message = format!("{} In the last answer, {why}.", failure.message);
+    }
+    failure
+}
+
 fn failed(failure: StepFailure) -> StepEnd {
     StepEnd {
         status: RunStatus::Failed,
@@ -795,9 +831,9 @@ struct StepRun<'c, 'a> {
     model: String,
     /// The paths of a fan-out step's instances, when this step is one of them.
     claims: Option<&'c WriteClaims>,
-    /// The workspace as a grounding index, read once for a step whose contract asks for
-    /// grounding (docs/grounding.md).
-    grounding: Option<Arc<docsfab_grounding::Index>>,
+    /// What the step's answers are judged against when its contract asks for grounding
+    /// (docs/grounding.md).
+    grounding: Option<GroundingBasis>,
 }
 
 impl StepRun<'_, '_> {
@@ -872,7 +908,7 @@ impl StepRun<'_, '_> {
                     .then(|| format!("docsfab/{}/{}", cfg.composition.name, step.id)),
             },
             structured_output: cfg.provider.structured_output,
-            grounding: self.grounding.as_deref(),
+            grounding: self.grounding.as_ref(),
             grounding_correction,
         })
         .await

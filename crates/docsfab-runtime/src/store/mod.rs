@@ -117,6 +117,7 @@ impl StepStart {
             held_ms: 0,
             usage: docsfab_record::Usage::ZERO,
             cost_usd: None,
+            truthfulness: None,
             fingerprint: None,
             inputs: None,
             reused_from: None,

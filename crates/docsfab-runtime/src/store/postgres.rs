@@ -940,6 +940,7 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
         held_ms: 0,
         usage: docsfab_record::Usage::ZERO,
         cost_usd: None,
+        truthfulness: None,
         end_reason: head.get(5),
         steps,
     };

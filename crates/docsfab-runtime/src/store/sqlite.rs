@@ -834,6 +834,7 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         held_ms: 0,
         usage: docsfab_record::Usage::ZERO,
         cost_usd: None,
+        truthfulness: None,
         end_reason,
         steps,
     };

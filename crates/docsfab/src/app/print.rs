@@ -54,6 +54,15 @@ pub fn render_run(r: &RunRecord) -> String {
         let _ = writeln!(out, "  why it ended: {}", shown(reason));
     }
     let _ = writeln!(out, "  spent: {}, {}", r.usage, shown_cost(r.cost_usd));
+    if let Some(t) = &r.truthfulness {
+        let _ = writeln!(
+            out,
+            "  truthfulness: {} across {} judged step{}",
+            shown_truthfulness(t),
+            t.steps,
+            if t.steps == 1 { "" } else { "s" }
+        );
+    }
     if let Some(from) = &r.resumed_from {
         let _ = writeln!(
             out,
@@ -111,6 +120,9 @@ fn render_step(out: &mut String, s: &StepRecord) {
         s.usage,
         shown_cost(s.cost_usd)
     );
+    if let Some(t) = &s.truthfulness {
+        let _ = writeln!(out, "  truthfulness: {}", shown_truthfulness(t));
+    }
     if let Some(from) = &s.reused_from {
         let _ = writeln!(
             out,
@@ -155,6 +167,22 @@ fn render_step(out: &mut String, s: &StepRecord) {
     if let Some(output) = &s.output {
         let _ = writeln!(out, "  output: {output}");
     }
+}
+
+/// `12 of 13 cited names grounded (92.3%); 2 unknown names caught`: the figure of
+/// docs/grounding.md.
+fn shown_truthfulness(t: &docsfab_record::Truthfulness) -> String {
+    let share = t
+        .share
+        .map_or_else(String::new, |s| format!(" ({:.1}%)", s * 100.0));
+    let caught = match t.caught {
+        0 => String::new(),
+        n => format!("; {n} unknown name{} caught", if n == 1 { "" } else { "s" }),
+    };
+    format!(
+        "{} of {} cited names grounded{share}{caught}",
+        t.grounded, t.cited
+    )
 }
 
 /// What a judged answer cited, and each name the workspace did not hold (docs/grounding.md).

@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// docs/resume.md.
     #[arg(long, value_name = "RUN", num_args = 0..=1, default_missing_value = "")]
     pub reuse: Option<String>,
+    /// With --reuse: let a pages step write fewer pages than the reused run did, even where
+    /// the dropped pages' sources still exist (otherwise it stops before writing and names
+    /// them; docs/pages.md).
+    #[arg(long, requires = "reuse")]
+    pub allow_lost_pages: bool,
 }
 
 pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<(), CliError> {
@@ -68,6 +73,7 @@ pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<()
             .map(|record| Carry {
                 reference: Reference::new(&record, false),
                 resume: false,
+                allow_lost_pages: args.allow_lost_pages,
             });
     }
     config.throttle = throttle.open();

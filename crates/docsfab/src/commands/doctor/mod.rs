@@ -643,7 +643,13 @@ fn token_envelope(r: &Report) -> Option<TokenEnvelope<'_>> {
             .attempts
             .saturating_mul(u64::from(l.max_turns))
             .saturating_mul(u64::from(l.max_output_tokens)),
-        steps: c.steps.iter().map(|s| s.id.as_str()).collect(),
+        // A pages step sends no request, so it spends nothing (docs/pages.md).
+        steps: c
+            .steps
+            .iter()
+            .filter(|s| !s.writes_pages())
+            .map(|s| s.id.as_str())
+            .collect(),
         max_run_tokens: l.max_run_tokens,
     })
 }

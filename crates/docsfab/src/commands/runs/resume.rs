@@ -62,6 +62,7 @@ pub fn resume(
     config.carry = Some(Carry {
         reference,
         resume: true,
+        allow_lost_pages: false,
     });
     config.throttle = throttle.open();
     run_and_report(config, &mut store, color, ask.json)

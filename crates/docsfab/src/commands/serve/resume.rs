@@ -62,6 +62,7 @@ pub fn carry(store: &RunStore, spec: &JobSpec, workspace: &Path) -> Result<Optio
     Ok(Some(Carry {
         reference,
         resume: true,
+        allow_lost_pages: false,
     }))
 }
 
