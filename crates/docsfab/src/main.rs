@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 use crate::app::error::CliError;
 use crate::app::{error, progress, telemetry};
-use crate::commands::{check_docs, demo, doctor, route, run, runs, serve, setup, sim};
+use crate::commands::{check_docs, demo, doctor, new, route, run, runs, serve, setup, sim};
 
 /// Run multi-step documentation workflows against LLM providers, with auditable retries.
 #[derive(Debug, Parser)]
@@ -44,6 +44,9 @@ enum Commands {
     Setup(setup::SetupArgs),
     /// Check the host configuration, environment and a composition; print effective limits.
     Doctor(doctor::DoctorArgs),
+    /// Write a ready composition from a template (wiki, quickstart) to start from; without a
+    /// template, list them. Never overwrites a file.
+    New(new::NewArgs),
     /// Run a composition; the first line of stdout is the run id (exit 0 succeeded, 1 failed,
     /// 2 bad input or configuration, 130 cancelled).
     Run(run::RunArgs),
@@ -76,6 +79,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Commands::Setup(args) => setup::run(&args),
         Commands::Doctor(args) => doctor::run(&args, cli.store.as_deref()),
+        Commands::New(args) => new::run(&args),
         Commands::Run(args) => run::run(&args, cli.color, cli.store.as_deref()),
         Commands::Runs(args) => runs::run(&args, cli.store.as_deref(), cli.color),
         Commands::Demo => demo::run(cli.color, cli.store.as_deref()),

@@ -562,3 +562,98 @@ fn issue31_real_probe_reports_the_servers_capabilities() {
         assert_eq!(caps["streamUsage"], true, "{api}: {caps}");
     }
 }
+
+// Issue 32: the wiki `docsfab new wiki` writes, on a real model behind a real server. A 135M
+// model proves mechanics, not prose: whatever it answers, either the run succeeded and every
+// page on disk is grounded (`check-docs` agrees), or it failed and no page reached the tree.
+// The limits are cut down so the test stays short, and the map's lists bounded so that a small
+// model's answer fits them; the steps are the template's.
+#[test]
+fn issue32_real_wiki_puts_only_grounded_pages_on_disk() {
+    let Some(dir) = installed() else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Llama::start(&dir, free_port(), 4096, 1);
+    let s = setup(server.port, "openai-chat");
+    let ws = s.workspace();
+    std::fs::write(ws.join("src/lib.rs"), "pub mod count;\npub mod report;\n").unwrap();
+    std::fs::write(
+        ws.join("src/report.rs"),
+        "pub fn report(n: usize) -> String {\n    format!(\"{n} words\")\n}\n",
+    )
+    .unwrap();
+    let comp = s.home().join("wiki.yaml");
+    let out = s
+        .docsfab()
+        .args(["new", "wiki", "--output", comp.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let wiki = std::fs::read_to_string(&comp).unwrap();
+    let small = wiki
+        .replace("timeoutMs: 300000", "timeoutMs: 180000")
+        .replace("maxTurns: 16", "maxTurns: 3")
+        .replace("maxOutputTokens: 8192", "maxOutputTokens: 384")
+        // Few and short, so a small model's answer fits the cut-down output limit.
+        .replace("maxItems: 40", "maxItems: 2")
+        .replace(
+            "sources: {type: array, items: {type: string}}",
+            "sources: {type: array, maxItems: 2, items: {type: string, maxLength: 24}}",
+        );
+    assert_ne!(small, wiki, "the template's limits moved; update this test");
+    std::fs::write(&comp, small).unwrap();
+    let child = s
+        .run_command(&comp)
+        .env("DOCSFAB_READ_ONLY_MAX_RETRIES", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ran = finish_run(&s, child);
+    let steps = ran.record["steps"].as_array().unwrap();
+    eprintln!(
+        "real wiki: exit {:?}, truthfulness {}, steps {:?}",
+        ran.code,
+        ran.record["truthfulness"],
+        steps
+            .iter()
+            .map(|st| format!(
+                "{} {} {}",
+                st["stepId"], st["status"], st["failure"]["code"]
+            ))
+            .collect::<Vec<_>>()
+    );
+    let pages = ws.join("docs/wiki");
+    match ran.code {
+        Some(0) => {
+            let check = s
+                .docsfab()
+                .args(["check-docs", "docs/wiki", "--workspace", "."])
+                .current_dir(&ws)
+                .output()
+                .unwrap();
+            assert_eq!(check.status.code(), Some(0), "{}", text(&check.stdout));
+            let write = steps.iter().find(|st| st["stepId"] == "write").unwrap();
+            assert_eq!(write["attempts"][0]["turns"], serde_json::json!([]));
+        }
+        Some(1) => {
+            assert!(
+                !pages.exists(),
+                "a failed run left pages on disk: {:#}",
+                ran.record
+            );
+            let failed = steps.iter().find(|st| st["status"] == "failed").unwrap();
+            if failed["failure"]["code"] == "contract-ungrounded" {
+                let last = failed["attempts"].as_array().unwrap().last().unwrap();
+                let unknown = last["grounding"]["unknown"].as_array().unwrap();
+                assert!(!unknown.is_empty(), "{failed:#}");
+                assert!(
+                    failed["failure"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(unknown[0]["text"].as_str().unwrap())),
+                    "the failure names the unknowns: {failed:#}"
+                );
+            }
+        }
+        other => panic!("exit {other:?}: {}", ran.stderr),
+    }
+}

@@ -4,6 +4,7 @@
 pub mod check_docs;
 pub mod demo;
 pub mod doctor;
+pub mod new;
 pub mod route;
 pub mod run;
 pub mod runs;
