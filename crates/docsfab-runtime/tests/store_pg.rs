@@ -16,7 +16,8 @@ use docsfab_runtime::record::*;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::postgres::PgRunStore;
 use docsfab_runtime::store::{
-    CancelRequest, JobSpec, JobWorkspace, RunStore, StepEnd, StoreError, end_reason,
+    CancelRequest, JobSpec, JobWorkspace, RunBackend, RunStore, StepEnd, StepLog, StoreError,
+    end_reason,
 };
 use docsfab_runtime::written::{self, Kept};
 use docsfab_throttle::process::Holder;

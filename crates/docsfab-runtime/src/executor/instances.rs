@@ -3,17 +3,17 @@
 //! under the id `STEP[INDEX]`.
 //!
 //! Instances are futures polled together on the run's task, not spawned tasks: they borrow the
-//! run's context, and all their work is waiting on the provider, so one task loses nothing. The
-//! store is shared behind a mutex that is only held for one synchronous store call. An instance
-//! begins in the store when it is launched, and launches go in element order, so the record
-//! lists instances in index order whatever order they finish in.
+//! run's context, and all their work is waiting on the provider, so one task loses nothing. Each
+//! records through its own handle on the run's store ([`crate::store::RunBackend::step_log`]),
+//! which uses the store's one connection one call at a time. An instance begins in the store
+//! when it is launched, and launches go in element order, so the record lists instances in
+//! index order whatever order they finish in.
 //!
 //! Fail-fast: once an instance ends other than succeeded, no further instance is launched; the
 //! running ones finish (or, on Ctrl-C, end cancelled like any step), and instances never
 //! launched have no record.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -22,130 +22,9 @@ use serde_json::Value;
 use super::{Ctx, Progress, RunError, run_begun_step, step_start};
 use crate::composition::{FanOut, Step};
 use crate::fanout::{WriteClaims, instance_id, output_array, render_instructions, resolve_items};
-use crate::record::{AttemptRecord, ForEach, RunStatus, StepFailure};
+use crate::record::{ForEach, RunStatus, StepFailure};
 use crate::reuse::Looks;
-use crate::snapshot::WrittenFile;
-use crate::store::{RunStore, StepEnd, StepStart, StoreError};
-use crate::written::Kept;
-
-/// The store calls one step run makes, so that a step can run against the run's store directly
-/// or, as a fan-out instance, through the store its siblings share.
-pub(super) trait StepLog {
-    fn begin_step_for(
-        &mut self,
-        run_id: &str,
-        step: &StepStart,
-        for_each: Option<&ForEach>,
-    ) -> Result<u32, StoreError>;
-    /// Records a finished attempt with the contents of the files it changed (empty when it
-    /// wrote nothing or its writes were restored), in one transaction.
-    fn record_attempt_with_files(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-        files: &[(WrittenFile, Kept)],
-    ) -> Result<(), StoreError>;
-    fn record_write_intent(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: u32,
-        tool: &str,
-        path: &str,
-    ) -> Result<(), StoreError>;
-    fn finish_step(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        end: &StepEnd,
-    ) -> Result<(), StoreError>;
-}
-
-impl StepLog for RunStore {
-    fn begin_step_for(
-        &mut self,
-        run_id: &str,
-        step: &StepStart,
-        for_each: Option<&ForEach>,
-    ) -> Result<u32, StoreError> {
-        RunStore::begin_step_for(self, run_id, step, for_each)
-    }
-    fn record_attempt_with_files(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-        files: &[(WrittenFile, Kept)],
-    ) -> Result<(), StoreError> {
-        RunStore::record_attempt_with_files(self, run_id, step_index, attempt, files)
-    }
-    fn record_write_intent(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: u32,
-        tool: &str,
-        path: &str,
-    ) -> Result<(), StoreError> {
-        RunStore::record_write_intent(self, run_id, step_index, attempt, tool, path)
-    }
-    fn finish_step(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        end: &StepEnd,
-    ) -> Result<(), StoreError> {
-        RunStore::finish_step(self, run_id, step_index, end)
-    }
-}
-
-/// One instance's handle on the store its siblings share.
-struct Shared<'s, 'r>(&'s Mutex<&'r mut RunStore>);
-
-impl Shared<'_, '_> {
-    fn with<T>(&self, f: impl FnOnce(&mut RunStore) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-impl StepLog for Shared<'_, '_> {
-    fn begin_step_for(
-        &mut self,
-        run_id: &str,
-        step: &StepStart,
-        for_each: Option<&ForEach>,
-    ) -> Result<u32, StoreError> {
-        self.with(|s| s.begin_step_for(run_id, step, for_each))
-    }
-    fn record_attempt_with_files(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-        files: &[(WrittenFile, Kept)],
-    ) -> Result<(), StoreError> {
-        self.with(|s| s.record_attempt_with_files(run_id, step_index, attempt, files))
-    }
-    fn record_write_intent(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: u32,
-        tool: &str,
-        path: &str,
-    ) -> Result<(), StoreError> {
-        self.with(|s| s.record_write_intent(run_id, step_index, attempt, tool, path))
-    }
-    fn finish_step(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        end: &StepEnd,
-    ) -> Result<(), StoreError> {
-        self.with(|s| s.finish_step(run_id, step_index, end))
-    }
-}
+use crate::store::{RunStore, StepEnd, StepLog};
 
 /// How one instance ended.
 struct Ended {
@@ -191,7 +70,6 @@ pub(super) async fn run_fan_out(
     // sibling's writes never sway the judgement.
     let reused = reusable_instances(ctx, step, &items, outputs);
     let claims = WriteClaims::default();
-    let shared = Mutex::new(store);
     let mut answers: Vec<Option<Value>> = vec![None; items.len()];
     let mut worst = RunStatus::Succeeded;
     let mut running = FuturesUnordered::new();
@@ -213,15 +91,14 @@ pub(super) async fn run_fan_out(
                 claims: &claims,
             };
             // Begun in the store now, in element order, so the record keeps that order.
-            let begun = launched.begin(&mut Shared(&shared))?;
+            let begun = launched.begin(&mut **store)?;
             if let Some(at) = reused[next] {
-                let (_, text) =
-                    ctx.carry_over(&mut Shared(&shared), &begun.step, begun.step_index, at)?;
+                let (_, text) = ctx.carry_over(&mut **store, &begun.step, begun.step_index, at)?;
                 answers[next] = Some(answer_value(&begun.step, text.unwrap_or_default()));
                 next += 1;
                 continue;
             }
-            running.push(launched.run(Shared(&shared), begun));
+            running.push(launched.run(store.step_log(), begun));
             next += 1;
         }
         let Some(ended) = running.next().await else {
@@ -280,7 +157,11 @@ impl Launch<'_, '_> {
     }
 
     /// Runs the begun instance to its end.
-    async fn run(self, mut store: Shared<'_, '_>, begun: Begun) -> Result<Ended, RunError> {
+    async fn run(
+        self,
+        mut store: Box<dyn StepLog + Send>,
+        begun: Begun,
+    ) -> Result<Ended, RunError> {
         let ctx = self.ctx;
         let Begun { step, step_index } = begun;
         let ended = |status, answer| Ended {
@@ -309,7 +190,7 @@ impl Launch<'_, '_> {
             };
         let (status, text) = run_begun_step(
             ctx,
-            &mut store,
+            &mut *store,
             &step,
             step_index,
             instructions,

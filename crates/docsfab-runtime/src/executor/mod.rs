@@ -61,7 +61,7 @@ use crate::written::{Kept, classify};
 
 mod instances;
 mod pages;
-use instances::StepLog;
+use crate::store::StepLog;
 
 /// The provider a run talks to, as host.yaml names it, with the key already read from the
 /// variable `apiKeyEnv` names. The key is only ever put in the request header.
@@ -621,9 +621,9 @@ async fn run_step(
     );
     let step_index = store.begin_step(ctx.run_id, &step_start(ctx, step))?;
     if let Some(at) = reused {
-        return ctx.carry_over(store, step, step_index, at);
+        return ctx.carry_over(&mut **store, step, step_index, at);
     }
-    run_begun_step(ctx, store, step, step_index, instructions, None).await
+    run_begun_step(ctx, &mut **store, step, step_index, instructions, None).await
 }
 
 /// The steps whose answer text a later step needs: named in instructions, or fanned out over.

@@ -1,6 +1,6 @@
 //! The run store: every run's record, written as the run goes, and `docsfab serve`'s job queue.
 //!
-//! [`RunStore`] is one facade over the backends, chosen by a [`StoreUrl`]:
+//! A [`RunStore`] is an open store in one of the backends, chosen by a [`StoreUrl`]:
 //! - `sqlite:PATH` (`store/sqlite.rs`): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
 //!   the processes of one host share;
 //! - `postgres://...` (`store/postgres.rs`): one database that workers on many hosts share.
@@ -8,36 +8,37 @@
 //! Both keep the same records with the same semantics: each write is its own transaction, so a
 //! finished attempt is durable before the next begins; opening marks `interrupted` the running
 //! runs whose owner is gone; a submitted job is a `queued` run holding its [`JobSpec`], and
-//! [`RunStore::claim_next`] hands each one to exactly one worker.
+//! [`RunBackend::claim_next`] hands each one to exactly one worker.
 //!
-//! Each method of the facade is one plain `match` over the backend, written out so a reader
-//! (and a tool following the calls) sees both arms; a backend is added by adding an arm to
-//! each.
+//! Every operation is a method of [`RunBackend`] (or of its part [`StepLog`], the calls a step
+//! run makes), written once in each backend; `RunStore` only opens the backend its URL names
+//! and hands those methods out (`Deref`). A backend is added by implementing the trait.
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use docsfab_pg::PgUrl;
-use docsfab_throttle::process::Holder;
 use sha2::{Digest, Sha256};
 
 use crate::record::{
-    Access, AttemptRecord, FileWritten, ForEach, RunContext, RunLink, RunRecord, RunStatus,
-    RunSummary, StepFailure, StepInput, StepLink, StepRecord, TransportRetry,
+    Access, FileWritten, ForEach, RunContext, RunLink, RunStatus, RunSummary, StepFailure,
+    StepInput, StepLink, StepRecord, TransportRetry,
 };
-use crate::snapshot::WrittenFile;
-use crate::written::{Kept, StoredWrite};
 
+mod backend;
 mod error;
 pub mod postgres;
+mod rows;
 mod sqlite;
 
 use postgres::PgRunStore;
 
 use sqlite::SqliteStore;
 
+pub use self::backend::{RunBackend, StepLog};
 pub use self::error::StoreError;
 
 /// A store operation that SQLite still found busy after the busy timeout, about to be tried
@@ -226,12 +227,12 @@ pub struct Claimed {
     pub spec: JobSpec,
 }
 
-/// What [`RunStore::request_cancel`] did.
+/// What [`RunBackend::request_cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelRequest {
     /// The run was still queued: it is `cancelled` now, with no steps.
     CancelledQueued,
-    /// The run is running: its worker sees the flag ([`RunStore::cancel_requested`]) and stops.
+    /// The run is running: its worker sees the flag ([`RunBackend::cancel_requested`]) and stops.
     Requested,
     /// The run had ended already, with this status; nothing changed.
     AlreadyEnded(RunStatus),
@@ -297,17 +298,13 @@ impl fmt::Display for StoreUrl {
     }
 }
 
-/// An open run store, whichever backend holds it.
+/// An open run store, whichever backend holds it. Its operations are the backend's own
+/// methods ([`RunBackend`], [`StepLog`]), reached through `Deref`: `store.load_run(id)` calls
+/// the backend's `load_run`.
 #[derive(Debug)]
 pub struct RunStore {
-    backend: Backend,
+    backend: Box<dyn RunBackend + Send>,
     url: StoreUrl,
-}
-
-#[derive(Debug)]
-enum Backend {
-    Sqlite(SqliteStore),
-    Postgres(PgRunStore),
 }
 
 impl RunStore {
@@ -320,7 +317,7 @@ impl RunStore {
     /// [`RunStore::open`] with its waits and its busy observer chosen.
     pub fn open_with(path: &Path, options: StoreOptions) -> Result<RunStore, StoreError> {
         Ok(RunStore {
-            backend: Backend::Sqlite(SqliteStore::open_with(path, options)?),
+            backend: Box::new(SqliteStore::open_with(path, options)?),
             url: StoreUrl::Sqlite(path.to_owned()),
         })
     }
@@ -331,7 +328,7 @@ impl RunStore {
         match url {
             StoreUrl::Sqlite(path) => RunStore::open_with(path, options),
             StoreUrl::Postgres(pg) => Ok(RunStore {
-                backend: Backend::Postgres(PgRunStore::open(pg)?),
+                backend: Box::new(PgRunStore::open(pg)?),
                 url: url.clone(),
             }),
         }
@@ -341,294 +338,19 @@ impl RunStore {
     pub fn url(&self) -> &StoreUrl {
         &self.url
     }
+}
 
-    /// How many times an operation was tried again because the store stayed busy (SQLite).
-    pub fn busy_retries(&self) -> u32 {
-        match &self.backend {
-            Backend::Sqlite(s) => s.busy_retries(),
-            Backend::Postgres(s) => s.busy_retries(),
-        }
+impl Deref for RunStore {
+    type Target = dyn RunBackend + Send;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.backend
     }
+}
 
-    /// The runs this open found orphaned and marked `interrupted`.
-    pub fn interrupted_on_open(&self) -> &[String] {
-        match &self.backend {
-            Backend::Sqlite(s) => s.interrupted_on_open(),
-            Backend::Postgres(s) => s.interrupted_on_open(),
-        }
-    }
-
-    /// Creates a run owned by this process, `running`, and returns its id.
-    pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.create_run(composition),
-            Backend::Postgres(s) => s.create_run(composition),
-        }
-    }
-
-    /// Creates a run owned by this process, `running`, with its context (workspace, provider,
-    /// model, version) stored from its first moment, and returns its id.
-    pub fn create_run_with_context(
-        &mut self,
-        composition: &str,
-        context: &RunContext,
-    ) -> Result<String, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.create_run_with_context(composition, context),
-            Backend::Postgres(s) => s.create_run_with_context(composition, context),
-        }
-    }
-
-    /// [`Self::create_run_with_context`] that also keeps the composition the run runs, so
-    /// `docsfab runs resume` can start it again.
-    pub fn create_run_from(
-        &mut self,
-        context: &RunContext,
-        spec: &JobSpec,
-    ) -> Result<String, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.create_run_from(context, spec),
-            Backend::Postgres(s) => s.create_run_from(context, spec),
-        }
-    }
-
-    /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
-    pub fn create_run_owned_by(
-        &mut self,
-        composition: &str,
-        owner: Holder,
-    ) -> Result<String, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.create_run_owned_by(composition, owner),
-            // PostgreSQL owners are workers: this process is its own worker; any other
-            // holder is named by its pid and, never beating, counts as dead.
-            Backend::Postgres(s) if owner == Holder::current() => s.create_run(composition),
-            Backend::Postgres(s) => {
-                s.create_run_owned_by(composition, &format!("process/{}", owner.pid))
-            }
-        }
-    }
-
-    /// Stores the context of a running run created without one (a claimed job learns its
-    /// workspace, provider and model only when its worker resolves them).
-    pub fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.set_context(run_id, context),
-            Backend::Postgres(s) => s.set_context(run_id, context),
-        }
-    }
-
-    /// Stores a submitted job as a `queued` run (no owner, no context, no steps; its start time
-    /// is the submit time until it is claimed) and returns its id.
-    pub fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.enqueue(spec),
-            Backend::Postgres(s) => s.enqueue(spec),
-        }
-    }
-
-    /// Atomically: the oldest queued run becomes `running`, owned by this process, started
-    /// now. Each queued run is claimed once across any number of processes. `None` when
-    /// nothing is queued.
-    pub fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.claim_next(),
-            Backend::Postgres(s) => s.claim_next(),
-        }
-    }
-
-    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
-    pub fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.job_spec(run_id),
-            Backend::Postgres(s) => s.job_spec(run_id),
-        }
-    }
-
-    /// A queued run becomes `cancelled` now; a running one gets its cancel flag set for its
-    /// worker; an ended one is left alone. An unknown id is [`StoreError::UnknownRun`].
-    pub fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.request_cancel(run_id),
-            Backend::Postgres(s) => s.request_cancel(run_id),
-        }
-    }
-
-    /// Whether someone asked to cancel the run ([`RunStore::request_cancel`]).
-    pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.cancel_requested(run_id),
-            Backend::Postgres(s) => s.cancel_requested(run_id),
-        }
-    }
-
-    /// How many runs have each status: every status in [`RunStatus::ALL`] order, zeros included.
-    pub fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.count_by_status(),
-            Backend::Postgres(s) => s.count_by_status(),
-        }
-    }
-
-    /// Marks `interrupted` the running runs whose owner is gone and returns their ids. A
-    /// long-lived process (`docsfab serve`) calls it on every heartbeat.
-    pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.reap(),
-            Backend::Postgres(s) => s.reap(),
-        }
-    }
-
-    /// Adds a step to a running run; returns its index (0-based, in start order).
-    pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.begin_step(run_id, step),
-            Backend::Postgres(s) => s.begin_step(run_id, step),
-        }
-    }
-
-    /// [`RunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
-    /// Instances take the next indexes like any step, so starting them in element order keeps
-    /// the record in element order.
-    pub fn begin_step_for(
-        &mut self,
-        run_id: &str,
-        step: &StepStart,
-        for_each: Option<&ForEach>,
-    ) -> Result<u32, StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.begin_step_for(run_id, step, for_each),
-            Backend::Postgres(s) => s.begin_step_for(run_id, step, for_each),
-        }
-    }
-
-    /// Records a finished attempt in its own committed transaction: when this returns `Ok`, the
-    /// attempt survives a crash. Attempts must arrive numbered 1, 2, 3, ... per step.
-    pub fn record_attempt(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-    ) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.record_attempt(run_id, step_index, attempt),
-            Backend::Postgres(s) => s.record_attempt(run_id, step_index, attempt),
-        }
-    }
-
-    /// [`RunStore::record_attempt`], keeping in the same transaction the contents of the files
-    /// the attempt changed, each as [`crate::written::classify`] judged it (bounded: see
-    /// [`crate::written`]).
-    pub fn record_attempt_with_files(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-        files: &[(WrittenFile, Kept)],
-    ) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.record_attempt_with_files(run_id, step_index, attempt, files),
-            Backend::Postgres(s) => s.record_attempt_with_files(run_id, step_index, attempt, files),
-        }
-    }
-
-    /// Commits the intent to write `path` (workspace-relative) with `tool` during the attempt
-    /// `attempt` that is still running, before the write runs. If the process dies before the
-    /// attempt is recorded, the next open lists these paths in the step's `interruptedAttempt`.
-    pub fn record_write_intent(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: u32,
-        tool: &str,
-        path: &str,
-    ) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.record_write_intent(run_id, step_index, attempt, tool, path),
-            Backend::Postgres(s) => s.record_write_intent(run_id, step_index, attempt, tool, path),
-        }
-    }
-
-    /// Ends a step with its status, failure and output.
-    pub fn finish_step(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        end: &StepEnd,
-    ) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.finish_step(run_id, step_index, end),
-            Backend::Postgres(s) => s.finish_step(run_id, step_index, end),
-        }
-    }
-
-    /// Ends a running run. Steps still `running` take the run's final status.
-    pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.finish_run(run_id, status),
-            Backend::Postgres(s) => s.finish_run(run_id, status),
-        }
-    }
-
-    /// [`RunStore::finish_run`] for a run its steps cannot explain (a served run that could not
-    /// start): `reason`, one sentence, becomes the record's `endReason`.
-    pub fn finish_run_because(
-        &mut self,
-        run_id: &str,
-        status: RunStatus,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        match &mut self.backend {
-            Backend::Sqlite(s) => s.finish_run_with(run_id, status, Some(reason)),
-            Backend::Postgres(s) => s.finish_run_with(run_id, status, Some(reason)),
-        }
-    }
-
-    /// Every run, newest first.
-    pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.list_runs(),
-            Backend::Postgres(s) => s.list_runs(),
-        }
-    }
-
-    /// The newest `limit` runs, newest first, each with its step and attempt counts and its
-    /// duration, for `docsfab runs list`.
-    pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.list_run_rows(limit),
-            Backend::Postgres(s) => s.list_run_rows(limit),
-        }
-    }
-
-    /// [`RunStore::list_run_rows`], only the runs with `status` when one is given.
-    pub fn list_run_rows_where(
-        &self,
-        status: Option<RunStatus>,
-        limit: u32,
-    ) -> Result<Vec<RunListing>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.list_run_rows_where(status, limit),
-            Backend::Postgres(s) => s.list_run_rows_where(status, limit),
-        }
-    }
-
-    /// The files the run's succeeded write attempts changed, with their kept contents, in the
-    /// order the run wrote them.
-    pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.written_files(run_id),
-            Backend::Postgres(s) => s.written_files(run_id),
-        }
-    }
-
-    /// The full record of one run (one consistent snapshot), or `None` when there is no such
-    /// run.
-    pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        match &self.backend {
-            Backend::Sqlite(s) => s.load_run(run_id),
-            Backend::Postgres(s) => s.load_run(run_id),
-        }
+impl DerefMut for RunStore {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.backend
     }
 }
 

@@ -6,7 +6,7 @@
 //!   run's writes and its reaping are serialized and a reaped run takes no more writes.
 //! - A run's owner is a worker id ([`docsfab_pg::worker`]), not a pid: a process on another
 //!   machine cannot ask the kernel about a pid, but it can read the owner's heartbeat. Opening
-//!   the store and [`PgRunStore::reap`] mark `interrupted` every running run whose owner is not
+//!   the store and [`RunBackend::reap`] mark `interrupted` every running run whose owner is not
 //!   alive, under `FOR UPDATE SKIP LOCKED` so two reapers never both account one run.
 //! - The run row is the job: a queued run is a `runs` row with status `queued` and its
 //!   [`JobSpec`]; claiming is `SELECT ... FOR UPDATE SKIP LOCKED` on the oldest one.
@@ -14,22 +14,28 @@
 //!   JSONB would reorder keys), and times are the same RFC 3339 strings, so a record loaded
 //!   here equals the one SQLite gives for the same calls.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use docsfab_pg::postgres::{self, GenericClient};
 use docsfab_pg::worker::{self, WorkerId};
 use docsfab_pg::{Pg, PgError, PgUrl};
+use docsfab_throttle::process::Holder;
 
+use super::rows::{
+    ListingRow, RunHead, StoredSide, WrittenRow, new_written, status_counts, step_record,
+    still_running,
+};
 use super::{
-    CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError, end_reason,
-    from_json, new_run_id, parse_status, to_json,
+    CancelRequest, Claimed, JobSpec, RunBackend, RunListing, StepEnd, StepLog, StepStart,
+    StoreError, end_reason, from_json, new_run_id, parse_status, to_json,
 };
 use crate::record::{
-    AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary,
-    StepRecord, WriteIntent, rfc3339_utc,
+    AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, StepRecord,
+    WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
-use crate::written::{self, Kept, Side, StoredWrite};
+use crate::written::{Kept, StoredWrite};
 
 // ---- The store ------------------------------------------------------------------------------
 
@@ -106,10 +112,11 @@ ALTER TABLE runs ADD COLUMN end_reason TEXT;
 ];
 
 /// An open PostgreSQL run store: one connection (on its own thread) and this process's worker
-/// id, which owns the runs it creates and claims.
-#[derive(Debug)]
+/// id, which owns the runs it creates and claims. Its clones ([`RunBackend::step_log`]) share
+/// the connection.
+#[derive(Debug, Clone)]
 pub struct PgRunStore {
-    pg: Pg,
+    pg: Arc<Pg>,
     worker: WorkerId,
     interrupted: Vec<String>,
 }
@@ -151,7 +158,7 @@ impl PgRunStore {
         let pg = Pg::connect(url)?;
         docsfab_pg::migrate(&pg, "runs", MIGRATIONS)?;
         let mut store = PgRunStore {
-            pg,
+            pg: Arc::new(pg),
             worker,
             interrupted: Vec::new(),
         };
@@ -166,16 +173,6 @@ impl PgRunStore {
     /// The worker id that owns this process's runs.
     pub fn worker(&self) -> &WorkerId {
         &self.worker
-    }
-
-    /// Always 0: PostgreSQL waits on row locks itself; there is no busy error to retry.
-    pub fn busy_retries(&self) -> u32 {
-        0
-    }
-
-    /// The runs this open found orphaned and marked `interrupted`.
-    pub fn interrupted_on_open(&self) -> &[String] {
-        &self.interrupted
     }
 
     /// Runs `f` in one transaction (committed when it returns `Ok`).
@@ -210,72 +207,9 @@ impl PgRunStore {
             .map_err(|e| into_store_error(e, url))
     }
 
-    /// Marks `interrupted` every running run whose owner worker is not alive, accounting the
-    /// write intents of its unfinished attempts, and returns their ids. Queued runs have no
-    /// owner and are never touched. A run locked by a writer is skipped: its owner is writing,
-    /// so it is alive, or the next reap finds it. Nothing is reaped while this process may not
-    /// judge others (its own heartbeat failed lately: an outage, see `worker::may_judge`).
-    pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
-        let (alive, url) = (worker::alive_condition("w"), self.pg.url().clone());
-        self.write(move |tx| {
-            // Asked on every try: a reap that began just before an outage and is run again
-            // after it must see that this process's beats failed meanwhile.
-            if !worker::may_judge(&url) {
-                return Ok(Vec::new());
-            }
-            let query = format!(
-                "SELECT r.run_id, r.owner_worker FROM runs r
-                 WHERE r.status = 'running'
-                   AND NOT EXISTS (SELECT 1 FROM docsfab_workers w
-                                   WHERE w.worker_id = r.owner_worker AND {alive})
-                 ORDER BY r.queued_seq
-                 FOR UPDATE OF r SKIP LOCKED"
-            );
-            let orphans: Vec<(String, Option<String>)> = tx
-                .query(&query, &[])?
-                .iter()
-                .map(|row| (row.get(0), row.get(1)))
-                .collect();
-            let ended = now();
-            for (run_id, worker) in &orphans {
-                account_interrupted_writes(tx, run_id)?;
-                let reason = end_reason::owner_worker_gone(worker.as_deref().unwrap_or("?"));
-                end_run(tx, run_id, RunStatus::Interrupted, &ended, Some(&reason))?;
-            }
-            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
-        })
-    }
-
-    /// Creates a run owned by this process, `running`, and returns its id.
-    pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
-        let owner = self.worker.as_str().to_owned();
-        self.insert_run(composition, None, None, &owner)
-    }
-
-    /// Creates a run owned by this process, `running`, with its context stored from its
-    /// first moment, and returns its id.
-    pub fn create_run_with_context(
-        &mut self,
-        composition: &str,
-        context: &RunContext,
-    ) -> Result<String, StoreError> {
-        let owner = self.worker.as_str().to_owned();
-        self.insert_run(composition, Some(context), None, &owner)
-    }
-
-    /// [`Self::create_run_with_context`] that also keeps the composition it runs, so
-    /// `runs resume` can start it again.
-    pub fn create_run_from(
-        &mut self,
-        context: &RunContext,
-        spec: &JobSpec,
-    ) -> Result<String, StoreError> {
-        let owner = self.worker.as_str().to_owned();
-        self.insert_run(&spec.composition_name, Some(context), Some(spec), &owner)
-    }
-
     /// Creates a run owned by the worker `owner` (tests and supervisors that run the work
-    /// elsewhere). SQLite's takes a process `Holder`; here owners are worker ids.
+    /// elsewhere). [`RunBackend::create_run_owned_by`] takes a process `Holder`; here owners
+    /// are worker ids.
     pub fn create_run_owned_by(
         &mut self,
         composition: &str,
@@ -321,28 +255,10 @@ impl PgRunStore {
         })?;
         Ok(run_id)
     }
+}
 
-    /// Stores the context (workspace, provider, model, version) of a running run: a claimed
-    /// run gets it when its worker starts it.
-    pub fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
-        let (run_id, context) = (run_id.to_owned(), to_json(context)?);
-        self.write(move |tx| {
-            require_running(tx, &run_id)?;
-            tx.execute(
-                "UPDATE runs SET context = $2 WHERE run_id = $1",
-                &[&run_id, &context],
-            )?;
-            Ok(())
-        })
-    }
-
-    /// Adds a step to a running run; returns its index (0-based, in start order).
-    pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
-        self.begin_step_for(run_id, step, None)
-    }
-
-    /// [`PgRunStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
-    pub fn begin_step_for(
+impl StepLog for PgRunStore {
+    fn begin_step_for(
         &mut self,
         run_id: &str,
         step: &StepStart,
@@ -371,20 +287,7 @@ impl PgRunStore {
         })
     }
 
-    /// Records a finished attempt in its own committed transaction. Attempts must arrive
-    /// numbered 1, 2, 3, ... per step.
-    pub fn record_attempt(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-    ) -> Result<(), StoreError> {
-        self.record_attempt_with_files(run_id, step_index, attempt, &[])
-    }
-
-    /// [`PgRunStore::record_attempt`], keeping in the same transaction the contents of the
-    /// files the attempt changed, bounded as [`crate::written`] says.
-    pub fn record_attempt_with_files(
+    fn record_attempt_with_files(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -425,9 +328,7 @@ impl PgRunStore {
         })
     }
 
-    /// Commits the intent to write `path` with `tool` during the still-running attempt
-    /// `attempt`, before the write runs (listed in `interruptedAttempt` if the owner dies).
-    pub fn record_write_intent(
+    fn record_write_intent(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -473,8 +374,7 @@ impl PgRunStore {
         })
     }
 
-    /// Ends a step with its status, failure and output.
-    pub fn finish_step(
+    fn finish_step(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -500,86 +400,50 @@ impl PgRunStore {
             Ok(())
         })
     }
+}
 
-    /// Ends a running run. Steps still `running` take the run's final status.
-    pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
-        self.finish_run_with(run_id, status, None)
+impl RunBackend for PgRunStore {
+    /// Always 0: PostgreSQL waits on row locks itself; there is no busy error to retry.
+    fn busy_retries(&self) -> u32 {
+        0
     }
 
-    /// [`Self::finish_run`] with `reason`, when given, as the record's `endReason`.
-    pub fn finish_run_with(
+    fn interrupted_on_open(&self) -> &[String] {
+        &self.interrupted
+    }
+
+    fn step_log(&self) -> Box<dyn StepLog + Send> {
+        Box::new(self.clone())
+    }
+
+    fn create_run_as(
         &mut self,
-        run_id: &str,
-        status: RunStatus,
-        reason: Option<&str>,
-    ) -> Result<(), StoreError> {
-        if status == RunStatus::Running {
-            return Err(StoreError::FinishAsRunning);
-        }
-        let run_id = run_id.to_owned();
-        let reason = reason.map(str::to_owned);
+        owner: Holder,
+        composition: &str,
+        context: Option<&RunContext>,
+        spec: Option<&JobSpec>,
+    ) -> Result<String, StoreError> {
+        let owner = if owner == Holder::current() {
+            self.worker.as_str().to_owned()
+        } else {
+            format!("process/{}", owner.pid)
+        };
+        self.insert_run(composition, context, spec, &owner)
+    }
+
+    fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
+        let (run_id, context) = (run_id.to_owned(), to_json(context)?);
         self.write(move |tx| {
             require_running(tx, &run_id)?;
-            end_run(tx, &run_id, status, &now(), reason.as_deref())
+            tx.execute(
+                "UPDATE runs SET context = $2 WHERE run_id = $1",
+                &[&run_id, &context],
+            )?;
+            Ok(())
         })
     }
 
-    /// Every run, newest first.
-    pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        Ok(self
-            .list_run_rows(u32::MAX)?
-            .into_iter()
-            .map(|row| row.summary)
-            .collect())
-    }
-
-    /// The newest `limit` runs, newest first, with their step and attempt counts and duration.
-    pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
-        self.list_run_rows_where(None, limit)
-    }
-
-    /// [`PgRunStore::list_run_rows`] of the runs with `status` only, when given.
-    pub fn list_run_rows_where(
-        &self,
-        status: Option<RunStatus>,
-        limit: u32,
-    ) -> Result<Vec<RunListing>, StoreError> {
-        let status = status.map(RunStatus::as_str);
-        self.read(move |tx| list_run_rows(tx, status, limit))
-    }
-
-    /// How many runs have each status, in status order, statuses with none left out.
-    pub fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        self.read(|tx| {
-            // Every status in `RunStatus::ALL` order, zeros included, as SQLite's.
-            let mut counts: Vec<(RunStatus, u64)> =
-                RunStatus::ALL.iter().map(|s| (*s, 0)).collect();
-            for row in tx.query("SELECT status, COUNT(*) FROM runs GROUP BY status", &[])? {
-                let status = parse_status(row.get::<_, &str>(0))?;
-                if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status) {
-                    slot.1 = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-                }
-            }
-            Ok(counts)
-        })
-    }
-
-    /// The files the run's succeeded write attempts changed, in the order the run wrote them.
-    pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
-        let run_id = run_id.to_owned();
-        self.read(move |tx| load_written(tx, &run_id))
-    }
-
-    /// The full record of one run, or `None` when there is no such run.
-    pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let run_id = run_id.to_owned();
-        self.read(move |tx| load_run(tx, &run_id))
-    }
-
-    // ---- The queue ----------------------------------------------------------------------
-
-    /// A queued run (composition = the spec's name) with its spec kept; returns its id.
-    pub fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
+    fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
         let json = to_json(spec)?;
         let (submitted_at, submitted_ms) = now();
         let run_id = new_run_id(
@@ -607,10 +471,9 @@ impl PgRunStore {
         Ok(run_id)
     }
 
-    /// The oldest queued run becomes running, owned by this process, its start the claim time;
-    /// `None` when nothing is queued. A row another claimer has locked is skipped, so each
-    /// queued run is claimed exactly once however many processes claim.
-    pub fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
+    /// A row another claimer has locked is skipped (`FOR UPDATE SKIP LOCKED`), so each queued
+    /// run is claimed exactly once however many processes claim.
+    fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
         let owner = self.worker.as_str().to_owned();
         self.write(move |tx| {
             let Some(row) = tx.query_opt(
@@ -640,8 +503,7 @@ impl PgRunStore {
         })
     }
 
-    /// The spec a run was submitted with; `None` for a run not submitted as a job, or no run.
-    pub fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
+    fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
         let run_id = run_id.to_owned();
         self.read(move |tx| {
             let spec: Option<String> = tx
@@ -651,9 +513,7 @@ impl PgRunStore {
         })
     }
 
-    /// A queued run is cancelled at once; a running one is flagged for its worker; an ended
-    /// one is left as it is.
-    pub fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
+    fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
         let run_id = run_id.to_owned();
         self.write(move |tx| {
             let status = match lock_run(tx, &run_id)? {
@@ -678,8 +538,7 @@ impl PgRunStore {
         })
     }
 
-    /// Whether a cancel was asked for the run (its worker polls this).
-    pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
         let run_id = run_id.to_owned();
         self.read(move |tx| {
             match tx.query_opt(
@@ -690,6 +549,86 @@ impl PgRunStore {
                 None => Err(StoreError::UnknownRun(run_id.clone()).into()),
             }
         })
+    }
+
+    fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query("SELECT status, COUNT(*) FROM runs GROUP BY status", &[])?;
+            let counts = rows.iter().map(|row| (row.get::<_, &str>(0), row.get(1)));
+            Ok(status_counts(counts)?)
+        })
+    }
+
+    /// Marks `interrupted` every running run whose owner worker is not alive, accounting the
+    /// write intents of its unfinished attempts, and returns their ids. Queued runs have no
+    /// owner and are never touched. A run locked by a writer is skipped: its owner is writing,
+    /// so it is alive, or the next reap finds it. Nothing is reaped while this process may not
+    /// judge others (its own heartbeat failed lately: an outage, see `worker::may_judge`).
+    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        let (alive, url) = (worker::alive_condition("w"), self.pg.url().clone());
+        self.write(move |tx| {
+            // Asked on every try: a reap that began just before an outage and is run again
+            // after it must see that this process's beats failed meanwhile.
+            if !worker::may_judge(&url) {
+                return Ok(Vec::new());
+            }
+            let query = format!(
+                "SELECT r.run_id, r.owner_worker FROM runs r
+                 WHERE r.status = 'running'
+                   AND NOT EXISTS (SELECT 1 FROM docsfab_workers w
+                                   WHERE w.worker_id = r.owner_worker AND {alive})
+                 ORDER BY r.queued_seq
+                 FOR UPDATE OF r SKIP LOCKED"
+            );
+            let orphans: Vec<(String, Option<String>)> = tx
+                .query(&query, &[])?
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect();
+            let ended = now();
+            for (run_id, worker) in &orphans {
+                account_interrupted_writes(tx, run_id)?;
+                let reason = end_reason::owner_worker_gone(worker.as_deref().unwrap_or("?"));
+                end_run(tx, run_id, RunStatus::Interrupted, &ended, Some(&reason))?;
+            }
+            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
+        })
+    }
+
+    fn finish_run_with(
+        &mut self,
+        run_id: &str,
+        status: RunStatus,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        if status == RunStatus::Running {
+            return Err(StoreError::FinishAsRunning);
+        }
+        let run_id = run_id.to_owned();
+        let reason = reason.map(str::to_owned);
+        self.write(move |tx| {
+            require_running(tx, &run_id)?;
+            end_run(tx, &run_id, status, &now(), reason.as_deref())
+        })
+    }
+
+    fn list_run_rows_where(
+        &self,
+        status: Option<RunStatus>,
+        limit: u32,
+    ) -> Result<Vec<RunListing>, StoreError> {
+        let status = status.map(RunStatus::as_str);
+        self.read(move |tx| list_run_rows(tx, status, limit))
+    }
+
+    fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.read(move |tx| load_written(tx, &run_id))
+    }
+
+    fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let run_id = run_id.to_owned();
+        self.read(move |tx| load_run(tx, &run_id))
     }
 }
 
@@ -793,15 +732,7 @@ fn require_running_step(
     run_id: &str,
     step_index: u32,
 ) -> TxResult<StepRecord> {
-    let step = load_step_row(tx, run_id, step_index)?;
-    if step.status != RunStatus::Running {
-        return Err(StoreError::StepFinished {
-            step_id: step.step_id,
-            status: step.status.as_str(),
-        }
-        .into());
-    }
-    Ok(step)
+    Ok(still_running(load_step_row(tx, run_id, step_index)?)?)
 }
 
 /// The number the step's next attempt gets: one more than the attempts recorded.
@@ -875,29 +806,24 @@ fn list_run_rows(
     )?;
     let mut runs = Vec::with_capacity(rows.len());
     for row in rows {
-        let status = parse_status(row.get::<_, &str>(2))?;
-        runs.push(RunListing {
-            summary: RunSummary {
-                run_id: row.get(0),
-                composition: row.get(1),
-                status,
-                started_at: row.get(3),
-                ended_at: row.get(4),
-                resumed_from: super::resumed_from(row.get::<_, Option<&str>>(8)),
-            },
-            steps: u64::try_from(row.get::<_, i64>(5)).unwrap_or(0),
-            attempts: u64::try_from(row.get::<_, i64>(6)).unwrap_or(0),
-            // A clock stepped backwards could make it negative: shown as zero, not wrapped.
-            duration_ms: row
-                .get::<_, Option<i64>>(7)
-                .map(|d| u64::try_from(d).unwrap_or(0)),
-        });
+        let row = ListingRow {
+            run_id: row.get(0),
+            composition: row.get(1),
+            status: row.get(2),
+            started_at: row.get(3),
+            ended_at: row.get(4),
+            steps: row.get(5),
+            attempts: row.get(6),
+            duration_ms: row.get(7),
+            context: row.get(8),
+        };
+        runs.push(row.into_listing()?);
     }
     Ok(runs)
 }
 
 fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRecord>> {
-    let Some(head) = tx.query_opt(
+    let Some(row) = tx.query_opt(
         "SELECT composition, status, started_at, ended_at, context, end_reason FROM runs
          WHERE run_id = $1",
         &[&run_id],
@@ -905,16 +831,22 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
     else {
         return Ok(None);
     };
-    let context: Option<String> = head.get(4);
-    let context: Option<RunContext> = context.as_deref().map(from_json).transpose()?;
+    let head = RunHead {
+        composition: row.get(0),
+        status: row.get(1),
+        started_at: row.get(2),
+        ended_at: row.get(3),
+        context: row.get(4),
+        end_reason: row.get(5),
+    };
+    let context = head.context()?;
     let mut steps = Vec::new();
     let step_rows = tx.query(
         "SELECT step_index, status, record FROM steps WHERE run_id = $1 ORDER BY step_index",
         &[&run_id],
     )?;
     for row in step_rows {
-        let mut step: StepRecord = from_json(row.get::<_, &str>(2))?;
-        step.status = parse_status(row.get::<_, &str>(1))?;
+        let mut step = step_record(row.get(1), row.get(2))?;
         step.attempts = tx
             .query(
                 "SELECT record FROM attempts WHERE run_id = $1 AND step_index = $2
@@ -926,30 +858,11 @@ fn load_run(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<RunRec
             .collect::<Result<_, _>>()?;
         steps.push(step);
     }
-    let mut record = RunRecord {
-        run_id: run_id.to_owned(),
-        composition: head.get(0),
-        status: parse_status(head.get::<_, &str>(1))?,
-        started_at: head.get(2),
-        ended_at: head.get(3),
-        workspace: context.as_ref().map(|c| c.workspace.clone()),
-        model: context.as_ref().map(|c| c.model.clone()),
-        docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
-        resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
-        provider: context.map(|c| c.provider),
-        held_ms: 0,
-        usage: docsfab_record::Usage::ZERO,
-        cost_usd: None,
-        truthfulness: None,
-        end_reason: head.get(5),
-        steps,
-    };
-    record.sum_totals();
-    Ok(Some(record))
+    Ok(Some(head.into_record(run_id, context, steps)?))
 }
 
-/// Stores the files of attempt `attempt` inside the caller's transaction, with the run's
-/// contents cap applied as SQLite's store applies it ([`written::under_run_cap`]).
+/// Stores the files of attempt `attempt` inside the caller's transaction, their contents kept
+/// as [`new_written`] says.
 fn insert_written(
     tx: &mut impl GenericClient,
     run_id: &str,
@@ -965,12 +878,8 @@ fn insert_written(
             &[&run_id],
         )?
         .get(0);
-    let kepts = written::under_run_cap(u64::try_from(used).unwrap_or(0), files);
     let (index, number) = (to_i32(step_index)?, to_i32(attempt)?);
-    for (seq, ((file, _), kept)) in (1_i32..).zip(files.iter().zip(kepts)) {
-        let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
-        let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
-        let bytes = |side: &Option<Vec<u8>>| i64::try_from(len(side)).unwrap_or(i64::MAX);
+    for row in new_written(u64::try_from(used).unwrap_or(0), files) {
         tx.execute(
             "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
                  sha256_before, sha256_after, bytes_before, bytes_after, before, after)
@@ -979,15 +888,15 @@ fn insert_written(
                 &run_id,
                 &index,
                 &number,
-                &seq,
-                &file.path,
-                &kept.as_str(),
-                &file.sha256_before,
-                &file.sha256_after,
-                &i64::try_from(file.bytes_before()).unwrap_or(i64::MAX),
-                &bytes(&file.after),
-                &keep(&file.before),
-                &keep(&file.after),
+                &to_i32(row.seq)?,
+                &row.file.path,
+                &row.kept.as_str(),
+                &row.file.sha256_before,
+                &row.file.sha256_after,
+                &row.bytes_before,
+                &row.bytes_after,
+                &row.before,
+                &row.after,
             ],
         )?;
     }
@@ -1004,29 +913,20 @@ fn load_written(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Vec<Store
     )?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let path: String = row.get(2);
-        let kept: &str = row.get(3);
-        let kept = Kept::parse(kept)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown written-file kind {kept:?}")))?;
-        let side = |sha256: Option<String>, bytes: i64, content: Option<Vec<u8>>| {
-            let text = content
-                .map(String::from_utf8)
-                .transpose()
-                .map_err(|_| StoreError::Corrupt(format!("stored text of {path} is not UTF-8")))?;
-            Ok::<_, StoreError>(Side {
-                sha256,
-                bytes: u64::try_from(bytes).unwrap_or(0),
-                text,
-            })
+        let side = |at: usize| StoredSide {
+            sha256: row.get(at),
+            bytes: row.get(at + 2),
+            content: row.get(at + 4),
         };
-        out.push(StoredWrite {
-            before: side(row.get(4), row.get(6), row.get(8))?,
-            after: side(row.get(5), row.get(7), row.get(9))?,
+        let row = WrittenRow {
             step_index: from_i32(row.get(0)),
             attempt: from_i32(row.get(1)),
-            path,
-            kept,
-        });
+            path: row.get(2),
+            kept: row.get(3),
+            before: side(4),
+            after: side(5),
+        };
+        out.push(row.into_write()?);
     }
     Ok(out)
 }

@@ -16,17 +16,19 @@
 //!   number of times, and each retry is reported to the store's [`super::BusyObserver`].
 //!
 //! A write step's tool calls leave a *write intent* here before each write runs
-//! ([`SqliteStore::record_write_intent`]); when a killed run is found, the intents of the attempt
+//! ([`StepLog::record_write_intent`]); when a killed run is found, the intents of the attempt
 //! that never finished are put in its step's record as `interruptedAttempt`.
 //!
 //! The store is also `docsfab serve`'s job queue: a submitted run is a `queued` row holding its
-//! [`JobSpec`]; [`SqliteStore::claim_next`] turns the oldest one `running` for this process inside
+//! [`JobSpec`]; [`RunBackend::claim_next`] turns the oldest one `running` for this process inside
 //! one `BEGIN IMMEDIATE` transaction, so of several processes exactly one gets it.
 //!
 //! A succeeded attempt's record is committed together with the contents of the files it
 //! changed (`written_files`, bounded as `crate::written` says), which `docsfab runs diff` reads.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use docsfab_throttle::process::Holder;
@@ -34,24 +36,29 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::record::ForEach;
 use crate::record::{
-    AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, RunSummary, StepRecord,
-    WriteIntent, rfc3339_utc,
+    AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, StepRecord, WriteIntent,
+    rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
-use crate::written::{Kept, Side, StoredWrite, under_run_cap};
+use crate::written::{Kept, StoredWrite};
 
+use super::rows::{
+    ListingRow, RunHead, StoredSide, WrittenRow, new_written, status_counts, step_record,
+    still_running,
+};
 use super::{
-    BusyRetry, CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError,
-    StoreOptions, end_reason, from_json, new_run_id, parse_status, to_json,
+    BusyRetry, CancelRequest, Claimed, JobSpec, RunBackend, RunListing, StepEnd, StepLog,
+    StepStart, StoreError, StoreOptions, end_reason, from_json, new_run_id, parse_status, to_json,
 };
 
-/// An open SQLite run store (the embedded backend of [`super::RunStore`]).
-#[derive(Debug)]
+/// An open SQLite run store (the embedded backend of [`super::RunStore`]). Its clones
+/// ([`RunBackend::step_log`]) share its connection and its count of busy retries.
+#[derive(Debug, Clone)]
 pub struct SqliteStore {
-    conn: Connection,
+    conn: Arc<Mutex<Connection>>,
     interrupted: Vec<String>,
     options: StoreOptions,
-    busy_retries: std::cell::Cell<u32>,
+    busy_retries: Arc<AtomicU32>,
 }
 
 const SCHEMA: &str = "
@@ -114,10 +121,10 @@ impl SqliteStore {
         // First, so that everything below waits for other processes instead of failing.
         conn.busy_timeout(options.busy_timeout)?;
         let mut store = SqliteStore {
-            conn,
+            conn: Arc::new(Mutex::new(conn)),
             interrupted: Vec::new(),
             options,
-            busy_retries: std::cell::Cell::new(0),
+            busy_retries: Arc::new(AtomicU32::new(0)),
         };
         store.retrying("opening the store", |conn| {
             // Switching to WAL needs the lock too; once the file is in WAL mode this only reads.
@@ -142,11 +149,6 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// How many times an operation of this store was tried again because SQLite stayed busy.
-    pub fn busy_retries(&self) -> u32 {
-        self.busy_retries.get()
-    }
-
     /// Runs `op` (one whole transaction), trying it again when SQLite is still busy after the
     /// busy timeout, at most `busy_retries` times, with a doubling pause in between.
     fn retrying<T>(
@@ -158,7 +160,10 @@ impl SqliteStore {
         let mut pause = self.options.retry_pause;
         let mut retry = 0;
         loop {
-            match op(&self.conn) {
+            // Held for one try: a pause before the next one leaves the connection to the
+            // store's other handles.
+            let tried = op(&self.conn.lock().unwrap_or_else(PoisonError::into_inner));
+            match tried {
                 Err(e) if e.is_busy() => {
                     if retry == max {
                         return Err(StoreError::Busy {
@@ -169,7 +174,7 @@ impl SqliteStore {
                         });
                     }
                     retry += 1;
-                    self.busy_retries.set(self.busy_retries.get() + 1);
+                    self.busy_retries.fetch_add(1, Ordering::Relaxed);
                     if let Some(observer) = &self.options.on_busy {
                         observer(&BusyRetry {
                             operation,
@@ -185,12 +190,7 @@ impl SqliteStore {
         }
     }
 
-    /// The runs this open found orphaned and marked `interrupted`.
-    pub fn interrupted_on_open(&self) -> &[String] {
-        &self.interrupted
-    }
-
-    fn mark_orphans_interrupted(&mut self) -> Result<Vec<String>, StoreError> {
+    fn mark_orphans_interrupted(&self) -> Result<Vec<String>, StoreError> {
         // Look first without the write lock: almost always there is nothing to mark, and
         // `runs list` beside running runs should not queue for their lock.
         if self
@@ -228,267 +228,10 @@ impl SqliteStore {
             Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
         })
     }
+}
 
-    /// Creates a run owned by this process, `running`, and returns its id.
-    pub fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {
-        self.create_run_owned_by(composition, Holder::current())
-    }
-
-    /// Creates a run owned by this process, `running`, with its context (workspace, provider,
-    /// model, version) stored from its first moment, and returns its id.
-    pub fn create_run_with_context(
-        &mut self,
-        composition: &str,
-        context: &RunContext,
-    ) -> Result<String, StoreError> {
-        self.insert_run(composition, Some(context), None, Holder::current())
-    }
-
-    /// [`Self::create_run_with_context`] that also keeps the composition it runs, so
-    /// `runs resume` can start it again.
-    pub fn create_run_from(
-        &mut self,
-        context: &RunContext,
-        spec: &JobSpec,
-    ) -> Result<String, StoreError> {
-        self.insert_run(
-            &spec.composition_name,
-            Some(context),
-            Some(spec),
-            Holder::current(),
-        )
-    }
-
-    /// Creates a run owned by `owner` (tests and supervisors that run the work elsewhere).
-    pub fn create_run_owned_by(
-        &mut self,
-        composition: &str,
-        owner: Holder,
-    ) -> Result<String, StoreError> {
-        self.insert_run(composition, None, None, owner)
-    }
-
-    fn insert_run(
-        &mut self,
-        composition: &str,
-        context: Option<&RunContext>,
-        spec: Option<&JobSpec>,
-        owner: Holder,
-    ) -> Result<String, StoreError> {
-        let context = context.map(to_json).transpose()?;
-        let spec = spec.map(to_json).transpose()?;
-        let now = SystemTime::now();
-        let started_ms = epoch_ms(now);
-        let started_at = rfc3339_utc(now);
-        let run_id = new_run_id(&started_at, composition, owner.pid, now);
-        self.retrying("creating the run", |conn| {
-            let tx = immediate(conn)?;
-            tx.execute(
-                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
-                                   owner_start, context, job_spec)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![
-                    run_id,
-                    composition,
-                    RunStatus::Running.as_str(),
-                    started_at,
-                    started_ms,
-                    i64::from(owner.pid),
-                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
-                    context,
-                    spec,
-                ],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })?;
-        Ok(run_id)
-    }
-
-    /// Stores the context of a running run created without one (a claimed job learns its
-    /// workspace, provider and model only when its worker resolves them).
-    pub fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
-        let json = to_json(context)?;
-        self.retrying("storing the run's context", |conn| {
-            let tx = immediate(conn)?;
-            require_running(&tx, run_id)?;
-            tx.execute(
-                "UPDATE runs SET context = ?2 WHERE run_id = ?1",
-                params![run_id, json],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })
-    }
-
-    /// Stores a submitted job as a `queued` run (no owner, no context; its start time is the
-    /// submit time until it is claimed) and returns its id.
-    pub fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
-        let json = to_json(spec)?;
-        let now = SystemTime::now();
-        let started_at = rfc3339_utc(now);
-        let run_id = new_run_id(&started_at, &spec.composition_name, std::process::id(), now);
-        self.retrying("queueing the run", |conn| {
-            let tx = immediate(conn)?;
-            tx.execute(
-                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
-                                   job_spec, cancel_requested, queued_seq)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0,
-                         (SELECT COALESCE(MAX(queued_seq), 0) + 1 FROM runs))",
-                params![
-                    run_id,
-                    spec.composition_name,
-                    RunStatus::Queued.as_str(),
-                    started_at,
-                    epoch_ms(now),
-                    json,
-                ],
-            )?;
-            tx.commit()?;
-            Ok(())
-        })?;
-        Ok(run_id)
-    }
-
-    /// Claims the oldest queued run for this process: it becomes `running`, owned by
-    /// [`Holder::current`], started now. The pick and the update are one `BEGIN IMMEDIATE`
-    /// transaction, so each queued run is claimed once however many processes ask.
-    pub fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
-        let owner = Holder::current();
-        self.retrying("claiming a queued run", |conn| {
-            let tx = immediate(conn)?;
-            let next = tx
-                .query_row(
-                    // `runs_by_status` narrows this to the queued runs; only they are sorted.
-                    "SELECT run_id, job_spec FROM runs WHERE status = ?1
-                     ORDER BY queued_seq LIMIT 1",
-                    [RunStatus::Queued.as_str()],
-                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
-                )
-                .optional()?;
-            let Some((run_id, spec)) = next else {
-                return Ok(None);
-            };
-            let spec: JobSpec = from_json(spec.as_deref().unwrap_or("null"))?;
-            let now = SystemTime::now();
-            tx.execute(
-                "UPDATE runs SET status = ?2, started_at = ?3, started_ms = ?4, owner_pid = ?5,
-                                 owner_start = ?6
-                 WHERE run_id = ?1",
-                params![
-                    run_id,
-                    RunStatus::Running.as_str(),
-                    rfc3339_utc(now),
-                    epoch_ms(now),
-                    i64::from(owner.pid),
-                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
-                ],
-            )?;
-            tx.commit()?;
-            Ok(Some(Claimed { run_id, spec }))
-        })
-    }
-
-    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
-    pub fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
-        let text = self.retrying("reading a job", |conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT job_spec FROM runs WHERE run_id = ?1",
-                    [run_id],
-                    |r| r.get::<_, Option<String>>(0),
-                )
-                .optional()?
-                .flatten())
-        })?;
-        text.as_deref().map(from_json).transpose()
-    }
-
-    /// Cancels a run: a queued one is `cancelled` at once; a running one gets its flag set for
-    /// its worker to see; an ended one is left as it is.
-    pub fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
-        self.retrying("cancelling a run", |conn| {
-            let tx = immediate(conn)?;
-            let status = run_status(&tx, run_id)?;
-            let done = match status {
-                RunStatus::Queued => {
-                    tx.execute(
-                        "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4
-                         WHERE run_id = ?1",
-                        params![
-                            run_id,
-                            RunStatus::Cancelled.as_str(),
-                            rfc3339_utc(SystemTime::now()),
-                            end_reason::CANCELLED_WHILE_QUEUED
-                        ],
-                    )?;
-                    CancelRequest::CancelledQueued
-                }
-                RunStatus::Running => {
-                    tx.execute(
-                        "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?1",
-                        [run_id],
-                    )?;
-                    CancelRequest::Requested
-                }
-                ended => CancelRequest::AlreadyEnded(ended),
-            };
-            tx.commit()?;
-            Ok(done)
-        })
-    }
-
-    /// Whether someone asked to cancel the run ([`SqliteStore::request_cancel`]).
-    pub fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
-        self.retrying("reading a cancel request", |conn| {
-            let flag: Option<Option<i64>> = conn
-                .query_row(
-                    "SELECT cancel_requested FROM runs WHERE run_id = ?1",
-                    [run_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            match flag {
-                None => Err(StoreError::UnknownRun(run_id.to_owned())),
-                Some(flag) => Ok(flag.unwrap_or(0) != 0),
-            }
-        })
-    }
-
-    /// How many runs have each status: every status, in [`RunStatus::ALL`] order, zeros
-    /// included (a metrics page shows each one).
-    pub fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
-        self.retrying("counting runs", |conn| {
-            let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
-            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
-            let mut counts: Vec<(RunStatus, u64)> =
-                RunStatus::ALL.into_iter().map(|s| (s, 0)).collect();
-            for row in rows {
-                let (status, n) = row?;
-                let status = parse_status(&status)?;
-                if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == status) {
-                    slot.1 = u64::try_from(n).unwrap_or(0);
-                }
-            }
-            Ok(counts)
-        })
-    }
-
-    /// Marks `interrupted` the running runs whose owning process is gone (as opening does) and
-    /// returns their ids. A long-lived process calls it now and then.
-    pub fn reap(&mut self) -> Result<Vec<String>, StoreError> {
-        self.mark_orphans_interrupted()
-    }
-
-    /// Adds a step to a running run; returns its index (0-based, in start order).
-    pub fn begin_step(&mut self, run_id: &str, step: &StepStart) -> Result<u32, StoreError> {
-        self.begin_step_for(run_id, step, None)
-    }
-
-    /// [`SqliteStore::begin_step`] for an instance of a fan-out step when `for_each` is given.
-    /// Instances take the next indexes like any step, so starting them in element order keeps
-    /// the record in element order.
-    pub fn begin_step_for(
+impl StepLog for SqliteStore {
+    fn begin_step_for(
         &mut self,
         run_id: &str,
         step: &StepStart,
@@ -519,22 +262,7 @@ impl SqliteStore {
         })
     }
 
-    /// Records a finished attempt in its own committed transaction: when this returns `Ok`, the
-    /// attempt survives a crash. Attempts must arrive numbered 1, 2, 3, ... per step.
-    pub fn record_attempt(
-        &mut self,
-        run_id: &str,
-        step_index: u32,
-        attempt: &AttemptRecord,
-    ) -> Result<(), StoreError> {
-        self.record_attempt_with_files(run_id, step_index, attempt, &[])
-    }
-
-    /// [`SqliteStore::record_attempt`], keeping in the same transaction the contents of the files
-    /// the attempt changed, each as [`crate::written::classify`] judged it (bounded: see
-    /// [`crate::written`]). `docsfab runs diff` reads them back with
-    /// [`SqliteStore::written_files`].
-    pub fn record_attempt_with_files(
+    fn record_attempt_with_files(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -572,10 +300,7 @@ impl SqliteStore {
         })
     }
 
-    /// Commits the intent to write `path` (workspace-relative) with `tool` during the attempt
-    /// `attempt` that is still running, before the write runs. If the process dies before the
-    /// attempt is recorded, the next open lists these paths in the step's `interruptedAttempt`.
-    pub fn record_write_intent(
+    fn record_write_intent(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -611,8 +336,7 @@ impl SqliteStore {
         })
     }
 
-    /// Ends a step with its status, failure and output.
-    pub fn finish_step(
+    fn finish_step(
         &mut self,
         run_id: &str,
         step_index: u32,
@@ -634,14 +358,215 @@ impl SqliteStore {
             Ok(())
         })
     }
+}
 
-    /// Ends a running run. Steps still `running` take the run's final status.
-    pub fn finish_run(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
-        self.finish_run_with(run_id, status, None)
+impl RunBackend for SqliteStore {
+    fn busy_retries(&self) -> u32 {
+        self.busy_retries.load(Ordering::Relaxed)
     }
 
-    /// [`Self::finish_run`] with `reason`, when given, as the record's `endReason`.
-    pub fn finish_run_with(
+    fn interrupted_on_open(&self) -> &[String] {
+        &self.interrupted
+    }
+
+    fn step_log(&self) -> Box<dyn StepLog + Send> {
+        Box::new(self.clone())
+    }
+
+    fn create_run_as(
+        &mut self,
+        owner: Holder,
+        composition: &str,
+        context: Option<&RunContext>,
+        spec: Option<&JobSpec>,
+    ) -> Result<String, StoreError> {
+        let context = context.map(to_json).transpose()?;
+        let spec = spec.map(to_json).transpose()?;
+        let now = SystemTime::now();
+        let started_ms = epoch_ms(now);
+        let started_at = rfc3339_utc(now);
+        let run_id = new_run_id(&started_at, composition, owner.pid, now);
+        self.retrying("creating the run", |conn| {
+            let tx = immediate(conn)?;
+            tx.execute(
+                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
+                                   owner_start, context, job_spec)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    run_id,
+                    composition,
+                    RunStatus::Running.as_str(),
+                    started_at,
+                    started_ms,
+                    i64::from(owner.pid),
+                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                    context,
+                    spec,
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
+        Ok(run_id)
+    }
+
+    fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError> {
+        let json = to_json(context)?;
+        self.retrying("storing the run's context", |conn| {
+            let tx = immediate(conn)?;
+            require_running(&tx, run_id)?;
+            tx.execute(
+                "UPDATE runs SET context = ?2 WHERE run_id = ?1",
+                params![run_id, json],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError> {
+        let json = to_json(spec)?;
+        let now = SystemTime::now();
+        let started_at = rfc3339_utc(now);
+        let run_id = new_run_id(&started_at, &spec.composition_name, std::process::id(), now);
+        self.retrying("queueing the run", |conn| {
+            let tx = immediate(conn)?;
+            tx.execute(
+                "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
+                                   job_spec, cancel_requested, queued_seq)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0,
+                         (SELECT COALESCE(MAX(queued_seq), 0) + 1 FROM runs))",
+                params![
+                    run_id,
+                    spec.composition_name,
+                    RunStatus::Queued.as_str(),
+                    started_at,
+                    epoch_ms(now),
+                    json,
+                ],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })?;
+        Ok(run_id)
+    }
+
+    /// The pick and the update are one `BEGIN IMMEDIATE` transaction, so each queued run is
+    /// claimed once however many processes ask.
+    fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError> {
+        let owner = Holder::current();
+        self.retrying("claiming a queued run", |conn| {
+            let tx = immediate(conn)?;
+            let next = tx
+                .query_row(
+                    // `runs_by_status` narrows this to the queued runs; only they are sorted.
+                    "SELECT run_id, job_spec FROM runs WHERE status = ?1
+                     ORDER BY queued_seq LIMIT 1",
+                    [RunStatus::Queued.as_str()],
+                    |r| Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?)),
+                )
+                .optional()?;
+            let Some((run_id, spec)) = next else {
+                return Ok(None);
+            };
+            let spec: JobSpec = from_json(spec.as_deref().unwrap_or("null"))?;
+            let now = SystemTime::now();
+            tx.execute(
+                "UPDATE runs SET status = ?2, started_at = ?3, started_ms = ?4, owner_pid = ?5,
+                                 owner_start = ?6
+                 WHERE run_id = ?1",
+                params![
+                    run_id,
+                    RunStatus::Running.as_str(),
+                    rfc3339_utc(now),
+                    epoch_ms(now),
+                    i64::from(owner.pid),
+                    owner.start_ticks.and_then(|t| i64::try_from(t).ok()),
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Some(Claimed { run_id, spec }))
+        })
+    }
+
+    fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError> {
+        let text = self.retrying("reading a job", |conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT job_spec FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get::<_, Option<String>>(0),
+                )
+                .optional()?
+                .flatten())
+        })?;
+        text.as_deref().map(from_json).transpose()
+    }
+
+    fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError> {
+        self.retrying("cancelling a run", |conn| {
+            let tx = immediate(conn)?;
+            let status = run_status(&tx, run_id)?;
+            let done = match status {
+                RunStatus::Queued => {
+                    tx.execute(
+                        "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4
+                         WHERE run_id = ?1",
+                        params![
+                            run_id,
+                            RunStatus::Cancelled.as_str(),
+                            rfc3339_utc(SystemTime::now()),
+                            end_reason::CANCELLED_WHILE_QUEUED
+                        ],
+                    )?;
+                    CancelRequest::CancelledQueued
+                }
+                RunStatus::Running => {
+                    tx.execute(
+                        "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?1",
+                        [run_id],
+                    )?;
+                    CancelRequest::Requested
+                }
+                ended => CancelRequest::AlreadyEnded(ended),
+            };
+            tx.commit()?;
+            Ok(done)
+        })
+    }
+
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError> {
+        self.retrying("reading a cancel request", |conn| {
+            let flag: Option<Option<i64>> = conn
+                .query_row(
+                    "SELECT cancel_requested FROM runs WHERE run_id = ?1",
+                    [run_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match flag {
+                None => Err(StoreError::UnknownRun(run_id.to_owned())),
+                Some(flag) => Ok(flag.unwrap_or(0) != 0),
+            }
+        })
+    }
+
+    fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError> {
+        self.retrying("counting runs", |conn| {
+            let mut stmt = conn.prepare("SELECT status, COUNT(*) FROM runs GROUP BY status")?;
+            let rows: Vec<(String, i64)> = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?;
+            status_counts(rows)
+        })
+    }
+
+    /// As opening does: the running runs whose owning process is gone.
+    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        self.mark_orphans_interrupted()
+    }
+
+    fn finish_run_with(
         &mut self,
         run_id: &str,
         status: RunStatus,
@@ -671,19 +596,7 @@ impl SqliteStore {
         })
     }
 
-    /// Every run, newest first.
-    pub fn list_runs(&self) -> Result<Vec<RunSummary>, StoreError> {
-        self.retrying("listing runs", list_runs)
-    }
-
-    /// The newest `limit` runs, newest first, each with its step and attempt counts and its
-    /// duration, for `docsfab runs list`.
-    pub fn list_run_rows(&self, limit: u32) -> Result<Vec<RunListing>, StoreError> {
-        self.list_run_rows_where(None, limit)
-    }
-
-    /// [`SqliteStore::list_run_rows`], only the runs with `status` when one is given.
-    pub fn list_run_rows_where(
+    fn list_run_rows_where(
         &self,
         status: Option<RunStatus>,
         limit: u32,
@@ -691,14 +604,11 @@ impl SqliteStore {
         self.retrying("listing runs", |conn| list_run_rows(conn, status, limit))
     }
 
-    /// The files the run's succeeded write attempts changed, with their kept contents, in the
-    /// order the run wrote them.
-    pub fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
+    fn written_files(&self, run_id: &str) -> Result<Vec<StoredWrite>, StoreError> {
         self.retrying("reading written files", |conn| load_written(conn, run_id))
     }
 
-    /// The full record of one run, or `None` when there is no such run.
-    pub fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
+    fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError> {
         // One read transaction, so the record is one consistent snapshot even while its run
         // writes.
         self.retrying("reading a run", |conn| {
@@ -708,14 +618,6 @@ impl SqliteStore {
             Ok(record)
         })
     }
-}
-
-/// Every run's summary, newest first: the listing without its counted figures.
-fn list_runs(conn: &Connection) -> Result<Vec<RunSummary>, StoreError> {
-    Ok(list_run_rows(conn, None, u32::MAX)?
-        .into_iter()
-        .map(|row| row.summary)
-        .collect())
 }
 
 fn list_run_rows(
@@ -735,43 +637,21 @@ fn list_run_rows(
              ORDER BY r.started_ms DESC, r.rowid DESC LIMIT ?1",
     )?;
     let rows = stmt.query_map(params![limit, status.map(RunStatus::as_str)], |r| {
-        Ok((
-            (
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, Option<String>>(4)?,
-            ),
-            r.get::<_, i64>(5)?,
-            r.get::<_, i64>(6)?,
-            r.get::<_, Option<i64>>(7)?,
-            r.get::<_, Option<String>>(8)?,
-        ))
+        Ok(ListingRow {
+            run_id: r.get(0)?,
+            composition: r.get(1)?,
+            status: r.get(2)?,
+            started_at: r.get(3)?,
+            ended_at: r.get(4)?,
+            steps: r.get(5)?,
+            attempts: r.get(6)?,
+            duration_ms: r.get(7)?,
+            context: r.get(8)?,
+        })
     })?;
     let mut runs = Vec::new();
     for row in rows {
-        let (
-            (run_id, composition, status, started_at, ended_at),
-            steps,
-            attempts,
-            duration,
-            context,
-        ) = row?;
-        runs.push(RunListing {
-            summary: RunSummary {
-                status: parse_status(&status)?,
-                run_id,
-                composition,
-                started_at,
-                ended_at,
-                resumed_from: super::resumed_from(context.as_deref()),
-            },
-            steps: u64::try_from(steps).unwrap_or(0),
-            attempts: u64::try_from(attempts).unwrap_or(0),
-            // A clock stepped backwards could make it negative: shown as zero, not wrapped.
-            duration_ms: duration.map(|d| u64::try_from(d).unwrap_or(0)),
-        });
+        runs.push(row?.into_listing()?);
     }
     Ok(runs)
 }
@@ -783,22 +663,21 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
              WHERE run_id = ?1",
             [run_id],
             |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, Option<String>>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, Option<String>>(5)?,
-                ))
+                Ok(RunHead {
+                    composition: r.get(0)?,
+                    status: r.get(1)?,
+                    started_at: r.get(2)?,
+                    ended_at: r.get(3)?,
+                    context: r.get(4)?,
+                    end_reason: r.get(5)?,
+                })
             },
         )
         .optional()?;
-    let Some((composition, status, started_at, ended_at, context, end_reason)) = head else {
+    let Some(head) = head else {
         return Ok(None);
     };
-    // A run created before the store kept contexts has none: its fields read as null.
-    let context: Option<RunContext> = context.as_deref().map(from_json).transpose()?;
+    let context = head.context()?;
     let mut steps = Vec::new();
     {
         let mut stmt = conn.prepare(
@@ -814,32 +693,12 @@ fn load_run(conn: &Connection, run_id: &str) -> Result<Option<RunRecord>, StoreE
         })?;
         for row in rows {
             let (index, status, record) = row?;
-            let mut step: StepRecord = from_json(&record)?;
-            step.status = parse_status(&status)?;
+            let mut step = step_record(&status, &record)?;
             step.attempts = load_attempts(conn, run_id, index)?;
             steps.push(step);
         }
     }
-    let mut record = RunRecord {
-        run_id: run_id.to_owned(),
-        composition,
-        status: parse_status(&status)?,
-        started_at,
-        ended_at,
-        workspace: context.as_ref().map(|c| c.workspace.clone()),
-        model: context.as_ref().map(|c| c.model.clone()),
-        docsfab_version: context.as_ref().map(|c| c.docsfab_version.clone()),
-        resumed_from: context.as_ref().and_then(|c| c.resumed_from.clone()),
-        provider: context.map(|c| c.provider),
-        held_ms: 0,
-        usage: docsfab_record::Usage::ZERO,
-        cost_usd: None,
-        truthfulness: None,
-        end_reason,
-        steps,
-    };
-    record.sum_totals();
-    Ok(Some(record))
+    head.into_record(run_id, context, steps).map(Some)
 }
 
 fn load_attempts(
@@ -988,14 +847,7 @@ fn require_running_step(
     run_id: &str,
     step_index: u32,
 ) -> Result<StepRecord, StoreError> {
-    let step = load_step_row(conn, run_id, step_index)?;
-    if step.status != RunStatus::Running {
-        return Err(StoreError::StepFinished {
-            step_id: step.step_id,
-            status: step.status.as_str(),
-        });
-    }
-    Ok(step)
+    still_running(load_step_row(conn, run_id, step_index)?)
 }
 
 fn require_running(conn: &Connection, run_id: &str) -> Result<(), StoreError> {
@@ -1101,9 +953,7 @@ fn insert_written(
         [run_id],
         |r| r.get::<_, i64>(0),
     )? as u64;
-    for (seq, ((file, _), kept)) in files.iter().zip(under_run_cap(used, files)).enumerate() {
-        let len = |side: &Option<Vec<u8>>| side.as_ref().map_or(0, |b| b.len() as u64);
-        let keep = |side: &Option<Vec<u8>>| (kept == Kept::Text).then(|| side.clone()).flatten();
+    for row in new_written(used, files) {
         conn.execute(
             "INSERT INTO written_files (run_id, step_index, attempt, seq, path, kept,
                  sha256_before, sha256_after, bytes_before, bytes_after, before, after)
@@ -1112,15 +962,15 @@ fn insert_written(
                 run_id,
                 step_index,
                 attempt,
-                seq as i64 + 1,
-                file.path,
-                kept.as_str(),
-                file.sha256_before,
-                file.sha256_after,
-                file.bytes_before() as i64,
-                len(&file.after) as i64,
-                keep(&file.before),
-                keep(&file.after),
+                row.seq,
+                row.file.path,
+                row.kept.as_str(),
+                row.file.sha256_before,
+                row.file.sha256_after,
+                row.bytes_before,
+                row.bytes_after,
+                row.before,
+                row.after,
             ],
         )?;
     }
@@ -1135,48 +985,25 @@ fn load_written(conn: &Connection, run_id: &str) -> Result<Vec<StoredWrite>, Sto
          FROM written_files WHERE run_id = ?1 ORDER BY step_index, attempt, seq",
     )?;
     let rows = stmt.query_map([run_id], |r| {
-        Ok((
-            (
-                r.get::<_, u32>(0)?,
-                r.get::<_, u32>(1)?,
-                r.get::<_, String>(2)?,
-            ),
-            r.get::<_, String>(3)?,
-            (
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, Option<String>>(5)?,
-            ),
-            (r.get::<_, i64>(6)?, r.get::<_, i64>(7)?),
-            (
-                r.get::<_, Option<Vec<u8>>>(8)?,
-                r.get::<_, Option<Vec<u8>>>(9)?,
-            ),
-        ))
+        let side = |at: usize| -> rusqlite::Result<StoredSide> {
+            Ok(StoredSide {
+                sha256: r.get(at)?,
+                bytes: r.get(at + 2)?,
+                content: r.get(at + 4)?,
+            })
+        };
+        Ok(WrittenRow {
+            step_index: r.get(0)?,
+            attempt: r.get(1)?,
+            path: r.get(2)?,
+            kept: r.get(3)?,
+            before: side(4)?,
+            after: side(5)?,
+        })
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let ((step_index, attempt, path), kept, (sha_b, sha_a), (len_b, len_a), (b, a)) = row?;
-        let kept = Kept::parse(&kept)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown written-file kind {kept:?}")))?;
-        let side = |sha256, bytes: i64, content: Option<Vec<u8>>| -> Result<Side, StoreError> {
-            let text = content
-                .map(String::from_utf8)
-                .transpose()
-                .map_err(|_| StoreError::Corrupt(format!("stored text of {path} is not UTF-8")))?;
-            Ok(Side {
-                sha256,
-                bytes: u64::try_from(bytes).unwrap_or(0),
-                text,
-            })
-        };
-        out.push(StoredWrite {
-            before: side(sha_b, len_b, b)?,
-            after: side(sha_a, len_a, a)?,
-            step_index,
-            attempt,
-            path,
-            kept,
-        });
+        out.push(row?.into_write()?);
     }
     Ok(out)
 }

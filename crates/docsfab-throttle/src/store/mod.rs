@@ -7,9 +7,11 @@
 //! - [`postgres`]: tables in the run store's PostgreSQL database, shared by every process on
 //!   every host using it; a holder is a registered worker (`docsfab_pg::worker`).
 //!
-//! The driver holds a [`Store`] and never asks which one it is.
+//! Both implement [`SharedState`], each call written once in each; the driver holds a
+//! [`Store`] and never asks which one it is.
 
 use std::fmt;
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
 use docsfab_pg::{PgError, PgUrl};
@@ -168,89 +170,50 @@ pub(crate) struct LeaseAnswer {
     pub now_ms: u64,
 }
 
-/// The shared state, open, and how many times it was used (each call one transaction or
-/// one read).
-pub(crate) struct Store {
-    open: Open,
-    calls: u64,
-}
-
-enum Open {
-    Sqlite(SqliteStore),
-    Postgres(PgStore),
-}
-
-impl Store {
-    pub fn open(backend: &Backend) -> Result<Store, StoreError> {
-        let open = match backend {
-            Backend::Sqlite(path) => Open::Sqlite(SqliteStore::open(path)?),
-            Backend::Postgres(url) => Open::Postgres(PgStore::open(url)?),
-        };
-        Ok(Store { open, calls: 0 })
-    }
-
-    /// Calls made on the shared state so far by this process (decisions, finishes, leases).
-    pub fn calls(&self) -> u64 {
-        self.calls
-    }
+/// The throttle's shared state as each backend keeps it: every call the driver makes on it,
+/// written once per backend (`sqlite.rs`, `postgres.rs`). Each call is one transaction or one
+/// read.
+pub(crate) trait SharedState {
+    /// Calls made on the shared state so far through this handle (decisions, finishes,
+    /// leases).
+    fn calls(&self) -> u64;
 
     /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
-    /// before). `now_ms` is this host's clock; PostgreSQL decides by the database's clock
+    /// before). On `Go` the permit row is written in the same transaction, so no two holders
+    /// can both take the last slot; on `Full` the caller keeps (or gets) its place in the
+    /// queue. `now_ms` is this host's clock; PostgreSQL decides by the database's clock
     /// instead, so hosts whose clocks disagree still share one hold and one pacing schedule.
-    pub fn try_admit(
+    fn try_admit(
         &mut self,
         provider: &str,
         settings: &Settings,
         now_ms: u64,
         want: &Want,
         waiter: Option<i64>,
-    ) -> Result<StoreAdmit, StoreError> {
-        self.calls += 1;
-        match &mut self.open {
-            Open::Sqlite(s) => s.try_admit(provider, settings, now_ms, want, waiter),
-            Open::Postgres(s) => s.try_admit(provider, settings, want, waiter),
-        }
-    }
+    ) -> Result<StoreAdmit, StoreError>;
 
-    /// How much longer the reserved send `seq` must wait (0: go now), by the store's clock.
-    /// Asked by a request that slept until its reservation: a refusal or a hold elsewhere may
-    /// have moved the reservations not sent yet meanwhile (see `ThrottleState::confirm`).
-    pub fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
-        self.calls += 1;
-        match &mut self.open {
-            Open::Sqlite(s) => s.confirm_ms(provider, seq, now_ms),
-            Open::Postgres(s) => s.confirm_ms(provider, seq),
-        }
-    }
+    /// How much longer the reserved send `seq` must wait (0: go now), by the store's clock
+    /// (`now_ms` on SQLite, the database's on PostgreSQL). Asked by a request that slept until
+    /// its reservation: a refusal or a hold elsewhere may have moved the reservations not sent
+    /// yet meanwhile (see `ThrottleState::confirm`).
+    fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError>;
 
-    /// Settles a lease and, when asked, grants a new one; one transaction. `now_ms` is this
-    /// host's clock (the one `headers` were read by).
-    pub fn lease_tx(
+    /// Settles a lease and, when asked, grants a new one (see [`LeaseTx`]); one transaction.
+    /// `now_ms` is this host's clock (the one the reported heads were read by).
+    fn lease_tx(
         &mut self,
         provider: &str,
         settings: &Settings,
         now_ms: u64,
         tx: &LeaseTx<'_>,
-    ) -> Result<LeaseAnswer, StoreError> {
-        self.calls += 1;
-        match &mut self.open {
-            Open::Sqlite(s) => s.lease_tx(provider, settings, now_ms, tx),
-            Open::Postgres(s) => s.lease_tx(provider, settings, now_ms, tx),
-        }
-    }
+    ) -> Result<LeaseAnswer, StoreError>;
 
     /// Takes a waiter out of the queue (it was cancelled or ran out of time).
-    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        self.calls += 1;
-        match &mut self.open {
-            Open::Sqlite(s) => s.leave(waiter),
-            Open::Postgres(s) => s.leave(waiter),
-        }
-    }
+    fn leave(&mut self, waiter: i64) -> Result<(), StoreError>;
 
     /// Gives the permit back and feeds its outcome to the provider's state. `now_ms` is this
     /// host's clock, the one `headers` were read by.
-    pub fn finish(
+    fn finish(
         &mut self,
         provider: &str,
         settings: &Settings,
@@ -258,12 +221,33 @@ impl Store {
         outcome: Outcome,
         headers: &RateHeaders,
         now_ms: u64,
-    ) -> Result<(), StoreError> {
-        self.calls += 1;
-        match &mut self.open {
-            Open::Sqlite(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
-            Open::Postgres(s) => s.finish(provider, settings, ticket, outcome, headers, now_ms),
-        }
+    ) -> Result<(), StoreError>;
+}
+
+/// The shared state, open in the backend [`Backend`] names. Its calls are the backend's own
+/// ([`SharedState`], through `Deref`).
+pub(crate) struct Store(Box<dyn SharedState + Send>);
+
+impl Store {
+    pub fn open(backend: &Backend) -> Result<Store, StoreError> {
+        Ok(Store(match backend {
+            Backend::Sqlite(path) => Box::new(SqliteStore::open(path)?),
+            Backend::Postgres(url) => Box::new(PgStore::open(url)?),
+        }))
+    }
+}
+
+impl Deref for Store {
+    type Target = dyn SharedState + Send;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl DerefMut for Store {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
     }
 }
 

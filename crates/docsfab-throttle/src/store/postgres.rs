@@ -21,12 +21,12 @@
 //!   are merged where one snapshot serves, so a decision costs a handful of round trips.
 
 use docsfab_pg::postgres::types::Type;
-use docsfab_pg::postgres::{Error, Transaction};
+use docsfab_pg::postgres::{Client, Error, Transaction};
 use docsfab_pg::{Pg, PgUrl, migrate, worker};
 
 use super::{
-    LeaseAnswer, LeaseTx, Others, RowAfter, StoreAdmit, StoreError, Ticket, Want, decide_lease,
-    decode_state, encode_state, store_admit,
+    LeaseAnswer, LeaseTx, Others, RowAfter, SharedState, StoreAdmit, StoreError, Ticket, Want,
+    decide_lease, decode_state, encode_state, store_admit,
 };
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
@@ -74,6 +74,7 @@ pub(crate) struct PgStore {
     pg: Pg,
     /// This process's worker id in the database.
     me: String,
+    calls: u64,
 }
 
 impl PgStore {
@@ -83,14 +84,30 @@ impl PgStore {
         let me = worker::this_process(url)?.as_str().to_owned();
         let pg = Pg::connect(url)?;
         migrate(&pg, "throttle", STEPS)?;
-        Ok(PgStore { pg, me })
+        Ok(PgStore { pg, me, calls: 0 })
     }
 
-    /// As the SQLite store's `try_admit`, by the database's clock.
-    pub fn try_admit(
+    /// Runs one call of the store on the connection's thread, counted.
+    fn call<T: Send + 'static>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.calls += 1;
+        Ok(self.pg.call(f)?)
+    }
+}
+
+impl SharedState for PgStore {
+    fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// By the database's clock: `_now_ms`, the host's, is not asked.
+    fn try_admit(
         &mut self,
         provider: &str,
         settings: &Settings,
+        _now_ms: u64,
         want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
@@ -99,7 +116,7 @@ impl PgStore {
         let alive = worker::alive_condition("w");
         // After an outage this process holds back from giving away others' permits.
         let judge = worker::may_judge(self.pg.url());
-        let admit = self.pg.call(move |c| {
+        self.call(move |c| {
             let mut tx = c.transaction()?;
             let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
             if judge {
@@ -146,14 +163,13 @@ impl PgStore {
             }
             tx.commit()?;
             Ok(admit)
-        })?;
-        Ok(admit)
+        })
     }
 
-    /// How much longer the reserved send `seq` waits, by the database's clock.
-    pub fn confirm_ms(&mut self, provider: &str, seq: u64) -> Result<u64, StoreError> {
+    /// By the database's clock: `_now_ms`, the host's, is not asked.
+    fn confirm_ms(&mut self, provider: &str, seq: u64, _now_ms: u64) -> Result<u64, StoreError> {
         let provider = provider.to_owned();
-        let row = self.pg.call(move |c| {
+        let row = self.call(move |c| {
             c.query_typed_opt(
                 "SELECT state, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
                  FROM throttle_providers WHERE provider = $1",
@@ -169,9 +185,8 @@ impl PgStore {
         }))
     }
 
-    /// As the SQLite store's `lease_tx`, by the database's clock; `host_now_ms` is the clock
-    /// the reported heads were read by.
-    pub fn lease_tx(
+    /// By the database's clock; `host_now_ms` is the clock the reported heads were read by.
+    fn lease_tx(
         &mut self,
         provider: &str,
         settings: &Settings,
@@ -184,7 +199,7 @@ impl PgStore {
         let finished = lease.finished.map(|(seq, o, h)| (seq, o, h.clone()));
         let alive = worker::alive_condition("w");
         let judge = worker::may_judge(self.pg.url());
-        let answer = self.pg.call(move |c| {
+        self.call(move |c| {
             let mut tx = c.transaction()?;
             let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
             if judge {
@@ -253,12 +268,11 @@ impl PgStore {
                 granted,
                 now_ms,
             })
-        })?;
-        Ok(answer)
+        })
     }
 
-    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        self.pg.call(move |c| {
+    fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
+        self.call(move |c| {
             c.execute_typed(
                 "DELETE FROM throttle_waiters WHERE id = $1",
                 &[(&waiter, Type::INT8)],
@@ -267,8 +281,8 @@ impl PgStore {
         Ok(())
     }
 
-    /// As the SQLite store's `finish`; `host_now_ms` is the clock `headers` were read by.
-    pub fn finish(
+    /// By the database's clock; `host_now_ms` is the clock `headers` were read by.
+    fn finish(
         &mut self,
         provider: &str,
         settings: &Settings,
@@ -294,6 +308,7 @@ impl PgStore {
             save(tx, &provider, &state)
         };
         let url = self.pg.url().to_string();
+        self.calls += 1;
         let result = self
             .pg
             .transaction_through_outages(worker::stale_after(), false, release)?;
@@ -476,7 +491,7 @@ mod tests {
         sql(&db.url, OTHER_WORKER);
         let two = Settings::new(Mode::Shared, 2).unwrap();
         // Alive: its two permits fill the cap, and its waiter is ahead of this one.
-        let StoreAdmit::Full { reason, waiter } = store.try_admit("p", &two, &W, None).unwrap()
+        let StoreAdmit::Full { reason, waiter } = store.try_admit("p", &two, 0, &W, None).unwrap()
         else {
             panic!("a live worker's permits count");
         };
@@ -487,7 +502,7 @@ mod tests {
             "UPDATE docsfab_workers SET heartbeat_at = now() - interval '1 hour'
              WHERE worker_id = 'elsewhere/7/1'",
         );
-        let admit = store.try_admit("p", &two, &W, Some(waiter)).unwrap();
+        let admit = store.try_admit("p", &two, 0, &W, Some(waiter)).unwrap();
         assert!(matches!(admit, StoreAdmit::Go { .. }), "{admit:?}");
         let left = "SELECT (SELECT count(*) FROM throttle_permits WHERE worker_id = 'elsewhere/7/1')
                          + (SELECT count(*) FROM throttle_waiters WHERE worker_id = 'elsewhere/7/1')";
@@ -507,7 +522,7 @@ mod tests {
         );
         let two = Settings::new(Mode::Shared, 2).unwrap();
         assert!(matches!(
-            store.try_admit("p", &two, &W, None).unwrap(),
+            store.try_admit("p", &two, 0, &W, None).unwrap(),
             StoreAdmit::Go { .. }
         ));
     }
@@ -559,7 +574,8 @@ mod tests {
         };
         let mut store = PgStore::open(&db.url).unwrap();
         let eight = Settings::new(Mode::Shared, 8).unwrap();
-        let StoreAdmit::Go { ticket, .. } = store.try_admit("p", &eight, &W, None).unwrap() else {
+        let StoreAdmit::Go { ticket, .. } = store.try_admit("p", &eight, 0, &W, None).unwrap()
+        else {
             panic!("the first request goes");
         };
         let host_now = crate::headers::unix_ms(std::time::SystemTime::now()) - 3_600_000;
@@ -578,7 +594,7 @@ mod tests {
         store
             .finish("p", &eight, ticket, ok, &head, host_now)
             .unwrap();
-        match store.try_admit("p", &eight, &W, None).unwrap() {
+        match store.try_admit("p", &eight, host_now, &W, None).unwrap() {
             StoreAdmit::Go {
                 wait_ms,
                 reason: Some(Reason::Pacing),

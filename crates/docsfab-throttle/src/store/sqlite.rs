@@ -21,8 +21,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    LeaseAnswer, LeaseTx, Others, RowAfter, StoreAdmit, StoreError, Ticket, Want, decide_lease,
-    decode_state, encode_state, store_admit,
+    LeaseAnswer, LeaseTx, Others, RowAfter, SharedState, StoreAdmit, StoreError, Ticket, Want,
+    decide_lease, decode_state, encode_state, store_admit,
 };
 use crate::core::{Outcome, Settings, ThrottleState};
 use crate::headers::RateHeaders;
@@ -70,9 +70,10 @@ CREATE TABLE IF NOT EXISTS providers (
 ";
 
 pub(crate) struct SqliteStore {
-    pub(super) conn: Connection,
+    conn: Connection,
     path: PathBuf,
     me: Holder,
+    calls: u64,
 }
 
 impl SqliteStore {
@@ -106,6 +107,7 @@ impl SqliteStore {
             conn,
             path: path.to_owned(),
             me: Holder::current(),
+            calls: 0,
         })
     }
 
@@ -139,18 +141,26 @@ impl SqliteStore {
         Ok(conn)
     }
 
-    fn wrap(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite {
+    /// Runs one call of the store on the file (a transaction or a read), counted, with its
+    /// error naming the file.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&mut Connection, Holder) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        self.calls += 1;
+        f(&mut self.conn, self.me).map_err(|source| StoreError::Sqlite {
             path: self.path.clone(),
             source,
-        }
+        })
+    }
+}
+
+impl SharedState for SqliteStore {
+    fn calls(&self) -> u64 {
+        self.calls
     }
 
-    /// One admission decision for `provider`, for the caller queued as `waiter` (if it waited
-    /// for a slot before). On `Go` the permit row is written in the same transaction, so no two
-    /// processes can both take the last slot; on `Full` the caller keeps (or gets) its place in
-    /// the queue.
-    pub fn try_admit(
+    fn try_admit(
         &mut self,
         provider: &str,
         settings: &Settings,
@@ -158,9 +168,8 @@ impl SqliteStore {
         want: &Want,
         waiter: Option<i64>,
     ) -> Result<StoreAdmit, StoreError> {
-        let me = self.me;
-        let result = (|| {
-            let (tx, mut state) = begin_decision(&mut self.conn, provider, me)?;
+        self.call(|conn, me| {
+            let (tx, mut state) = begin_decision(conn, provider, me)?;
             let ahead = waiters_ahead(&tx, provider, waiter)?;
             state.set_in_flight(live_permits(&tx, provider)?.saturating_add(ahead));
             let decision = state.admit(settings, now_ms, &want.at(now_ms));
@@ -197,36 +206,31 @@ impl SqliteStore {
             }
             tx.commit()?;
             Ok(admit)
-        })();
-        result.map_err(|e| self.wrap(e))
+        })
     }
 
-    /// How much longer the reserved send `seq` waits, at `now_ms`.
-    pub fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
-        let text: Option<String> = self
-            .conn
-            .query_row(
+    fn confirm_ms(&mut self, provider: &str, seq: u64, now_ms: u64) -> Result<u64, StoreError> {
+        let text: Option<String> = self.call(|conn, _| {
+            conn.query_row(
                 "SELECT state FROM providers WHERE provider = ?1",
                 [provider],
                 |r| r.get(0),
             )
             .optional()
-            .map_err(|e| self.wrap(e))?;
+        })?;
         let state = decode_state(text.as_deref());
         Ok(state.confirm(seq, now_ms).saturating_sub(now_ms))
     }
 
-    /// Settles this process's lease and, when asked, grants a new one (see `LeaseTx`).
-    pub fn lease_tx(
+    fn lease_tx(
         &mut self,
         provider: &str,
         settings: &Settings,
         now_ms: u64,
         lease: &LeaseTx<'_>,
     ) -> Result<LeaseAnswer, StoreError> {
-        let me = self.me;
-        let result = (|| {
-            let (tx, mut state) = begin_decision(&mut self.conn, provider, me)?;
+        self.call(|conn, me| {
+            let (tx, mut state) = begin_decision(conn, provider, me)?;
             let others = others(&tx, provider, lease.row)?;
             let (after, granted) = decide_lease(&mut state, settings, now_ms, &others, lease);
             let exists = match lease.row {
@@ -273,20 +277,17 @@ impl SqliteStore {
                 granted,
                 now_ms,
             })
-        })();
-        result.map_err(|e| self.wrap(e))
+        })
     }
 
-    /// Takes a waiter out of the queue (it was cancelled or ran out of time).
-    pub fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute("DELETE FROM waiters WHERE id = ?1", [waiter])
-            .map(|_| ())
-            .map_err(|e| self.wrap(e))
+    fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
+        self.call(|conn, _| {
+            conn.execute("DELETE FROM waiters WHERE id = ?1", [waiter])
+                .map(|_| ())
+        })
     }
 
-    /// Gives the permit back and feeds its outcome to the provider's state.
-    pub fn finish(
+    fn finish(
         &mut self,
         provider: &str,
         settings: &Settings,
@@ -295,18 +296,15 @@ impl SqliteStore {
         headers: &RateHeaders,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let result = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.call(|conn, _| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut state = load(&tx, provider)?;
             state.set_in_flight(live_permits(&tx, provider)?);
             state.on_response(settings, ticket.seq, outcome, headers, now_ms);
             tx.execute("DELETE FROM permits WHERE id = ?1", [ticket.id])?;
             save(&tx, provider, &state)?;
             tx.commit()
-        })();
-        result.map_err(|e| self.wrap(e))
+        })
     }
 }
 
