@@ -39,37 +39,6 @@ pub(crate) fn read_key(selected: &Selected<'_>) -> Result<ApiKey, CliError> {
     }
 }
 
-/// For a composition with a write step: the workspace directory, opened and exclusively locked
-/// until the returned file is dropped (the process ends). `None` for a read-only composition.
-pub fn lock_workspace(config: &RunConfig) -> Result<Option<std::fs::File>, CliError> {
-    if !config
-        .composition
-        .steps
-        .iter()
-        .any(|s| s.access == Access::Write)
-    {
-        return Ok(None);
-    }
-    let dir = &config.workspace;
-    let file = std::fs::File::open(dir).map_err(|e| {
-        workspace_refused(&format!(
-            "cannot open the workspace {} ({e})",
-            dir.display()
-        ))
-    })?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::bad_input(format!(
-            "the workspace {} is in use by another `docsfab run` with a write step; wait for that run to end (or cancel it), or pass another --workspace.",
-            dir.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(CliError::bad_input(format!(
-            "cannot lock the workspace {} for a write step ({e}); use a workspace on a local filesystem that supports file locks.",
-            dir.display()
-        ))),
-    }
-}
-
 pub fn check_workspace(dir: &Path) -> Result<(), CliError> {
     Workspace::open(dir)
         .map(|_| ())

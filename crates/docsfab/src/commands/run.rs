@@ -25,10 +25,10 @@ use docsfab_runtime::reuse::Reference;
 
 use crate::app::carry::reuse_reference;
 use crate::app::error::CliError;
-use crate::app::execute::lock_workspace;
 use crate::app::launch::{Prepared, Source, canonical, prepare, run_and_report};
 use crate::app::progress::ColorChoice;
 use crate::app::store::open_store_url;
+use crate::app::workspace_lock;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -64,7 +64,7 @@ pub fn run(args: &RunArgs, color: ColorChoice, store: Option<&str>) -> Result<()
         args.workspace.as_deref(),
         store,
     )?;
-    let _workspace_lock = lock_workspace(&config)?;
+    let _workspace_lock = workspace_lock::hold(&config)?;
     let mut store = open_store_url(&store_path)?;
     if let Some(run) = &args.reuse {
         let explicit = Some(run.as_str()).filter(|r| !r.is_empty());

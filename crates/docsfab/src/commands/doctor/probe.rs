@@ -1,328 +1,108 @@
-//! `docsfab doctor --probe`: one minimal real request to a provider ("ping", at most one output
-//! token), sent once through the same transport a run uses and never replayed, so an operator
-//! learns before a long run whether the host is reachable, the key is accepted and the model
-//! exists, and how long a round trip takes.
-//!
-//! Exit codes: 0 when the provider answered, or answered 429 (reachable and the configuration
-//! is right, only throttled now); 2 when the configuration is wrong (no such host, key refused,
-//! no such model); 1 when the provider could not be reached or failed otherwise.
+//! `doctor --probe`'s findings as the report prints them: the probe's lines and its `probe`
+//! member of `--json`, with the capability probes' summary and what to set.
 
-use std::time::{Duration, Instant};
-
-use docsfab_boundary::redact::Redactor;
-use docsfab_policy::class::ProviderErrorClass;
-use docsfab_provider::{
-    ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
-    TurnRequest, endpoint_url,
-};
 use docsfab_record::Api;
 use serde_json::{Value, json};
 
-use super::capabilities::{self, Capabilities, Probes};
-use crate::app::error::CliError;
-use crate::app::preflight::Resolution;
+use crate::app::doctor::capabilities::Capabilities;
+use crate::app::doctor::probe::{ProbeReport, Verdict};
 
-/// The probe waits this long for the answer; a provider slower than that on a one-token ping is
-/// reported as unreachable (request-timeout).
-const PROBE_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What the probe is sent to.
-pub struct Target<'a> {
-    pub provider: &'a str,
-    pub api: Api,
-    pub base_url: &'a str,
-    pub model: &'a str,
-    pub key_var: &'a str,
-    pub key: ApiKey,
-    /// host.yaml's `includeUsage`: the probe asks as a run would.
-    pub include_usage: bool,
-}
-
-/// The verdict on one probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// A complete answer arrived.
-    Answered,
-    /// HTTP 429: reachable, the request was understood, the provider is throttling now.
-    Throttled,
-    /// HTTP 401 or 403: the key was refused.
-    KeyRefused,
-    /// HTTP 404, or an error naming an unknown model.
-    NoSuchModel,
-    /// No response: DNS, connect, TLS, reset or timeout.
-    Unreachable,
-    /// Any other failure status or a failed stream.
-    Failed,
-    /// HTTP 404 at the configured base URL, an answer at the other spelling (with or without
-    /// `/v1`): the path is wrong, not the model.
-    WrongBaseUrl,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Answered => "answered",
-            Verdict::Throttled => "throttled",
-            Verdict::KeyRefused => "key-refused",
-            Verdict::NoSuchModel => "no-such-model",
-            Verdict::Unreachable => "unreachable",
-            Verdict::Failed => "failed",
-            Verdict::WrongBaseUrl => "wrong-base-url",
+/// The probe's lines in the doctor report.
+pub fn lines(p: &ProbeReport) -> Vec<String> {
+    let what = match p.verdict {
+        Verdict::Answered => "answered".to_string(),
+        Verdict::Throttled => "reachable, currently throttled".to_string(),
+        Verdict::KeyRefused => "the key was refused".to_string(),
+        Verdict::NoSuchModel => {
+            format!("the model {:?} does not exist at this provider", p.model)
         }
-    }
-}
-
-/// The probe's findings.
-pub struct ProbeReport {
-    pub provider: String,
-    pub api: Api,
-    /// `host:port` of the base URL: never its credentials, path or query.
-    pub host: String,
-    pub model: String,
-    pub key_var: String,
-    pub dns: Resolution,
-    pub verdict: Verdict,
-    pub http_status: Option<u16>,
-    /// The fault label and class of a failure (`connect-refused`, `network`, ...).
-    pub fault: Option<(String, ProviderErrorClass)>,
-    pub retry_after_ms: Option<u64>,
-    /// What the transport said, redacted.
-    pub detail: String,
-    pub rtt_ms: u64,
-    /// The gateway the answer came through (its `x-litellm-*` headers), if any (issue 24).
-    pub gateway: Option<Gateway>,
-    /// What the probe learnt of the provider's usage reports, and what to set (issue 23).
-    pub usage_note: Option<String>,
-    /// What the capability probes found (all unknown unless the ping answered; issue 31).
-    pub capabilities: Capabilities,
-    /// The base URL that answered where the configured one gave 404 (issue 31).
-    pub suggested_base_url: Option<String>,
-    /// Requests sent, every one once.
-    pub requests: u32,
-}
-
-impl ProbeReport {
-    /// A report of an answered ping, before anything else is known.
-    fn new(target: &Target<'_>, dns: Resolution, rtt_ms: u64) -> ProbeReport {
-        ProbeReport {
-            provider: target.provider.to_owned(),
-            api: target.api,
-            host: host_port(target.base_url),
-            model: target.model.to_owned(),
-            key_var: target.key_var.to_owned(),
-            dns,
-            verdict: Verdict::Answered,
-            http_status: None,
-            fault: None,
-            retry_after_ms: None,
-            detail: String::new(),
-            rtt_ms,
-            gateway: None,
-            usage_note: None,
-            capabilities: Capabilities::unknown(),
-            suggested_base_url: None,
-            requests: 1,
-        }
-    }
-}
-
-/// Sends the ping once and judges what came back; after an answer, the capability probes
-/// (two more requests); after a 404, the other spelling of the base URL (one more).
-pub fn probe(target: Target<'_>, dns: Resolution) -> Result<ProbeReport, CliError> {
-    let redactor = Redactor::new(&[target.key.expose()]);
-    let transport = transport_for(&target, target.base_url)?;
-    let rt = crate::app::execute::runtime()?;
-    let started = Instant::now();
-    // `send` is one request: the transport never retries, and no replay driver is involved.
-    let sent = rt.block_on(transport.send(ping(&target, target.include_usage)?.bytes().clone()));
-    let rtt_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut report = ProbeReport::new(&target, dns, rtt_ms);
-    match sent {
-        Ok(answer) => {
-            report.http_status = Some(answer.http_status);
-            report.detail = format!("HTTP {}", answer.http_status);
-            report.gateway = answer.gateway.map(|g| *g);
-            if !answer.usage.is_known() {
-                report.usage_note = Some(format!(
-                    "the answer reported no usage, so runs will record their tokens and cost as unknown (null){}",
-                    if target.include_usage {
-                        " although stream_options.include_usage asked for it"
-                    } else {
-                        "; includeUsage is false, so try it true"
-                    }
-                ));
-            }
-            let probes = Probes {
-                transport: &transport,
-                api: target.api,
-                model: target.model,
-                include_usage: target.include_usage,
-                redactor: &redactor,
-            };
-            report.capabilities = capabilities::probe(&probes, answer.usage.is_known())?;
-            report.requests += 2;
-        }
-        Err(f)
-            if target.api == Api::OpenaiChat
-                && target.include_usage
-                && f.failure.http_status == Some(400) =>
-        {
-            // A server that refuses `stream_options` answers 400 to every request a run sends;
-            // the spec keeps that terminal, so the probe finds it before a run does.
-            let second = rt.block_on(transport.send(ping(&target, false)?.bytes().clone()));
-            report.requests += 1;
-            if second.is_ok() {
-                report.usage_note = Some(format!(
-                    "the server refuses stream_options (HTTP 400 with it, an answer without it); set providers.{}.includeUsage: false in host.yaml",
-                    target.provider
-                ));
-            }
-            fill_failure(&mut report, &f, &redactor);
-        }
-        Err(f) => {
-            fill_failure(&mut report, &f, &redactor);
-            if f.failure.http_status == Some(404) {
-                try_other_base_url(&mut report, &target, &f, &rt)?;
-            }
-        }
-    }
-    Ok(report)
-}
-
-/// The probe's transport to `base_url`, waiting at most [`PROBE_READ_TIMEOUT`].
-fn transport_for(target: &Target<'_>, base_url: &str) -> Result<HttpTransport, CliError> {
-    HttpTransport::new(HttpConfig {
-        read_timeout: PROBE_READ_TIMEOUT,
-        ..HttpConfig::new(target.api, base_url, Some(target.key.clone()))
-    })
-    .map_err(|e| {
-        CliError::bad_input(format!(
-            "{e}; check providers.{}.baseUrl in host.yaml.",
-            target.provider
-        ))
-    })
-}
-
-/// The ping's payload.
-fn ping(target: &Target<'_>, include_usage: bool) -> Result<Payload, CliError> {
-    Payload::build(target.api, &probe_request(target.model, include_usage))
-        .map_err(|e| CliError::failed(format!("cannot build the probe request ({e}).")))
-}
-
-/// After a 404 that does not name the model: the ping once more at the other spelling of the
-/// base URL (with `/v1` added, or without its `/v1`). When that one is answered by anything but
-/// 404, the path was wrong, not the model, and the report says which base URL to use.
-fn try_other_base_url(
-    report: &mut ProbeReport,
-    target: &Target<'_>,
-    f: &TransportFailure,
-    rt: &tokio::runtime::Runtime,
-) -> Result<(), CliError> {
-    if f.body.error_code.as_deref() == Some("model_not_found") {
-        return Ok(());
-    }
-    let Some(other) = other_base_url(target.base_url) else {
-        return Ok(());
+        Verdict::Unreachable => "unreachable".to_string(),
+        Verdict::Failed => "the provider failed the request".to_string(),
+        Verdict::WrongBaseUrl => format!(
+            "nothing serves this API at this baseUrl; baseUrl should be {}",
+            p.suggested_base_url.as_deref().unwrap_or("?")
+        ),
     };
-    let same = |a: &str, b: &str| {
-        endpoint_url(target.api, a).ok().map(|u| u.to_string())
-            == endpoint_url(target.api, b).ok().map(|u| u.to_string())
+    // A status already says what came back; a failure without one is named by its label.
+    let mut fault = match (&p.fault, p.http_status) {
+        (Some((label, class)), None) => format!("; {label}, class {class}"),
+        (Some((_, class)), Some(_)) => format!("; class {class}"),
+        (None, _) => String::new(),
     };
-    if same(target.base_url, &other) {
-        return Ok(());
+    if let Some(ms) = p.retry_after_ms {
+        fault.push_str(&format!("; retry after {ms} ms"));
     }
-    let transport = transport_for(target, &other)?;
-    let second = rt.block_on(transport.send(ping(target, target.include_usage)?.bytes().clone()));
-    report.requests += 1;
-    let status = match &second {
-        Ok(a) => Some(a.http_status),
-        Err(e) => e.failure.http_status,
-    };
-    if status.is_some_and(|s| s != 404) {
-        report.verdict = Verdict::WrongBaseUrl;
-        report.suggested_base_url = Some(other);
+    let mut lines = vec![
+        format!(
+            "Probe: provider {} api={} host={} model={} ({} request{}, never replayed)",
+            p.provider,
+            p.api,
+            p.host,
+            p.model,
+            p.requests,
+            if p.requests == 1 { "" } else { "s" }
+        ),
+        format!("Probe DNS: {} {}", p.dns.host(), p.dns.describe()),
+        format!(
+            "Probe result: {what} ({}{fault}) round trip {}",
+            p.detail,
+            rtt(p.rtt_ms)
+        ),
+    ];
+    if let Some(note) = &p.usage_note {
+        lines.push(format!("Probe usage: {note}"));
     }
-    Ok(())
+    if p.verdict == Verdict::Answered {
+        lines.extend(capability_lines(&p.capabilities, &p.provider, p.api));
+    }
+    if let Some(g) = &p.gateway {
+        lines.push(format!(
+            "Probe gateway: {} answered for the provider; the retry rules it weakens, and what to do:",
+            g.describe()
+        ));
+        lines.extend(
+            crate::app::gateway::weakened(g.name, p.api)
+                .iter()
+                .map(|w| format!("  - {}", w.line())),
+        );
+    }
+    lines
 }
 
-/// The other spelling of a base URL: without its trailing `/v1`, or with `/v1` added. Never
-/// with credentials (the suggestion is printed).
-fn other_base_url(base_url: &str) -> Option<String> {
-    let mut url = reqwest::Url::parse(base_url.trim()).ok()?;
-    let _ = url.set_username("");
-    let _ = url.set_password(None);
-    let path = url.path().trim_end_matches('/').to_owned();
-    match path.strip_suffix("/v1") {
-        Some(rest) => url.set_path(rest),
-        None => url.set_path(&format!("{path}/v1")),
-    }
-    let shown = url.to_string();
-    Some(match shown.strip_suffix('/') {
-        Some(s) if url.query().is_none() => s.to_owned(),
-        _ => shown,
+/// The probe's `probe` member of `--json`.
+pub fn to_json(p: &ProbeReport) -> Value {
+    json!({
+        "provider": p.provider,
+        "api": p.api.as_str(),
+        "host": p.host,
+        "model": p.model,
+        "dns": {"host": p.dns.host(), "status": p.dns.status(), "detail": p.dns.describe()},
+        "result": p.verdict.as_str(),
+        "httpStatus": p.http_status,
+        "fault": p.fault.as_ref().map(|(label, _)| label),
+        "providerErrorClass": p.fault.as_ref().map(|(_, class)| class.as_str()),
+        "retryAfterMs": p.retry_after_ms,
+        "detail": p.detail,
+        "rttMs": p.rtt_ms,
+        "usageNote": p.usage_note,
+        "requests": p.requests,
+        "capabilities": capabilities_json(&p.capabilities),
+        "suggestedBaseUrl": p.suggested_base_url,
+        "gateway": p.gateway.as_ref().map(|g| json!({
+            "name": g.name.as_str(),
+            "version": g.version,
+            "weakens": crate::app::gateway::weakened(g.name, p.api)
+                .iter()
+                .map(|w| json!({
+                    "rule": w.rule,
+                    "what": w.what,
+                    "compensated": w.compensated,
+                    "docsfab": w.docsfab,
+                    "remedy": w.remedy_text(),
+                }))
+                .collect::<Vec<_>>(),
+        })),
     })
-}
-
-fn fill_failure(report: &mut ProbeReport, f: &TransportFailure, redactor: &Redactor) {
-    report.gateway = f.body.gateway.clone();
-    report.verdict = judge(f);
-    report.http_status = f.failure.http_status;
-    report.retry_after_ms = f.failure.retry_after_ms;
-    report.fault = Some((f.failure.fault.as_str().to_owned(), f.failure.class));
-    report.detail = redactor.line(&f.detail);
-}
-
-/// The one-token ping.
-fn probe_request(model: &str, include_usage: bool) -> TurnRequest {
-    TurnRequest {
-        model: model.to_owned(),
-        max_output_tokens: 1,
-        system: None,
-        messages: vec![Message::User {
-            text: "ping".into(),
-        }],
-        tools: vec![],
-        include_usage,
-        prompt_cache_key: None,
-        response_format: None,
-        tool_choice: None,
-    }
-}
-
-/// The verdict of a failed probe: the status first, then the error words a provider uses for a
-/// model it does not serve, then whether any response head arrived.
-fn judge(f: &TransportFailure) -> Verdict {
-    let words = [&f.body.error_type, &f.body.error_code];
-    let names_model = words.iter().any(|w| {
-        matches!(
-            w.as_deref(),
-            Some("model_not_found" | "not_found_error" | "model_not_available")
-        )
-    });
-    match f.failure.http_status {
-        Some(401 | 403) => Verdict::KeyRefused,
-        Some(429) => Verdict::Throttled,
-        Some(404) => Verdict::NoSuchModel,
-        Some(400) if names_model => Verdict::NoSuchModel,
-        Some(_) => Verdict::Failed,
-        None if matches!(
-            f.failure.class,
-            ProviderErrorClass::Network | ProviderErrorClass::Timeout
-        ) && !f.failure.content_published
-            && f.body.error_type.is_none() =>
-        {
-            Verdict::Unreachable
-        }
-        None => Verdict::Failed,
-    }
-}
-
-/// `host:port` of a base URL, without user info, path or query.
-fn host_port(base_url: &str) -> String {
-    reqwest::Url::parse(base_url.trim())
-        .ok()
-        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)))
-        .unwrap_or_else(|| "(unparsable base URL)".into())
 }
 
 /// Milliseconds exactly, then in seconds for a person.
@@ -330,185 +110,93 @@ fn rtt(ms: u64) -> String {
     format!("{ms} ms ({:.2} s)", ms as f64 / 1000.0)
 }
 
-impl ProbeReport {
-    /// The probe's lines in the doctor report.
-    pub fn lines(&self) -> Vec<String> {
-        let what = match self.verdict {
-            Verdict::Answered => "answered".to_string(),
-            Verdict::Throttled => "reachable, currently throttled".to_string(),
-            Verdict::KeyRefused => "the key was refused".to_string(),
-            Verdict::NoSuchModel => {
-                format!("the model {:?} does not exist at this provider", self.model)
-            }
-            Verdict::Unreachable => "unreachable".to_string(),
-            Verdict::Failed => "the provider failed the request".to_string(),
-            Verdict::WrongBaseUrl => format!(
-                "nothing serves this API at this baseUrl; baseUrl should be {}",
-                self.suggested_base_url.as_deref().unwrap_or("?")
-            ),
-        };
-        // A status already says what came back; a failure without one is named by its label.
-        let mut fault = match (&self.fault, self.http_status) {
-            (Some((label, class)), None) => format!("; {label}, class {class}"),
-            (Some((_, class)), Some(_)) => format!("; class {class}"),
-            (None, _) => String::new(),
-        };
-        if let Some(ms) = self.retry_after_ms {
-            fault.push_str(&format!("; retry after {ms} ms"));
-        }
-        let mut lines = vec![
-            format!(
-                "Probe: provider {} api={} host={} model={} ({} request{}, never replayed)",
-                self.provider,
-                self.api,
-                self.host,
-                self.model,
-                self.requests,
-                if self.requests == 1 { "" } else { "s" }
-            ),
-            format!("Probe DNS: {} {}", self.dns.host(), self.dns.describe()),
-            format!(
-                "Probe result: {what} ({}{fault}) round trip {}",
-                self.detail,
-                rtt(self.rtt_ms)
-            ),
-        ];
-        if let Some(note) = &self.usage_note {
-            lines.push(format!("Probe usage: {note}"));
-        }
-        if self.verdict == Verdict::Answered {
-            lines.extend(self.capabilities.lines(&self.provider, self.api));
-        }
-        if let Some(g) = &self.gateway {
-            lines.push(format!(
-                "Probe gateway: {} answered for the provider; the retry rules it weakens, and what to do:",
-                g.describe()
-            ));
-            lines.extend(
-                crate::app::gateway::weakened(g.name, self.api)
-                    .iter()
-                    .map(|w| format!("  - {}", w.line())),
-            );
-        }
-        lines
+fn word(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
     }
+}
 
-    pub fn to_json(&self) -> Value {
-        json!({
-            "provider": self.provider,
-            "api": self.api.as_str(),
-            "host": self.host,
-            "model": self.model,
-            "dns": {"host": self.dns.host(), "status": self.dns.status(), "detail": self.dns.describe()},
-            "result": self.verdict.as_str(),
-            "httpStatus": self.http_status,
-            "fault": self.fault.as_ref().map(|(label, _)| label),
-            "providerErrorClass": self.fault.as_ref().map(|(_, class)| class.as_str()),
-            "retryAfterMs": self.retry_after_ms,
-            "detail": self.detail,
-            "rttMs": self.rtt_ms,
-            "usageNote": self.usage_note,
-            "requests": self.requests,
-            "capabilities": self.capabilities.to_json(),
-            "suggestedBaseUrl": self.suggested_base_url,
-            "gateway": self.gateway.as_ref().map(|g| json!({
-                "name": g.name.as_str(),
-                "version": g.version,
-                "weakens": crate::app::gateway::weakened(g.name, self.api)
-                    .iter()
-                    .map(|w| json!({
-                        "rule": w.rule,
-                        "what": w.what,
-                        "compensated": w.compensated,
-                        "docsfab": w.docsfab,
-                        "remedy": w.remedy_text(),
-                    }))
-                    .collect::<Vec<_>>(),
-            })),
-        })
+/// The capability probes' lines: one summary, then what each finding that is not a plain yes
+/// means for a composition and what to set.
+fn capability_lines(c: &Capabilities, provider: &str, api: Api) -> Vec<String> {
+    let mut lines = vec![format!(
+        "Probe capabilities: tools {}, structuredOutput {}, streamUsage {}",
+        word(c.tools.value),
+        word(c.structured_output.value),
+        word(c.stream_usage)
+    )];
+    match c.tools.value {
+        Some(true) => {}
+        Some(false) => lines.push(format!(
+            "  tools: {}; this server/model ignores tools, so steps that need the read tools will answer without reading; use a model with a tool-calling chat template (with llama.cpp, llama-server --jinja)",
+            c.tools.seen
+        )),
+        None => lines.push(format!("  tools: {}", c.tools.seen)),
     }
+    let fallback = match api {
+        Api::OpenaiChat => "off or json-object",
+        Api::AnthropicMessages => "off",
+    };
+    match c.structured_output.value {
+        Some(true) => {}
+        Some(false) => lines.push(format!(
+            "  structuredOutput: {}; contract steps cannot count on the constraint: set providers.{provider}.structuredOutput: {fallback} in host.yaml",
+            c.structured_output.seen
+        )),
+        None => lines.push(format!("  structuredOutput: {}", c.structured_output.seen)),
+    }
+    lines
+}
 
-    /// `Ok` when the probe passed (answered or throttled); otherwise the one sentence and exit
-    /// code that say what to do.
-    pub fn conclusion(&self) -> Result<(), CliError> {
-        let p = &self.provider;
-        match self.verdict {
-            Verdict::Answered | Verdict::Throttled => Ok(()),
-            Verdict::KeyRefused => Err(CliError::bad_input(format!(
-                "provider {p:?} refused the API key in {} ({}); export the right key in {} and probe again.",
-                self.key_var, self.detail, self.key_var
-            ))),
-            Verdict::NoSuchModel => Err(CliError::bad_input(format!(
-                "the model {:?} does not exist at provider {p:?} ({}); set providers.{p}.model in host.yaml (or the composition's model) to a model the provider serves, or check that baseUrl ends with the API's version path.",
-                self.model, self.detail
-            ))),
-            Verdict::Unreachable => Err(CliError::failed(format!(
-                "provider {p:?} at {} could not be reached ({}); check that it is up and that the host, port and scheme of providers.{p}.baseUrl are right.",
-                self.host, self.detail
-            ))),
-            Verdict::Failed => Err(CliError::failed(format!(
-                "provider {p:?} at {} failed the probe ({}); try again later, or check the provider's status.",
-                self.host, self.detail
-            ))),
-            Verdict::WrongBaseUrl => Err(CliError::bad_input(format!(
-                "provider {p:?} answered {} at its baseUrl but answers at {}; set providers.{p}.baseUrl: {} in host.yaml.",
-                self.detail,
-                self.suggested_base_url.as_deref().unwrap_or("?"),
-                self.suggested_base_url.as_deref().unwrap_or("?")
-            ))),
-        }
-    }
+fn capabilities_json(c: &Capabilities) -> Value {
+    json!({
+        "tools": c.tools.value,
+        "structuredOutput": c.structured_output.value,
+        "streamUsage": c.stream_usage,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_policy::class::{FaultKind, ProviderFailure};
-
-    fn status(code: u16, error_code: Option<&str>) -> TransportFailure {
-        let mut f = TransportFailure::new(ProviderFailure::from_http_status(code, None), "x");
-        f.body.error_code = error_code.map(str::to_owned);
-        f
-    }
+    use crate::app::doctor::capabilities::Capability;
 
     #[test]
-    fn issue11_probe_verdicts_follow_the_status_then_the_error_words() {
-        assert_eq!(judge(&status(401, None)), Verdict::KeyRefused);
-        assert_eq!(judge(&status(403, None)), Verdict::KeyRefused);
-        assert_eq!(judge(&status(429, None)), Verdict::Throttled);
-        assert_eq!(judge(&status(404, None)), Verdict::NoSuchModel);
-        assert_eq!(
-            judge(&status(400, Some("model_not_found"))),
-            Verdict::NoSuchModel
+    fn issue31_capability_lines_say_what_to_set() {
+        let caps = Capabilities {
+            tools: Capability {
+                value: Some(false),
+                seen: "none came".into(),
+            },
+            structured_output: Capability {
+                value: Some(false),
+                seen: "prose".into(),
+            },
+            stream_usage: Some(true),
+        };
+        let lines = capability_lines(&caps, "local", Api::OpenaiChat).join("\n");
+        assert!(
+            lines.starts_with("Probe capabilities: tools no, structuredOutput no, streamUsage yes"),
+            "{lines}"
         );
-        assert_eq!(judge(&status(400, None)), Verdict::Failed);
-        assert_eq!(judge(&status(503, None)), Verdict::Failed);
-        let refused = TransportFailure::new(ProviderFailure::from_fault(FaultKind::Dns), "x");
-        assert_eq!(judge(&refused), Verdict::Unreachable);
-    }
-
-    #[test]
-    fn issue31_the_other_base_url_adds_or_drops_v1_without_credentials() {
-        assert_eq!(
-            other_base_url("http://127.0.0.1:8080").as_deref(),
-            Some("http://127.0.0.1:8080/v1")
+        assert!(
+            lines.contains("steps that need the read tools will answer without reading"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("set providers.local.structuredOutput: off or json-object in host.yaml"),
+            "{lines}"
+        );
+        let lines = capability_lines(&caps, "a", Api::AnthropicMessages).join("\n");
+        assert!(
+            lines.contains("structuredOutput: off in host.yaml"),
+            "{lines}"
         );
         assert_eq!(
-            other_base_url("http://127.0.0.1:8080/v1/").as_deref(),
-            Some("http://127.0.0.1:8080")
+            capabilities_json(&Capabilities::unknown()),
+            json!({"tools": null, "structuredOutput": null, "streamUsage": null})
         );
-        assert_eq!(
-            other_base_url("https://u:secret@gw.example/openai").as_deref(),
-            Some("https://gw.example/openai/v1")
-        );
-    }
-
-    #[test]
-    fn issue11_probe_host_never_shows_credentials_or_query() {
-        assert_eq!(
-            host_port("https://user:secret@api.example.com/v1?key=abc"),
-            "api.example.com:443"
-        );
-        assert_eq!(host_port("http://127.0.0.1:9/v1"), "127.0.0.1:9");
     }
 }

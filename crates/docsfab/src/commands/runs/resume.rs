@@ -15,10 +15,10 @@ use docsfab_runtime::store::StoreUrl;
 
 use crate::app::carry::{ResumeFlags, check_resume, resumable, resume_workspace};
 use crate::app::error::CliError;
-use crate::app::execute::lock_workspace;
 use crate::app::launch::{Prepared, Source, prepare, run_and_report};
 use crate::app::progress::ColorChoice;
 use crate::app::store::{open_store_url, store_exists, store_place};
+use crate::app::workspace_lock;
 
 /// What `runs resume` was asked.
 pub struct Resume<'a> {
@@ -56,7 +56,7 @@ pub fn resume(
         Some(Path::new(&workspace)),
         store_flag,
     )?;
-    let _workspace_lock = lock_workspace(&config)?;
+    let _workspace_lock = workspace_lock::hold(&config)?;
     let reference = Reference::new(&record, ask.flags.accept_workspace);
     check_resume(&reference, &config.workspace, ask.flags)?;
     config.carry = Some(Carry {

@@ -1,6 +1,6 @@
 //! The HTTP API of `docsfab serve` (docs/serve.md): JSON in and out, every error one sentence as
-//! `{"error": "..."}`. Handlers reach the store through `Shared::with_store`, on a blocking
-//! thread.
+//! `{"error": "..."}`. Handlers reach the store through the job service's `with_store`, on a
+//! blocking thread; what they queue, the job runner of `crate::app::jobs` claims.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,8 +17,9 @@ use docsfab_runtime::store::{CancelRequest, JobWorkspace, ResumeMode, RunListing
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Shared;
+use super::auth::Token;
 use super::reply::{ApiError, error_response};
+use super::state::Shared;
 use crate::app::carry::ResumeFlags;
 
 /// The largest request body accepted (a composition is a small YAML file).
@@ -27,7 +28,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 const MAX_LIMIT: u32 = 1000;
 const DEFAULT_LIMIT: u32 = 50;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub fn router(shared: Arc<Shared>, token: Option<Arc<Token>>) -> Router {
     Router::new()
         .route("/", get(super::page::index))
         .route("/api/openapi.json", get(openapi))
@@ -43,12 +44,12 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&shared),
+            token.clone(),
             super::auth::require,
         ))
         // Outermost: a foreign site's request is refused before anything else.
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&shared),
+            token,
             super::auth::same_site,
         ))
         .with_state(shared)
@@ -132,21 +133,22 @@ async fn submit(State(shared): State<Arc<Shared>>, req: Request) -> ApiResult {
         SubmittedWorkspace::Path { path } => JobWorkspace::Path { path },
         SubmittedWorkspace::Git { git, reference } => JobWorkspace::Git { git, reference },
     };
-    let home = shared.home.clone();
-    let root = shared.workspace_root.clone();
+    let home = shared.service.home.clone();
+    let root = shared.service.workspace_root.clone();
     let yaml = submission.composition;
     let mut spec = tokio::task::spawn_blocking(move || {
-        super::submit::check(&home, root.as_deref(), &yaml, workspace)
+        crate::app::jobs::submit::check(&home, root.as_deref(), &yaml, workspace)
     })
     .await
     .map_err(ApiError::internal)??;
     spec.resume = submission.resume;
     let run_id = shared
+        .service
         .with_store(move |s| s.enqueue(&spec))
         .await
         .map_err(ApiError::internal)?
         .map_err(|e| store_failed("queueing the run", &e))?;
-    shared.wake.notify_one();
+    shared.service.wake.notify_one();
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(json!({ "runId": run_id, "status": "queued" })),
@@ -221,6 +223,7 @@ async fn list(State(shared): State<Arc<Shared>>, Query(q): Query<ListQuery>) -> 
             })?,
     };
     let rows = shared
+        .service
         .with_store(move |s| s.list_run_rows_where(status, limit))
         .await
         .map_err(ApiError::internal)?
@@ -251,6 +254,7 @@ async fn record_of(
 ) -> Result<docsfab_runtime::record::RunRecord, ApiError> {
     let key = id.to_owned();
     shared
+        .service
         .with_store(move |s| s.load_run(&key))
         .await
         .map_err(ApiError::internal)?
@@ -273,6 +277,7 @@ async fn show(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiR
 async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
     let key = id.clone();
     let done = shared
+        .service
         .with_store(move |s| {
             let done = s.request_cancel(&key)?;
             let status = s.load_run(&key)?.map(|r| r.status);
@@ -302,6 +307,7 @@ async fn cancel(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Ap
 async fn rerun(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
     let key = id.clone();
     let queued = shared
+        .service
         .with_store(move |s| {
             if s.load_run(&key)?.is_none() {
                 return Ok(Err(false));
@@ -316,7 +322,7 @@ async fn rerun(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Api
         .map_err(|e| store_failed("queueing the run again", &e))?;
     match queued {
         Ok(run_id) => {
-            shared.wake.notify_one();
+            shared.service.wake.notify_one();
             Ok((
                 StatusCode::ACCEPTED,
                 axum::Json(json!({ "runId": run_id, "status": "queued", "rerunOf": id })),
@@ -363,13 +369,14 @@ async fn resume(
         rerun_changed: query.rerun_changed,
         accept_workspace: query.accept_workspace,
     };
-    let root = shared.workspace_root.clone();
+    let root = shared.service.workspace_root.clone();
     let key = id.clone();
     let queued = shared
-        .with_store(move |s| super::resume::queue(s, &key, flags, root.as_deref()))
+        .service
+        .with_store(move |s| crate::app::jobs::resume::queue(s, &key, flags, root.as_deref()))
         .await
         .map_err(ApiError::internal)??;
-    shared.wake.notify_one();
+    shared.service.wake.notify_one();
     Ok((
         StatusCode::ACCEPTED,
         axum::Json(json!({ "runId": queued, "status": "queued", "resumeOf": id })),
@@ -413,6 +420,7 @@ async fn record_and_writes(
 > {
     let key = id.to_owned();
     let (record, rows) = shared
+        .service
         .with_store(move |s| {
             let record = s.load_run(&key)?;
             let rows = match record {
@@ -431,14 +439,14 @@ async fn record_and_writes(
 /// `GET /healthz`: 200 while serving with a reachable store, 503 while draining or when the
 /// store fails.
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.draining.load(Ordering::SeqCst) {
+    if shared.service.draining.load(Ordering::SeqCst) {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({ "status": "draining" })),
         )
             .into_response();
     }
-    match shared.with_store(|s| s.count_by_status()).await {
+    match shared.service.with_store(|s| s.count_by_status()).await {
         Ok(Ok(_)) => axum::Json(json!({ "status": "ok" })).into_response(),
         Ok(Err(e)) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -456,14 +464,15 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
 /// `GET /metrics`.
 async fn metrics(State(shared): State<Arc<Shared>>) -> ApiResult {
     let counts = shared
+        .service
         .with_store(|s| s.count_by_status())
         .await
         .map_err(ApiError::internal)?
         .map_err(|e| store_failed("counting runs", &e))?;
-    let text = super::metrics::render(
+    let text = crate::app::jobs::metrics::render(
         &counts,
-        shared.running_here.load(Ordering::SeqCst),
-        &shared.metrics,
+        shared.service.running_here.load(Ordering::SeqCst),
+        &shared.service.metrics,
     );
     Ok((
         [(

@@ -11,7 +11,6 @@ use axum::response::{Html, IntoResponse as _, Response};
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq as _;
 
-use super::Shared;
 use super::reply::error_response;
 use crate::app::error::CliError;
 
@@ -79,7 +78,11 @@ fn presented(headers: &HeaderMap) -> Vec<&str> {
 /// cross-site`; and, when no token guards the server, a `Host` that is not a loopback name, so
 /// a page that rebinds its own domain name to 127.0.0.1 cannot read the API. Without this, any
 /// page open in the operator's browser could queue or cancel runs on a loopback server.
-pub async fn same_site(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+pub async fn same_site(
+    State(token): State<Option<Arc<Token>>>,
+    req: Request,
+    next: Next,
+) -> Response {
     let headers = req.headers();
     let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let host = text(header::HOST).unwrap_or("");
@@ -98,7 +101,7 @@ pub async fn same_site(State(shared): State<Arc<Shared>>, req: Request, next: Ne
             "this request comes from another site, which docsfab serve does not accept; use the server's own page or a client that sends no foreign Origin.",
         );
     }
-    if shared.token.is_none() && !is_loopback_host(host) {
+    if token.is_none() && !is_loopback_host(host) {
         return error_response(
             StatusCode::FORBIDDEN,
             "this server has no token, so it answers only requests addressed to a loopback host (127.0.0.1, [::1], localhost); use one, or start it with --token-env.",
@@ -121,8 +124,12 @@ fn is_loopback_host(host: &str) -> bool {
 
 /// Lets the request through when no token is configured or it presents the token; else 401
 /// (the token page for `GET /`, one JSON sentence for everything else).
-pub async fn require(State(shared): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    let Some(token) = &shared.token else {
+pub async fn require(
+    State(token): State<Option<Arc<Token>>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let Some(token) = token else {
         return next.run(req).await;
     };
     if presented(req.headers())

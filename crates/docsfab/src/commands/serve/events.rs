@@ -16,8 +16,8 @@ use axum::response::{IntoResponse as _, Response};
 use docsfab_runtime::record::{RunRecord, RunStatus};
 use serde_json::json;
 
-use super::Shared;
 use super::reply::ApiError;
+use super::state::Shared;
 
 const POLL: Duration = Duration::from_millis(250);
 const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -104,7 +104,11 @@ impl Poller {
             }
             self.first = false;
             let key = self.id.clone();
-            let Ok(Ok(Some(record))) = self.shared.with_store(move |s| s.load_run(&key)).await
+            let Ok(Ok(Some(record))) = self
+                .shared
+                .service
+                .with_store(move |s| s.load_run(&key))
+                .await
             else {
                 // A store that fails now may answer on the next poll; a run that vanished ends it.
                 continue;
@@ -118,7 +122,7 @@ impl Poller {
 
 pub async fn stream(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     let key = id.clone();
-    match shared.with_store(move |s| s.load_run(&key)).await {
+    match shared.service.with_store(move |s| s.load_run(&key)).await {
         Ok(Ok(Some(_))) => {}
         Ok(Ok(None)) => {
             return ApiError::new(

@@ -1,6 +1,6 @@
-//! `docsfab serve`: the job service. An HTTP API (and the web page of [`page`]) over the run
-//! store, which is also the job queue: a submitted run is `queued` in the store, and this
-//! process's job runner ([`jobs`]) claims queued runs, at most `--jobs` at once, first come first
+//! `docsfab serve`: the job service's HTTP face. An HTTP API (and the web page of [`page`])
+//! over the job service of `crate::app::jobs`: a submitted run is `queued` in the run store,
+//! and this process's job runner claims queued runs, at most `--jobs` at once, first come first
 //! served, and runs each like `docsfab run` would. Any number of serve processes may share one
 //! store; each claims runs for itself.
 //!
@@ -13,27 +13,25 @@
 pub mod api;
 mod auth;
 mod events;
-mod jobs;
-mod metrics;
 pub mod page;
 mod reply;
-mod resume;
-mod submit;
+mod state;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use docsfab_route::ServerLimits;
-use docsfab_runtime::store::{RunStore, StoreUrl};
 use tokio_util::sync::CancellationToken;
 
+use self::state::Shared;
 use crate::app::error::CliError;
 use crate::app::home::HostContext;
+use crate::app::jobs::drain::Signals;
+use crate::app::jobs::service::Service;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -77,64 +75,6 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(ms))
 }
 
-/// Where the run store is: `--store`/`DOCSFAB_STORE`, else `DOCSFAB_HOME/runs.db`.
-#[derive(Debug, Clone)]
-pub struct StoreAt {
-    url: StoreUrl,
-}
-
-impl StoreAt {
-    fn locate(home: &Path, flag: Option<&str>) -> Result<StoreAt, CliError> {
-        Ok(StoreAt {
-            url: crate::app::store::store_url(home, flag)?,
-        })
-    }
-
-    /// A store of its own (the API shares one; each job opens its own).
-    pub fn open(&self) -> Result<RunStore, CliError> {
-        crate::app::store::open_store_url(&self.url)
-    }
-
-    pub fn url(&self) -> &StoreUrl {
-        &self.url
-    }
-}
-
-/// What the handlers and the job runner share.
-pub struct Shared {
-    pub home: PathBuf,
-    pub store_at: StoreAt,
-    /// The API's store; used on blocking threads only (`with_store`).
-    api_store: Mutex<RunStore>,
-    pub workspace_root: Option<PathBuf>,
-    pub token: Option<auth::Token>,
-    /// Set by the first SIGTERM/SIGINT: no claims, `/healthz` 503.
-    pub draining: AtomicBool,
-    /// Wakes the job runner (a run was submitted or re-run here).
-    pub wake: tokio::sync::Notify,
-    pub running_here: AtomicU64,
-    pub metrics: metrics::Counters,
-    /// Cancelled when the HTTP server stops: ends the event streams.
-    pub stopping: CancellationToken,
-    pub body_timeout: Duration,
-}
-
-impl Shared {
-    /// Runs `f` on the API's store, on a blocking thread (the store's calls block).
-    pub async fn with_store<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnOnce(&mut RunStore) -> T + Send + 'static,
-    ) -> Result<T, String> {
-        let me = Arc::clone(self);
-        tokio::task::spawn_blocking(move || {
-            let mut store = me.api_store.lock().unwrap_or_else(PoisonError::into_inner);
-            f(&mut store)
-        })
-        .await
-        .map_err(|e| format!("the store call did not finish ({e})"))
-    }
-}
-
 /// The HTTP server's limits: the route's hardening defaults. Event streams are long-lived, so
 /// they end themselves when the server stops (`Shared::stopping`).
 fn server_limits() -> ServerLimits {
@@ -169,55 +109,21 @@ pub fn run(args: &ServeArgs, store: Option<&str>) -> Result<(), CliError> {
             args.listen
         )));
     }
-    let workspace_root = args.workspace_root.as_deref().map(check_root).transpose()?;
-    let store_at = StoreAt::locate(&ctx.home.dir, store)?;
-    let mut api_store = store_at.open()?;
-    // Runs this open found orphaned (marked `interrupted`) and submitted with `resume: auto`.
-    for id in api_store.interrupted_on_open().to_vec() {
-        if let Ok(Some(resumed)) = resume::auto(&mut api_store, &id) {
-            let _ = writeln!(
-                std::io::stderr(),
-                "serve: run {id} had resume: auto; queued its resume as run {resumed}"
-            );
-        }
-    }
+    let service = Service::open(&ctx.home.dir, store, args.workspace_root.as_deref())?;
     let limits = server_limits();
     let shared = Arc::new(Shared {
-        home: ctx.home.dir.clone(),
-        store_at,
-        api_store: Mutex::new(api_store),
-        workspace_root,
-        token,
-        draining: AtomicBool::new(false),
-        wake: tokio::sync::Notify::new(),
-        running_here: AtomicU64::new(0),
-        metrics: metrics::Counters::default(),
+        service: Arc::new(service),
         stopping: CancellationToken::new(),
         body_timeout: limits.body_timeout,
     });
     let runtime = crate::app::execute::runtime()?;
-    runtime.block_on(serve(args, shared, limits))
-}
-
-/// The workspace root, canonical; it must be an existing directory.
-fn check_root(dir: &Path) -> Result<PathBuf, CliError> {
-    match std::fs::canonicalize(dir) {
-        Ok(p) if p.is_dir() => Ok(p),
-        Ok(_) => Err(CliError::bad_input(format!(
-            "the workspace root {} is not a directory; pass --workspace-root with an existing directory.",
-            dir.display()
-        ))),
-        Err(e) => Err(CliError::bad_input(format!(
-            "the workspace root {} cannot be used ({}); pass --workspace-root with an existing directory.",
-            dir.display(),
-            crate::app::error::plain_reason(&e.to_string(), "unknown reason")
-        ))),
-    }
+    runtime.block_on(serve(args, shared, token.map(Arc::new), limits))
 }
 
 async fn serve(
     args: &ServeArgs,
     shared: Arc<Shared>,
+    token: Option<Arc<auth::Token>>,
     limits: ServerLimits,
 ) -> Result<(), CliError> {
     // Installed before the `listening on` line, so a supervisor that signals as soon as it
@@ -240,24 +146,24 @@ async fn serve(
         std::io::stderr(),
         "serve: up to {} runs at once; store {}",
         args.jobs,
-        shared.store_at.url()
+        shared.service.store_at.url()
     );
 
     let stop_claiming = CancellationToken::new();
     let cancel_all = CancellationToken::new();
-    let runner = tokio::spawn(jobs::run(
-        Arc::clone(&shared),
+    let runner = tokio::spawn(crate::app::jobs::runner::run(
+        Arc::clone(&shared.service),
         usize::from(args.jobs),
         stop_claiming.clone(),
         cancel_all.clone(),
     ));
     tokio::spawn(signals.drain_on_signal(
-        Arc::clone(&shared),
+        Arc::clone(&shared.service),
         args.drain_timeout,
         stop_claiming,
         cancel_all,
     ));
-    let app = api::router(Arc::clone(&shared));
+    let app = api::router(Arc::clone(&shared), token);
     let stopping = shared.stopping.clone();
     let runner_done = async move {
         let _ = runner.await;
@@ -280,12 +186,8 @@ async fn serve(
             " (connections still open after the shutdown grace were closed)"
         }
     );
-    // Every run this worker held has ended: others need not wait for its heartbeat to go
-    // stale before they reap what a later crash of the database session might leave.
-    if let StoreUrl::Postgres(url) = shared.store_at.url() {
-        let url = url.clone();
-        let _ = tokio::task::spawn_blocking(move || docsfab_pg::worker::stop(&url)).await;
-    }
+    // Every run this worker held has ended.
+    shared.service.sign_off().await;
     Ok(())
 }
 
@@ -294,61 +196,6 @@ fn busy_body() -> axum::body::Bytes {
     axum::body::Bytes::from_static(
         b"{\"error\": \"docsfab serve is serving as many connections as it allows; retry shortly.\"}",
     )
-}
-
-struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn install() -> Result<Signals, CliError> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let install = |kind: SignalKind| {
-            signal(kind)
-                .map_err(|e| CliError::failed(format!("cannot install the signal handlers ({e}).")))
-        };
-        Ok(Signals {
-            interrupt: install(SignalKind::interrupt())?,
-            terminate: install(SignalKind::terminate())?,
-        })
-    }
-
-    async fn next(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.interrupt.recv() => "SIGINT",
-            _ = self.terminate.recv() => "SIGTERM",
-        }
-    }
-
-    /// First signal: drain (no claims, healthz 503, running runs get `grace`, then are
-    /// cancelled). Second signal: cancel them now.
-    async fn drain_on_signal(
-        mut self,
-        shared: Arc<Shared>,
-        grace: Duration,
-        stop_claiming: CancellationToken,
-        cancel_all: CancellationToken,
-    ) {
-        let name = self.next().await;
-        shared.draining.store(true, Ordering::SeqCst);
-        stop_claiming.cancel();
-        let running = shared.running_here.load(Ordering::SeqCst);
-        let _ = writeln!(
-            std::io::stderr(),
-            "serve: {name} received: draining; {running} running run(s) get {} to finish, then are cancelled (send it again to cancel them now).",
-            docsfab_runtime::progress::human_duration(
-                u64::try_from(grace.as_millis()).unwrap_or(u64::MAX)
-            )
-        );
-        tokio::select! {
-            () = tokio::time::sleep(grace) => {}
-            name = self.next() => {
-                let _ = writeln!(std::io::stderr(), "serve: {name} received again: cancelling the running runs now.");
-            }
-        }
-        cancel_all.cancel();
-    }
 }
 
 #[cfg(test)]

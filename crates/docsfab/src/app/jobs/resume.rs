@@ -10,8 +10,8 @@ use docsfab_runtime::executor::Carry;
 use docsfab_runtime::reuse::Reference;
 use docsfab_runtime::store::{JobSpec, JobWorkspace, ResumeFrom, ResumeMode, RunStore, StoreError};
 
-use super::reply::ApiError;
 use crate::app::carry::{ResumeFlags, check_resume, find_record, resumable, resume_workspace};
+use crate::app::error::CliError;
 
 /// Queues the resume of run `id` and returns the new run's id.
 pub fn queue(
@@ -19,7 +19,7 @@ pub fn queue(
     id: &str,
     flags: ResumeFlags,
     root: Option<&Path>,
-) -> Result<String, ApiError> {
+) -> Result<String, CliError> {
     let (record, spec) = resumable(store, id)?;
     if let JobWorkspace::Path { .. } = &spec.workspace {
         let dir = resume_workspace(&record, &spec)?;
@@ -30,7 +30,7 @@ pub fn queue(
     }
     store
         .enqueue(&resume_job(&spec, id, flags))
-        .map_err(|e| ApiError::internal(format!("cannot queue the resume of run {id} ({e}).")))
+        .map_err(|e| CliError::failed(format!("cannot queue the resume of run {id} ({e}).")))
 }
 
 /// The job of a resume of `id`: its composition and workspace, resumed at most once.

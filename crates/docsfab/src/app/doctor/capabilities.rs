@@ -203,56 +203,6 @@ fn is_instance(text: &str) -> bool {
     }
 }
 
-fn word(v: Option<bool>) -> &'static str {
-    match v {
-        Some(true) => "yes",
-        Some(false) => "no",
-        None => "unknown",
-    }
-}
-
-impl Capabilities {
-    /// The report's lines: one summary, then what each finding that is not a plain yes means
-    /// for a composition and what to set.
-    pub fn lines(&self, provider: &str, api: Api) -> Vec<String> {
-        let mut lines = vec![format!(
-            "Probe capabilities: tools {}, structuredOutput {}, streamUsage {}",
-            word(self.tools.value),
-            word(self.structured_output.value),
-            word(self.stream_usage)
-        )];
-        match self.tools.value {
-            Some(true) => {}
-            Some(false) => lines.push(format!(
-                "  tools: {}; this server/model ignores tools, so steps that need the read tools will answer without reading; use a model with a tool-calling chat template (with llama.cpp, llama-server --jinja)",
-                self.tools.seen
-            )),
-            None => lines.push(format!("  tools: {}", self.tools.seen)),
-        }
-        let fallback = match api {
-            Api::OpenaiChat => "off or json-object",
-            Api::AnthropicMessages => "off",
-        };
-        match self.structured_output.value {
-            Some(true) => {}
-            Some(false) => lines.push(format!(
-                "  structuredOutput: {}; contract steps cannot count on the constraint: set providers.{provider}.structuredOutput: {fallback} in host.yaml",
-                self.structured_output.seen
-            )),
-            None => lines.push(format!("  structuredOutput: {}", self.structured_output.seen)),
-        }
-        lines
-    }
-
-    pub fn to_json(&self) -> Value {
-        json!({
-            "tools": self.tools.value,
-            "structuredOutput": self.structured_output.value,
-            "streamUsage": self.stream_usage,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,42 +279,5 @@ mod tests {
         }
         assert_eq!(schema_verdict(&status(422), &r).value, Some(false));
         assert_eq!(schema_verdict(&status(429), &r).value, None);
-    }
-
-    #[test]
-    fn issue31_capability_lines_say_what_to_set() {
-        let caps = Capabilities {
-            tools: Capability {
-                value: Some(false),
-                seen: "none came".into(),
-            },
-            structured_output: Capability {
-                value: Some(false),
-                seen: "prose".into(),
-            },
-            stream_usage: Some(true),
-        };
-        let lines = caps.lines("local", Api::OpenaiChat).join("\n");
-        assert!(
-            lines.starts_with("Probe capabilities: tools no, structuredOutput no, streamUsage yes"),
-            "{lines}"
-        );
-        assert!(
-            lines.contains("steps that need the read tools will answer without reading"),
-            "{lines}"
-        );
-        assert!(
-            lines.contains("set providers.local.structuredOutput: off or json-object in host.yaml"),
-            "{lines}"
-        );
-        let lines = caps.lines("a", Api::AnthropicMessages).join("\n");
-        assert!(
-            lines.contains("structuredOutput: off in host.yaml"),
-            "{lines}"
-        );
-        assert_eq!(
-            Capabilities::unknown().to_json(),
-            json!({"tools": null, "structuredOutput": null, "streamUsage": null})
-        );
     }
 }
