@@ -7,7 +7,7 @@
 //!   host key the caller passes, whole, and every 16-byte piece of a host key of 16 bytes or more
 //!   (a provider that cuts or splits a long key must not leak its first 64 characters);
 //! - control characters, line and paragraph separators and bidirectional overrides are written
-//!   as escapes (`\n`, `\u{1b}`), so the text cannot move a cursor, recolour a terminal or forge a
+//!   as escapes (`\n`, `\u{1b}`), so the text cannot move a cursor, recolor a terminal or forge a
 //!   log line;
 //! - the result is capped at a number of characters, marked with `…` when cut.
 //!

@@ -752,45 +752,12 @@ async fn real_consumers_read_no_more_than_the_boundary_bnd_6_bnd_9() {
     install_clients(&root);
     let installed = started.elapsed();
 
-    let mut cases = load_cases(&root.join("crates/docsfab-boundary/tests/corpus"), "corpus");
-    cases.extend(load_cases(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases"),
-        "compat",
-    ));
-    let cases: Vec<Arc<Case>> = cases.into_iter().map(Arc::new).collect();
-    let by_name: HashMap<String, Arc<Case>> =
-        cases.iter().map(|c| (c.key.clone(), c.clone())).collect();
-    assert_eq!(
-        by_name.len(),
-        cases.len(),
-        "case names must be unique within a manifest"
-    );
+    let cases = all_cases(&root);
     let views: HashMap<&str, BoundaryView> = cases
         .iter()
         .map(|c| (c.key.as_str(), boundary_view(c)))
         .collect();
-
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let server = tokio::spawn(serve(listener, Arc::new(by_name)));
-
-    let runs = Client::ALL.map(|client| {
-        let mine: Vec<Arc<Case>> = cases
-            .iter()
-            .filter(|c| c.api == client.api())
-            .cloned()
-            .collect();
-        tokio::spawn(run_client(client, root.clone(), port, mine))
-    });
-    let mut outputs: BTreeMap<(String, Client), Vec<Value>> = BTreeMap::new();
-    for (client, run) in Client::ALL.into_iter().zip(runs) {
-        for line in run.await.expect("client task") {
-            let case = line["case"].as_str().unwrap_or("").to_owned();
-            assert_eq!(line["client"], client.name(), "client name in output");
-            outputs.entry((case, client)).or_default().push(line);
-        }
-    }
-    server.abort();
+    let outputs = every_client_output(&root, &cases).await;
     // Every line every client printed, for reading a difference by hand.
     let raw: String = outputs
         .values()
@@ -799,79 +766,15 @@ async fn real_consumers_read_no_more_than_the_boundary_bnd_6_bnd_9() {
         .collect();
     std::fs::write(compat_dir(&root).join("raw.jsonl"), raw).unwrap();
 
-    let mut failures = Vec::new();
-    let mut known_seen: Vec<String> = Vec::new();
-    let mut rows: Vec<(Arc<Case>, String, Vec<Outcome>)> = Vec::new();
-    for case in &cases {
-        let view = &views[case.key.as_str()];
-        let pass = matches!(view.verdict, Verdict::Pass(_));
-        let mut outcomes = Vec::new();
-        for client in Client::ALL.into_iter().filter(|c| c.api() == case.api) {
-            let Some(lines) = outputs.get(&(case.key.clone(), client)) else {
-                failures.push(format!(
-                    "{} × {}: the client reported nothing",
-                    case.key,
-                    client.name()
-                ));
-                continue;
-            };
-            let ended = lines
-                .last()
-                .and_then(|l| l["kind"].as_str())
-                .is_some_and(|k| k == "end" || k == "error");
-            if !ended {
-                failures.push(format!(
-                    "{} × {}: output has no end or error line",
-                    case.key,
-                    client.name()
-                ));
-            }
-            let o = compare(client, view, lines);
-            if let Some(f) = o.failure(pass) {
-                let line = format!("{} × {}: {f}", case.key, client.name());
-                match KNOWN.iter().find(|k| k.0 == case.key) {
-                    Some(_) => known_seen.push(line),
-                    None => failures.push(line),
-                }
-            }
-            outcomes.push(o);
-        }
-        rows.push((case.clone(), verdict_label(&view.verdict), outcomes));
-    }
-
-    for (case, _) in KNOWN {
-        if !known_seen
-            .iter()
-            .any(|l| l.starts_with(&format!("{case} ×")))
-        {
-            failures.push(format!(
-                "{case}: listed in KNOWN but no longer differs; take it off the list"
-            ));
-        }
-    }
-
+    let Judged {
+        rows,
+        known_seen,
+        mut failures,
+    } = judge(&cases, &views, &outputs);
+    failures.extend(known_no_longer_differing(&known_seen));
     // The same client output against weakened readings: each must be exposed by at least one
     // real client, or this harness could not see a boundary that reads less (BND-6, BND-9).
-    let mut caught_by = Vec::new();
-    for weakness in [Weakness::KeepsBoms, Weakness::DropsUnterminatedLine] {
-        let mut caught = Vec::new();
-        for case in &cases {
-            let view = weakened_view(case, weakness);
-            for client in Client::ALL.into_iter().filter(|c| c.api() == case.api) {
-                if let Some(lines) = outputs.get(&(case.key.clone(), client))
-                    && !compare(client, &view, lines).unseen.is_empty()
-                {
-                    caught.push(format!("{} × {}", case.key, client.name()));
-                }
-            }
-        }
-        if caught.is_empty() {
-            failures.push(format!(
-                "no real client exposes a reader that {weakness:?}: the corpus lacks a case for it"
-            ));
-        }
-        caught_by.push((weakness, caught));
-    }
+    let caught_by = weakened_readings_caught(&cases, &outputs, &mut failures);
 
     let report = render(&rows, &caught_by, &known_seen, &failures);
     let out = compat_dir(&root).join("results.md");
@@ -895,8 +798,160 @@ async fn real_consumers_read_no_more_than_the_boundary_bnd_6_bnd_9() {
     );
 }
 
+/// Every line each client printed, by case and client.
+type Outputs = BTreeMap<(String, Client), Vec<Value>>;
+
+/// One row of the results table: the case, the boundary's verdict on it, and each client's
+/// outcome.
+type Row = (Arc<Case>, String, Vec<Outcome>);
+
+/// The cases of the boundary's corpus and of this crate's own manifest.
+fn all_cases(root: &Path) -> Vec<Arc<Case>> {
+    let mut cases = load_cases(&root.join("crates/docsfab-boundary/tests/corpus"), "corpus");
+    cases.extend(load_cases(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases"),
+        "compat",
+    ));
+    cases.into_iter().map(Arc::new).collect()
+}
+
+/// Serves every case on a loopback port and runs each real client over the cases of its API;
+/// what the clients printed.
+async fn every_client_output(root: &Path, cases: &[Arc<Case>]) -> Outputs {
+    let by_name: HashMap<String, Arc<Case>> =
+        cases.iter().map(|c| (c.key.clone(), c.clone())).collect();
+    assert_eq!(
+        by_name.len(),
+        cases.len(),
+        "case names must be unique within a manifest"
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(serve(listener, Arc::new(by_name)));
+
+    let runs = Client::ALL.map(|client| {
+        let mine: Vec<Arc<Case>> = cases
+            .iter()
+            .filter(|c| c.api == client.api())
+            .cloned()
+            .collect();
+        tokio::spawn(run_client(client, root.to_path_buf(), port, mine))
+    });
+    let mut outputs = Outputs::new();
+    for (client, run) in Client::ALL.into_iter().zip(runs) {
+        for line in run.await.expect("client task") {
+            let case = line["case"].as_str().unwrap_or("").to_owned();
+            assert_eq!(line["client"], client.name(), "client name in output");
+            outputs.entry((case, client)).or_default().push(line);
+        }
+    }
+    server.abort();
+    outputs
+}
+
+/// The clients' output held against the boundary's view of each case.
+struct Judged {
+    rows: Vec<Row>,
+    /// Differences of cases listed in [`KNOWN`].
+    known_seen: Vec<String>,
+    /// Differences that break (a) or (b), and clients that reported nothing or did not end.
+    failures: Vec<String>,
+}
+
+fn judge(cases: &[Arc<Case>], views: &HashMap<&str, BoundaryView>, outputs: &Outputs) -> Judged {
+    let mut judged = Judged {
+        rows: Vec::new(),
+        known_seen: Vec::new(),
+        failures: Vec::new(),
+    };
+    for case in cases {
+        let view = &views[case.key.as_str()];
+        let pass = matches!(view.verdict, Verdict::Pass(_));
+        let mut outcomes = Vec::new();
+        for client in Client::ALL.into_iter().filter(|c| c.api() == case.api) {
+            let Some(lines) = outputs.get(&(case.key.clone(), client)) else {
+                judged.failures.push(format!(
+                    "{} × {}: the client reported nothing",
+                    case.key,
+                    client.name()
+                ));
+                continue;
+            };
+            let ended = lines
+                .last()
+                .and_then(|l| l["kind"].as_str())
+                .is_some_and(|k| k == "end" || k == "error");
+            if !ended {
+                judged.failures.push(format!(
+                    "{} × {}: output has no end or error line",
+                    case.key,
+                    client.name()
+                ));
+            }
+            let o = compare(client, view, lines);
+            if let Some(f) = o.failure(pass) {
+                let line = format!("{} × {}: {f}", case.key, client.name());
+                match KNOWN.iter().find(|k| k.0 == case.key) {
+                    Some(_) => judged.known_seen.push(line),
+                    None => judged.failures.push(line),
+                }
+            }
+            outcomes.push(o);
+        }
+        judged
+            .rows
+            .push((case.clone(), verdict_label(&view.verdict), outcomes));
+    }
+    judged
+}
+
+/// A failure for each case in [`KNOWN`] that no longer differs.
+fn known_no_longer_differing(known_seen: &[String]) -> Vec<String> {
+    KNOWN
+        .iter()
+        .filter(|(case, _)| {
+            !known_seen
+                .iter()
+                .any(|l| l.starts_with(&format!("{case} ×")))
+        })
+        .map(|(case, _)| {
+            format!("{case}: listed in KNOWN but no longer differs; take it off the list")
+        })
+        .collect()
+}
+
+/// For each weakened reading, the cases and clients whose output exposes it; a weakness no
+/// client exposes is a failure (BND-6, BND-9).
+fn weakened_readings_caught(
+    cases: &[Arc<Case>],
+    outputs: &Outputs,
+    failures: &mut Vec<String>,
+) -> Vec<(Weakness, Vec<String>)> {
+    let mut caught_by = Vec::new();
+    for weakness in [Weakness::KeepsBoms, Weakness::DropsUnterminatedLine] {
+        let mut caught = Vec::new();
+        for case in cases {
+            let view = weakened_view(case, weakness);
+            for client in Client::ALL.into_iter().filter(|c| c.api() == case.api) {
+                if let Some(lines) = outputs.get(&(case.key.clone(), client))
+                    && !compare(client, &view, lines).unseen.is_empty()
+                {
+                    caught.push(format!("{} × {}", case.key, client.name()));
+                }
+            }
+        }
+        if caught.is_empty() {
+            failures.push(format!(
+                "no real client exposes a reader that {weakness:?}: the corpus lacks a case for it"
+            ));
+        }
+        caught_by.push((weakness, caught));
+    }
+    caught_by
+}
+
 fn render(
-    rows: &[(Arc<Case>, String, Vec<Outcome>)],
+    rows: &[Row],
     caught_by: &[(Weakness, Vec<String>)],
     known_seen: &[String],
     failures: &[String],

@@ -293,6 +293,7 @@ impl FaultModel {
     }
 
     /// Every request succeeds after `latency_ms`.
+    #[cfg(any(test, feature = "testing"))]
     pub fn always_ok(latency_ms: u64) -> FaultModel {
         let mut m = FaultModel::always(503);
         m.good = ClassProbabilities::default();

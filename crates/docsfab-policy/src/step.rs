@@ -75,6 +75,7 @@ impl StepBudgets {
 
     /// Every transport wait the budget allows when attempts fail instantly and send no
     /// Retry-After: with the defaults 1,000, 2,000, 4,000, 8,000, 16,000 and 32,000 ms.
+    #[cfg(any(test, feature = "testing"))]
     pub fn transport_schedule(&self) -> Vec<u64> {
         (1..=self.max_transport_retries)
             .map(|k| self.transport_wait(k, None))
@@ -337,6 +338,7 @@ impl StepDecision {
     }
 
     /// The budget of the next attempt, when one follows.
+    #[cfg(any(test, feature = "testing"))]
     pub fn next_budget(&self) -> Option<RetryBudget> {
         self.scheduled().map(|r| r.budget)
     }

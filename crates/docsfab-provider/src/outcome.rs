@@ -137,6 +137,7 @@ impl StreamOutcome {
     }
 
     /// The assistant message this answer adds to the conversation, for the next turn's request.
+    #[cfg(any(test, feature = "testing"))]
     pub fn assistant_message(&self) -> crate::request::Message {
         crate::request::Message::Assistant {
             text: self.text.clone(),

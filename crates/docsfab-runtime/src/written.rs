@@ -9,7 +9,7 @@
 //!   (`too-large`);
 //! - a file that is not text keeps only its hashes and sizes (`binary`): a NUL byte, invalid
 //!   UTF-8, or a control character other than tab, line feed, form feed and carriage return
-//!   (such a character could move the cursor or recolour the terminal the diff is shown on);
+//!   (such a character could move the cursor or recolor the terminal the diff is shown on);
 //! - a file holding text shaped like a credential keeps only its hashes and sizes
 //!   (`credential`): keys never reach the store;
 //! - once a run has stored [`MAX_RUN_BYTES`] of contents, further files keep only their hashes

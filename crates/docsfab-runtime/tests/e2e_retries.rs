@@ -410,30 +410,7 @@ async fn acceptance_1_a_408_forever_exhausts_7_attempts_of_8_requests() {
         [true, true, true, true, true, true, false].map(Value::Bool)
     );
     for a in r.attempts() {
-        assert_eq!(a["status"], "failed");
-        assert_eq!(a["providerErrorClass"], "timeout");
-        assert_eq!(a["httpStatus"], 408);
-        assert_eq!(a["timeoutKind"], "provider-timeout");
-        assert_eq!(a["failureCategory"], "provider-transient");
-        assert_eq!(a["code"], "provider-timeout");
-        assert_eq!(a["retryRule"], "class-timeout");
-        assert_eq!(a["writeSettlement"], Value::Null);
-        assert_eq!(a["lease"]["turnsUsed"], 1, "REP-11: replays are not turns");
-        assert_eq!(a["lease"]["stopReason"], "provider-failed");
-        let turn = &a["turns"][0];
-        assert_eq!(turn["status"], "failed");
-        assert_eq!(turn["providerRetries"], 7);
-        let waits: Vec<u64> = turn["replays"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| {
-                assert_eq!(x["status"], 408);
-                assert_eq!(x["providerErrorClass"], "timeout");
-                x["waitMs"].as_u64().unwrap()
-            })
-            .collect();
-        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 200]);
+        assert_408_attempt_replayed_7_times(a);
     }
     let failure = &step["failure"];
     assert_eq!(failure["category"], "provider-transient");
@@ -448,6 +425,41 @@ async fn acceptance_1_a_408_forever_exhausts_7_attempts_of_8_requests() {
         remediation.contains("DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES"),
         "{remediation}"
     );
+    assert_56_identical_requests_with_the_step_waits_between(&r);
+}
+
+/// One attempt of acceptance 1: its one turn replays the 408 7 times (waits 5 .. 200 ms), then
+/// fails as a provider timeout under the `class-timeout` rule (REP-11: replays are not turns).
+fn assert_408_attempt_replayed_7_times(a: &Value) {
+    assert_eq!(a["status"], "failed");
+    assert_eq!(a["providerErrorClass"], "timeout");
+    assert_eq!(a["httpStatus"], 408);
+    assert_eq!(a["timeoutKind"], "provider-timeout");
+    assert_eq!(a["failureCategory"], "provider-transient");
+    assert_eq!(a["code"], "provider-timeout");
+    assert_eq!(a["retryRule"], "class-timeout");
+    assert_eq!(a["writeSettlement"], Value::Null);
+    assert_eq!(a["lease"]["turnsUsed"], 1, "REP-11: replays are not turns");
+    assert_eq!(a["lease"]["stopReason"], "provider-failed");
+    let turn = &a["turns"][0];
+    assert_eq!(turn["status"], "failed");
+    assert_eq!(turn["providerRetries"], 7);
+    let waits: Vec<u64> = turn["replays"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            assert_eq!(x["status"], 408);
+            assert_eq!(x["providerErrorClass"], "timeout");
+            x["waitMs"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(waits, [5, 10, 20, 40, 80, 160, 200]);
+}
+
+/// Acceptance 1's requests: 56, 8 per attempt, all the same request, and the step waits really
+/// happened between the attempts (measured by the simulator).
+fn assert_56_identical_requests_with_the_step_waits_between(r: &Ran) {
     // 56 requests, 8 per attempt; a transport retry of a read-only step carries no correction,
     // so all 56 are the same request.
     assert_eq!(r.log.len(), 56);

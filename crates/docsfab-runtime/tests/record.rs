@@ -9,16 +9,8 @@ use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, LeaseStop, 
 use docsfab_runtime::record::*;
 use serde_json::{Value, json};
 
+/// A failed attempt of two turns whose provider fault schedules a transport retry.
 fn transport_attempt() -> AttemptRecord {
-    let mut batch = BatchBuilder::new();
-    batch.reject(
-        "c1",
-        "read_fil",
-        RejectReason::UnknownTool,
-        "no tool named read_fil",
-    );
-    let slot = batch.start("c2", Tool::ReadFile);
-    batch.finish(slot, CallResult::Ok);
     AttemptRecord {
         cost_usd: None,
         attempt: 1,
@@ -61,56 +53,72 @@ fn transport_attempt() -> AttemptRecord {
             disposition: Disposition::Failed,
             evidence: None,
         },
-        turns: vec![
-            TurnRecord {
-                cost_usd: None,
-                turn: 1,
-                status: TurnStatus::Completed,
-                replays: vec![],
-                tool_batch: batch.build(),
-                usage: Usage {
-                    input_tokens: Some(600),
-                    output_tokens: Some(40),
-                    ..Usage::ZERO
-                },
-                reason: None,
+        turns: vec![turn_with_a_tool_batch(), turn_failed_after_two_replays()],
+    }
+}
+
+/// Turn 1: one call to an unknown tool refused, one `read_file` that ran.
+fn turn_with_a_tool_batch() -> TurnRecord {
+    let mut batch = BatchBuilder::new();
+    batch.reject(
+        "c1",
+        "read_fil",
+        RejectReason::UnknownTool,
+        "no tool named read_fil",
+    );
+    let slot = batch.start("c2", Tool::ReadFile);
+    batch.finish(slot, CallResult::Ok);
+    TurnRecord {
+        cost_usd: None,
+        turn: 1,
+        status: TurnStatus::Completed,
+        replays: vec![],
+        tool_batch: batch.build(),
+        usage: Usage {
+            input_tokens: Some(600),
+            output_tokens: Some(40),
+            ..Usage::ZERO
+        },
+        reason: None,
+        held_ms: 0,
+        duration_ms: Some(1200),
+        warnings: Vec::new(),
+    }
+}
+
+/// Turn 2: a 503 and a dropped connection replayed, then the provider fault that ends it.
+fn turn_failed_after_two_replays() -> TurnRecord {
+    TurnRecord {
+        cost_usd: None,
+        turn: 2,
+        status: TurnStatus::Failed,
+        replays: vec![
+            ReplayRecord {
+                cause: ReplayCause::Status(503),
+                provider_error_class: ProviderErrorClass::Server,
+                wait_ms: 500,
+                retry_after_ms: None,
                 held_ms: 0,
-                duration_ms: Some(1200),
-                warnings: Vec::new(),
             },
-            TurnRecord {
-                cost_usd: None,
-                turn: 2,
-                status: TurnStatus::Failed,
-                replays: vec![
-                    ReplayRecord {
-                        cause: ReplayCause::Status(503),
-                        provider_error_class: ProviderErrorClass::Server,
-                        wait_ms: 500,
-                        retry_after_ms: None,
-                        held_ms: 0,
-                    },
-                    ReplayRecord {
-                        cause: ReplayCause::Fault(FaultKind::ConnectionDropped),
-                        provider_error_class: ProviderErrorClass::Network,
-                        wait_ms: 1000,
-                        retry_after_ms: None,
-                        held_ms: 0,
-                    },
-                ],
-                tool_batch: Default::default(),
-                usage: Usage {
-                    input_tokens: Some(600),
-                    output_tokens: Some(0),
-                    ..Usage::ZERO
-                },
-                reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
-                held_ms: 1200,
-                // A turn as docsfab recorded it before it kept turn durations.
-                duration_ms: None,
-                warnings: Vec::new(),
+            ReplayRecord {
+                cause: ReplayCause::Fault(FaultKind::ConnectionDropped),
+                provider_error_class: ProviderErrorClass::Network,
+                wait_ms: 1000,
+                retry_after_ms: None,
+                held_ms: 0,
             },
         ],
+        tool_batch: Default::default(),
+        usage: Usage {
+            input_tokens: Some(600),
+            output_tokens: Some(0),
+            ..Usage::ZERO
+        },
+        reason: Some("provider fault: HTTP 503 (server) after 3 requests".into()),
+        held_ms: 1200,
+        // A turn as docsfab recorded it before it kept turn durations.
+        duration_ms: None,
+        warnings: Vec::new(),
     }
 }
 

@@ -409,6 +409,7 @@ impl Scenario {
 
     /// The label of the entry that answers the request with this 0-based script index, as written
     /// to the request log's `entry` field.
+    #[cfg(any(test, feature = "testing"))]
     pub fn entry_label(&self, index: u64) -> String {
         self.pick(index).label
     }
@@ -871,102 +872,81 @@ fn invalid<T>(line: u64, message: impl Into<String>) -> Checked<T> {
     })
 }
 
+/// For each slot, how many requests the script answers up to and including it.
+fn script_ends(slots: &[Slot]) -> Vec<u64> {
+    let mut ends = Vec::with_capacity(slots.len());
+    let mut total: u64 = 0;
+    for slot in slots {
+        total += u64::from(slot.repeat);
+        ends.push(total);
+    }
+    ends
+}
+
+/// `capacity:` checked into the simulator's rate limit.
+fn checked_capacity(spanned: Spanned<RawCapacity>) -> Checked<Capacity> {
+    let c = spanned.value;
+    Capacity::check(CapacitySpec {
+        requests_per_minute: c.requests_per_minute,
+        tokens_per_minute: c.tokens_per_minute,
+        burst: c.burst,
+        time_scale: c.time_scale,
+        limit_header: c.limit_header,
+        headers: c.headers,
+        retry_after: c.retry_after,
+        token_burst_seconds: c.token_burst_seconds,
+        tokens: c.tokens,
+        outside_share: c.outside_share,
+    })
+    .or_else(|m| invalid(spanned.referenced.line(), m))
+}
+
+/// `usage:`: whether the provider reports usage as the API does (`reported`, the default) or,
+/// as some OpenAI-compatible servers, never (`never`).
+fn checked_usage(raw: Option<Spanned<String>>) -> Checked<UsageReports> {
+    let Some(spanned) = raw else {
+        return Ok(UsageReports::Reported);
+    };
+    match spanned.value.as_str() {
+        "reported" => Ok(UsageReports::Reported),
+        "never" => Ok(UsageReports::Never),
+        other => invalid(
+            spanned.referenced.line(),
+            format!("usage must be reported or never, not {other}"),
+        ),
+    }
+}
+
+/// `stream_options:`: whether an OpenAI request that has a `stream_options` member is answered
+/// (`accept`, the default) or refused with a 400 (`refuse`).
+fn checked_stream_options(raw: Option<Spanned<String>>) -> Checked<StreamOptions> {
+    let Some(spanned) = raw else {
+        return Ok(StreamOptions::Accept);
+    };
+    match spanned.value.as_str() {
+        "accept" => Ok(StreamOptions::Accept),
+        "refuse" => Ok(StreamOptions::Refuse),
+        other => invalid(
+            spanned.referenced.line(),
+            format!("stream_options must be accept or refuse, not {other}"),
+        ),
+    }
+}
+
 impl Resolver {
     fn scenario(&mut self, raw: RawScenario) -> Checked<Scenario> {
         let mut slots = Vec::new();
         for (i, entry) in raw.responses.into_iter().enumerate() {
             self.entry(entry, format!("responses[{i}]"), &mut slots)?;
         }
-        let mut ends = Vec::with_capacity(slots.len());
-        let mut total: u64 = 0;
-        for slot in &slots {
-            total += u64::from(slot.repeat);
-            ends.push(total);
-        }
-        let empty = || Invalid {
-            line: None,
-            message:
-                "responses is empty: script at least one response or set `fallback: {respond: ...}`"
-                    .to_owned(),
-        };
-        let repeat_last = |slots: &[Slot]| slots.last().cloned().map(Fallback::RepeatLast);
-        let fallback = match raw.fallback {
-            None => repeat_last(&slots).ok_or_else(empty)?,
-            Some(spanned) => {
-                let line = spanned.referenced.line();
-                match spanned.value {
-                    RawFallback::RepeatLast => repeat_last(&slots).ok_or_else(empty)?,
-                    RawFallback::Cycle => NonZeroU64::new(total)
-                        .map(Fallback::Cycle)
-                        .ok_or_else(empty)?,
-                    RawFallback::Respond(entry) => {
-                        let entry_line = entry.referenced.line();
-                        let entry = entry.value;
-                        if entry.random.is_some() {
-                            return invalid(line, "fallback.respond cannot be a random model");
-                        }
-                        if entry.repeat.is_some() {
-                            return invalid(
-                                entry_line,
-                                "fallback.respond takes no repeat: it answers every request past the script",
-                            );
-                        }
-                        Fallback::Respond(Arc::new(self.step(entry, entry_line)?))
-                    }
-                }
-            }
-        };
-        let capacity = match raw.capacity {
-            None => None,
-            Some(spanned) => {
-                let c = spanned.value;
-                Some(
-                    Capacity::check(CapacitySpec {
-                        requests_per_minute: c.requests_per_minute,
-                        tokens_per_minute: c.tokens_per_minute,
-                        burst: c.burst,
-                        time_scale: c.time_scale,
-                        limit_header: c.limit_header,
-                        headers: c.headers,
-                        retry_after: c.retry_after,
-                        token_burst_seconds: c.token_burst_seconds,
-                        tokens: c.tokens,
-                        outside_share: c.outside_share,
-                    })
-                    .or_else(|m| invalid(spanned.referenced.line(), m))?,
-                )
-            }
-        };
+        let ends = script_ends(&slots);
+        let total = ends.last().copied().unwrap_or(0);
+        let fallback = self.fallback(raw.fallback, &slots, total)?;
+        let capacity = raw.capacity.map(checked_capacity).transpose()?;
         let mut lanes = Vec::with_capacity(raw.lanes.len());
         for spanned in raw.lanes {
             lanes.push(self.lane(spanned)?);
         }
-        let usage = match raw.usage {
-            None => UsageReports::Reported,
-            Some(spanned) => match spanned.value.as_str() {
-                "reported" => UsageReports::Reported,
-                "never" => UsageReports::Never,
-                other => {
-                    return invalid(
-                        spanned.referenced.line(),
-                        format!("usage must be reported or never, not {other}"),
-                    );
-                }
-            },
-        };
-        let stream_options = match raw.stream_options {
-            None => StreamOptions::Accept,
-            Some(spanned) => match spanned.value.as_str() {
-                "accept" => StreamOptions::Accept,
-                "refuse" => StreamOptions::Refuse,
-                other => {
-                    return invalid(
-                        spanned.referenced.line(),
-                        format!("stream_options must be accept or refuse, not {other}"),
-                    );
-                }
-            },
-        };
         Ok(Scenario {
             name: raw.name,
             slots,
@@ -974,9 +954,50 @@ impl Resolver {
             fallback,
             capacity,
             lanes,
-            usage,
-            stream_options,
+            usage: checked_usage(raw.usage)?,
+            stream_options: checked_stream_options(raw.stream_options)?,
         })
+    }
+
+    /// What answers the requests past the script: `fallback:` as written, or the last scripted
+    /// response repeated when it is left out. `total` is how many requests the script answers.
+    fn fallback(
+        &mut self,
+        raw: Option<Spanned<RawFallback>>,
+        slots: &[Slot],
+        total: u64,
+    ) -> Checked<Fallback> {
+        let empty = || Invalid {
+            line: None,
+            message:
+                "responses is empty: script at least one response or set `fallback: {respond: ...}`"
+                    .to_owned(),
+        };
+        let repeat_last = || slots.last().cloned().map(Fallback::RepeatLast);
+        let Some(spanned) = raw else {
+            return repeat_last().ok_or_else(empty);
+        };
+        let line = spanned.referenced.line();
+        match spanned.value {
+            RawFallback::RepeatLast => repeat_last().ok_or_else(empty),
+            RawFallback::Cycle => NonZeroU64::new(total)
+                .map(Fallback::Cycle)
+                .ok_or_else(empty),
+            RawFallback::Respond(entry) => {
+                let entry_line = entry.referenced.line();
+                let entry = entry.value;
+                if entry.random.is_some() {
+                    return invalid(line, "fallback.respond cannot be a random model");
+                }
+                if entry.repeat.is_some() {
+                    return invalid(
+                        entry_line,
+                        "fallback.respond takes no repeat: it answers every request past the script",
+                    );
+                }
+                Ok(Fallback::Respond(Arc::new(self.step(entry, entry_line)?)))
+            }
+        }
     }
 
     fn lane(&mut self, spanned: Spanned<RawLane>) -> Checked<Lane> {

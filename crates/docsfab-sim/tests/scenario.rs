@@ -42,98 +42,101 @@ fn a_duplicate_key_is_refused_with_its_line_in_one_sentence() {
     assert_eq!(e.lines().count(), 1, "{e}");
 }
 
+/// Scripts with one broken entry each: the YAML, the line the error names and the reason it
+/// gives.
+const BROKEN_ENTRIES: &[(&str, &str, &str)] = &[
+    (
+        "responses:\n  - status: 200\n  - {}\n",
+        "line 3",
+        "no response kind",
+    ),
+    (
+        "responses:\n  - status: 503\n    drop: reset\n",
+        "line 2",
+        "several response kinds (status, drop)",
+    ),
+    (
+        "responses:\n  - answer: {text: hi}\n    body: x\n",
+        "line 2",
+        "body is only allowed with status",
+    ),
+    (
+        "responses:\n  - drop: close\n    cut: {after_bytes: 1, with: reset}\n",
+        "line 2",
+        "cut is not allowed with drop",
+    ),
+    (
+        "responses:\n  - status: 200\n    repeat: 0\n",
+        "line 2",
+        "repeat must be at least 1",
+    ),
+    (
+        "responses:\n  - status: 99\n",
+        "line 2",
+        "not a final HTTP status",
+    ),
+    (
+        "responses:\n  - status: 429\n    headers: {'bad name': x}\n",
+        "line 2",
+        "not a valid HTTP header name",
+    ),
+    (
+        "responses:\n  - status: 200\n    headers: {content-length: '3'}\n",
+        "line 2",
+        "set by the simulator",
+    ),
+    (
+        "responses:\n  - answer: {text: a, json: {}}\n",
+        "line 2",
+        "text or json, not both",
+    ),
+    (
+        "responses:\n  - answer: {text: a, deltas: 0}\n",
+        "line 2",
+        "deltas must be at least 1",
+    ),
+    ("responses:\n  - drop: sideways\n", "line 2", "sideways"),
+    (
+        "responses:\n  - cut: {after_bytes: 3}\n    status: 200\n",
+        "line 2",
+        "with",
+    ),
+    ("responses: [\n", "line 1", ""),
+    (
+        "responses:\n  - status: 200\n    body: x\n    chunks: [y]\n",
+        "line 2",
+        "body or chunks, not both",
+    ),
+    (
+        "responses:\n  - answer: {text: a}\n    chunks: [y]\n",
+        "line 2",
+        "chunks is only allowed with status",
+    ),
+    (
+        "responses:\n  - status: 200\n    chunk_delay_ms: 5\n",
+        "line 2",
+        "chunk_delay_ms needs chunks",
+    ),
+    (
+        "responses:\n  - status: yes\n",
+        "line 2",
+        "expected a whole number from 0 to 65535",
+    ),
+    (
+        "responses:\n  - status: 200\n    stall: {after_bytes: -1, ms: 3}\n",
+        "line 3",
+        "expected a whole number, 0 or more",
+    ),
+    (
+        "responses: {status: 200}\n",
+        "line 1",
+        "expected a list here",
+    ),
+];
+
 #[test]
 fn broken_entries_are_refused_with_their_line_and_reason() {
-    let cases = [
-        (
-            "responses:\n  - status: 200\n  - {}\n",
-            "line 3",
-            "no response kind",
-        ),
-        (
-            "responses:\n  - status: 503\n    drop: reset\n",
-            "line 2",
-            "several response kinds (status, drop)",
-        ),
-        (
-            "responses:\n  - answer: {text: hi}\n    body: x\n",
-            "line 2",
-            "body is only allowed with status",
-        ),
-        (
-            "responses:\n  - drop: close\n    cut: {after_bytes: 1, with: reset}\n",
-            "line 2",
-            "cut is not allowed with drop",
-        ),
-        (
-            "responses:\n  - status: 200\n    repeat: 0\n",
-            "line 2",
-            "repeat must be at least 1",
-        ),
-        (
-            "responses:\n  - status: 99\n",
-            "line 2",
-            "not a final HTTP status",
-        ),
-        (
-            "responses:\n  - status: 429\n    headers: {'bad name': x}\n",
-            "line 2",
-            "not a valid HTTP header name",
-        ),
-        (
-            "responses:\n  - status: 200\n    headers: {content-length: '3'}\n",
-            "line 2",
-            "set by the simulator",
-        ),
-        (
-            "responses:\n  - answer: {text: a, json: {}}\n",
-            "line 2",
-            "text or json, not both",
-        ),
-        (
-            "responses:\n  - answer: {text: a, deltas: 0}\n",
-            "line 2",
-            "deltas must be at least 1",
-        ),
-        ("responses:\n  - drop: sideways\n", "line 2", "sideways"),
-        (
-            "responses:\n  - cut: {after_bytes: 3}\n    status: 200\n",
-            "line 2",
-            "with",
-        ),
-        ("responses: [\n", "line 1", ""),
-        (
-            "responses:\n  - status: 200\n    body: x\n    chunks: [y]\n",
-            "line 2",
-            "body or chunks, not both",
-        ),
-        (
-            "responses:\n  - answer: {text: a}\n    chunks: [y]\n",
-            "line 2",
-            "chunks is only allowed with status",
-        ),
-        (
-            "responses:\n  - status: 200\n    chunk_delay_ms: 5\n",
-            "line 2",
-            "chunk_delay_ms needs chunks",
-        ),
-        (
-            "responses:\n  - status: yes\n",
-            "line 2",
-            "expected a whole number from 0 to 65535",
-        ),
-        (
-            "responses:\n  - status: 200\n    stall: {after_bytes: -1, ms: 3}\n",
-            "line 3",
-            "expected a whole number, 0 or more",
-        ),
-        (
-            "responses: {status: 200}\n",
-            "line 1",
-            "expected a list here",
-        ),
-    ];
-    for (yaml, line, reason) in cases {
+    for &(yaml, line, reason) in BROKEN_ENTRIES {
         let e = error_of(yaml);
         assert!(e.contains(line) && e.contains(reason), "{yaml:?} gave {e}");
     }

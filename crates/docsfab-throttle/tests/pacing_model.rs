@@ -303,146 +303,205 @@ fn prompt_tokens(job: usize) -> u64 {
     800 + (job as u64 * 37) % 400
 }
 
-/// Runs `instances` fan-out instances after the one first request.
-fn run(shape: Shape, instances: usize, mode: Mode) -> Result {
-    let settings = Settings::new(mode, 8).unwrap();
-    let limits = ReplayLimits::default();
-    let mut state = ThrottleState::new();
-    let mut provider = Provider::new(shape);
-    let jobs = instances + 1;
-    let mut next_job = 0usize;
-    let (mut done, mut failed, mut refused, mut sent) = (0usize, 0u32, 0u32, 0u32);
-    let mut heap: BinaryHeap<Reverse<(u64, u64, Event)>> = BinaryHeap::new();
-    let mut order = 0u64;
-    let mut push = |heap: &mut BinaryHeap<_>, at: u64, e: Event| {
-        order += 1;
-        heap.push(Reverse((at, order, e)));
-    };
-    let mut workers: Vec<Worker> = (0..CONCURRENCY)
-        .map(|_| Worker {
-            job: None,
-            past: vec![],
-            patience_ms: 0,
-            patience_end: 0,
-            outcome: None,
-        })
-        .collect();
-    // The first step alone, then the fan-out.
-    workers[0].job = Some(0);
-    workers[0].patience_ms = limits.max_delay_ms;
-    next_job = next_job.max(1);
-    push(&mut heap, 0, Event::Ready { worker: 0 });
-    let mut waiting_for_slot: Vec<usize> = vec![];
-    let mut now = 0;
-    while let Some(Reverse((at, _, event))) = heap.pop() {
-        now = at;
-        match event {
-            Event::Ready { worker } => {
-                if workers[worker].patience_end == 0 {
-                    workers[worker].patience_end = now + workers[worker].patience_ms;
-                }
-                let ask = Ask {
-                    prompt_tokens: prompt_tokens(workers[worker].job.unwrap()),
-                    patience_until_ms: workers[worker].patience_end,
-                    deadline_ms: None,
-                };
-                match state.admit(&settings, now, &ask) {
-                    Admit::Go { seq, at_ms, .. } => {
-                        push(&mut heap, at_ms, Event::Send { worker, seq });
-                    }
-                    Admit::Full { .. } => waiting_for_slot.push(worker),
+/// One run in virtual time: the throttle's state, the model provider, the workers and the
+/// events still to happen, by instant and then by the order they were scheduled in.
+struct Model {
+    settings: Settings,
+    limits: ReplayLimits,
+    state: ThrottleState,
+    provider: Provider,
+    /// The first request and the fan-out instances.
+    jobs: usize,
+    next_job: usize,
+    done: usize,
+    failed: u32,
+    refused: u32,
+    sent: u32,
+    heap: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    order: u64,
+    workers: Vec<Worker>,
+    /// Workers the throttle found no free slot for; they ask again when a request finishes.
+    waiting_for_slot: Vec<usize>,
+}
 
-                    Admit::PastDeadline { .. } => unreachable!("no deadline"),
-                }
-            }
-            Event::Send { worker, seq } => {
-                let job = workers[worker].job.unwrap();
-                // As the driver does after sleeping until its reservation.
-                let go_at = state.confirm(seq, now);
-                if go_at > now {
-                    push(&mut heap, go_at, Event::Send { worker, seq });
-                    continue;
-                }
-                sent += 1;
-                let (served, head) = provider.take(now, prompt_tokens(job) as f64);
-                let latency = if served { ANSWER_MS } else { REFUSAL_MS };
-                workers[worker].outcome = Some((served, head));
-                push(&mut heap, now + latency, Event::Answer { worker, seq });
-            }
-            Event::Answer { worker, seq } => {
-                let (served, head) = workers[worker].outcome.take().unwrap();
-                let job = workers[worker].job.unwrap();
-                let outcome = if served {
-                    Outcome::Success {
-                        input_tokens: Some(prompt_tokens(job)),
-                        output_tokens: Some(20),
-                    }
-                } else {
-                    refused += 1;
-                    Outcome::RateLimited
-                };
-                state.on_response(&settings, seq, outcome, &head, now);
-                // A finish frees a slot: the waiters ask again.
-                for w in waiting_for_slot.drain(..) {
-                    push(&mut heap, now, Event::Ready { worker: w });
-                }
-                let w = &mut workers[worker];
-                let next_job_for_worker = if served {
-                    done += 1;
-                    true
-                } else {
-                    let failure = ProviderFailure::from_http_status(429, head.retry_after_ms);
-                    match decide(&limits, &w.past, &failure, 0, None) {
-                        ReplayDecision::Replay { wait_ms, .. } => {
-                            w.past.push(PastReplay { failure, wait_ms });
-                            w.patience_ms = limits.max_delay_ms.saturating_sub(wait_ms);
-                            w.patience_end = 0;
-                            push(&mut heap, now + wait_ms, Event::Ready { worker });
-                            false
-                        }
-                        ReplayDecision::Stop { .. } => {
-                            failed += 1;
-                            done += 1;
-                            true
-                        }
-                    }
-                };
-                if next_job_for_worker {
-                    w.job = None;
-                    w.past.clear();
-                    // The fan-out starts once the first step has answered.
-                    let starting = if job == 0 { CONCURRENCY } else { 1 };
-                    for _ in 0..starting {
-                        if next_job >= jobs {
-                            break;
-                        }
-                        let free = workers.iter().position(|w| w.job.is_none()).unwrap();
-                        workers[free].job = Some(next_job);
-                        workers[free].patience_ms = limits.max_delay_ms;
-                        workers[free].patience_end = 0;
-                        next_job += 1;
-                        push(&mut heap, now, Event::Ready { worker: free });
-                    }
-                }
-            }
+impl Model {
+    /// The first step alone is ready at 0; the fan-out waits for its answer.
+    fn new(shape: Shape, instances: usize, mode: Mode) -> Model {
+        let limits = ReplayLimits::default();
+        let mut model = Model {
+            settings: Settings::new(mode, 8).unwrap(),
+            limits,
+            state: ThrottleState::new(),
+            provider: Provider::new(shape),
+            jobs: instances + 1,
+            next_job: 0,
+            done: 0,
+            failed: 0,
+            refused: 0,
+            sent: 0,
+            heap: BinaryHeap::new(),
+            order: 0,
+            workers: (0..CONCURRENCY)
+                .map(|_| Worker {
+                    job: None,
+                    past: vec![],
+                    patience_ms: 0,
+                    patience_end: 0,
+                    outcome: None,
+                })
+                .collect(),
+            waiting_for_slot: vec![],
+        };
+        model.workers[0].job = Some(0);
+        model.workers[0].patience_ms = limits.max_delay_ms;
+        model.next_job = model.next_job.max(1);
+        model.push(0, Event::Ready { worker: 0 });
+        model
+    }
+
+    fn push(&mut self, at: u64, e: Event) {
+        self.order += 1;
+        self.heap.push(Reverse((at, self.order, e)));
+    }
+
+    /// A worker asks the throttle for its send: granted at an instant, or queued for a slot.
+    fn ready(&mut self, worker: usize, now: u64) {
+        if self.workers[worker].patience_end == 0 {
+            self.workers[worker].patience_end = now + self.workers[worker].patience_ms;
         }
-        if done == jobs {
-            break;
+        let ask = Ask {
+            prompt_tokens: prompt_tokens(self.workers[worker].job.unwrap()),
+            patience_until_ms: self.workers[worker].patience_end,
+            deadline_ms: None,
+        };
+        match self.state.admit(&self.settings, now, &ask) {
+            Admit::Go { seq, at_ms, .. } => self.push(at_ms, Event::Send { worker, seq }),
+            Admit::Full { .. } => self.waiting_for_slot.push(worker),
+            Admit::PastDeadline { .. } => unreachable!("no deadline"),
         }
     }
-    // What cannot be served faster however it is sent: everything beyond a full bucket, at
-    // the refill rate (the 41 requests at 120 a minute, bucket of one: 20 s).
+
+    /// At its reserved instant a granted send reaches the provider (unless the throttle moved
+    /// it later), which answers or refuses it.
+    fn send(&mut self, worker: usize, seq: u64, now: u64) {
+        let job = self.workers[worker].job.unwrap();
+        // As the driver does after sleeping until its reservation.
+        let go_at = self.state.confirm(seq, now);
+        if go_at > now {
+            self.push(go_at, Event::Send { worker, seq });
+            return;
+        }
+        self.sent += 1;
+        let (served, head) = self.provider.take(now, prompt_tokens(job) as f64);
+        let latency = if served { ANSWER_MS } else { REFUSAL_MS };
+        self.workers[worker].outcome = Some((served, head));
+        self.push(now + latency, Event::Answer { worker, seq });
+    }
+
+    /// The answer reaches the throttle; a refusal is replayed or given up as the replay policy
+    /// decides, and a finished job makes room for the next.
+    fn answer(&mut self, worker: usize, seq: u64, now: u64) {
+        let (served, head) = self.workers[worker].outcome.take().unwrap();
+        let job = self.workers[worker].job.unwrap();
+        let outcome = if served {
+            Outcome::Success {
+                input_tokens: Some(prompt_tokens(job)),
+                output_tokens: Some(20),
+            }
+        } else {
+            self.refused += 1;
+            Outcome::RateLimited
+        };
+        self.state
+            .on_response(&self.settings, seq, outcome, &head, now);
+        // A finish frees a slot: the waiters ask again.
+        for w in std::mem::take(&mut self.waiting_for_slot) {
+            self.push(now, Event::Ready { worker: w });
+        }
+        let finished = if served {
+            self.done += 1;
+            true
+        } else {
+            self.replay_or_give_up(worker, head.retry_after_ms, now)
+        };
+        if finished {
+            self.workers[worker].job = None;
+            self.workers[worker].past.clear();
+            self.start_next_jobs(job, now);
+        }
+    }
+
+    /// A 429 as the replay policy sees it: a replay after its wait, or the job given up.
+    /// Whether the worker is done with its job.
+    fn replay_or_give_up(&mut self, worker: usize, retry_after_ms: Option<u64>, now: u64) -> bool {
+        let failure = ProviderFailure::from_http_status(429, retry_after_ms);
+        let w = &mut self.workers[worker];
+        match decide(&self.limits, &w.past, &failure, 0, None) {
+            ReplayDecision::Replay { wait_ms, .. } => {
+                w.past.push(PastReplay { failure, wait_ms });
+                w.patience_ms = self.limits.max_delay_ms.saturating_sub(wait_ms);
+                w.patience_end = 0;
+                self.push(now + wait_ms, Event::Ready { worker });
+                false
+            }
+            ReplayDecision::Stop { .. } => {
+                self.failed += 1;
+                self.done += 1;
+                true
+            }
+        }
+    }
+
+    /// Hands jobs to free workers after `finished` ended: the whole fan-out's first round once
+    /// the first step has answered, else one.
+    fn start_next_jobs(&mut self, finished: usize, now: u64) {
+        let starting = if finished == 0 { CONCURRENCY } else { 1 };
+        for _ in 0..starting {
+            if self.next_job >= self.jobs {
+                break;
+            }
+            let free = self.workers.iter().position(|w| w.job.is_none()).unwrap();
+            self.workers[free].job = Some(self.next_job);
+            self.workers[free].patience_ms = self.limits.max_delay_ms;
+            self.workers[free].patience_end = 0;
+            self.next_job += 1;
+            self.push(now, Event::Ready { worker: free });
+        }
+    }
+}
+
+/// What cannot be served faster however it is sent: everything beyond a full bucket, at the
+/// refill rate (the 41 requests at 120 a minute, bucket of one: 20 s).
+fn floor_ms(shape: Shape, jobs: usize) -> u64 {
     let request_floor = ((jobs as f64 - shape.burst).max(0.0) / shape.per_minute * 60_000.0) as u64;
     let token_floor = shape.tokens.map_or(0, |(tpm, secs)| {
         let total: u64 = (0..jobs).map(prompt_tokens).sum();
         ((total as f64 - tpm / 60.0 * secs).max(0.0) / tpm * 60_000.0) as u64
     });
+    request_floor.max(token_floor)
+}
+
+/// Runs `instances` fan-out instances after the one first request.
+fn run(shape: Shape, instances: usize, mode: Mode) -> Result {
+    let mut model = Model::new(shape, instances, mode);
+    let mut now = 0;
+    while let Some(Reverse((at, _, event))) = model.heap.pop() {
+        now = at;
+        match event {
+            Event::Ready { worker } => model.ready(worker, now),
+            Event::Send { worker, seq } => model.send(worker, seq, now),
+            Event::Answer { worker, seq } => model.answer(worker, seq, now),
+        }
+        if model.done == model.jobs {
+            break;
+        }
+    }
     Result {
         wall_ms: now,
-        floor_ms: request_floor.max(token_floor),
-        refused,
-        sent,
-        failed,
+        floor_ms: floor_ms(shape, model.jobs),
+        refused: model.refused,
+        sent: model.sent,
+        failed: model.failed,
     }
 }
 

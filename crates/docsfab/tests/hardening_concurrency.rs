@@ -9,9 +9,11 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 
 use docsfab_runtime::record::validate_against_schema;
 use support::run::{FAST_CATALOG, Lines, Setup, Sim, first_line, looks_like_run_id};
@@ -76,49 +78,9 @@ fn hardening_concurrent_runs_on_one_store_lose_no_attempt() {
 
     // Readers hammer the store while the runs go, from the moment the first run starts.
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let stop = Arc::clone(&stop);
-        let home = s.home();
-        std::thread::spawn(move || {
-            let mut failures = Vec::new();
-            let mut calls = 0;
-            while !stop.load(Ordering::SeqCst) || calls < 60 {
-                let out = support::run::docsfab(&home)
-                    .args(["runs", "list", "--json"])
-                    .output()
-                    .unwrap();
-                calls += 1;
-                if !out.status.success() {
-                    failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
-                }
-            }
-            (calls, failures)
-        })
-    };
+    let reader = list_until_stopped(s.home(), Arc::clone(&stop));
 
-    let mut runs: Vec<Running> = (0..RUNS)
-        .map(|i| {
-            let ws = tmp.path().join(format!("ws{i}"));
-            std::fs::create_dir_all(ws.join("src")).unwrap();
-            std::fs::write(ws.join("src/lib.rs"), "pub mod count;\n").unwrap();
-            let mut child = s
-                .docsfab()
-                .arg("run")
-                .arg(&comp)
-                .arg("--workspace")
-                .arg(&ws)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let stderr = child.stderr.take().unwrap();
-            Running {
-                child,
-                id: String::new(),
-                lines: Lines::new(stderr),
-            }
-        })
-        .collect();
+    let mut runs = start_runs(&s, tmp.path(), &comp);
     for r in &mut runs {
         r.id = first_line(r.child.stdout.as_mut().unwrap());
     }
@@ -147,31 +109,9 @@ fn hardening_concurrent_runs_on_one_store_lose_no_attempt() {
     let mut total_attempts = 0;
     let mut restored = 0;
     for (id, stderr) in &outcomes {
-        let started = stderr
-            .lines()
-            .filter(|l| {
-                // "  attempt 2 (transport budget)": an attempt starting.
-                let words: Vec<&str> = l.split_whitespace().collect();
-                words.len() >= 3 && words[0] == "attempt" && words[2].starts_with('(')
-            })
-            .count();
-        let record = s.show_json(id);
-        validate_against_schema(&record).unwrap();
-        assert_eq!(record["status"], "succeeded", "{record:#}");
-        let steps = record["steps"].as_array().unwrap();
-        assert_eq!(steps.len(), 2, "{record:#}");
-        let mut recorded = 0;
-        for step in steps {
-            let attempts = step["attempts"].as_array().unwrap();
-            for (i, a) in attempts.iter().enumerate() {
-                assert_eq!(a["attempt"], i + 1);
-                restored += usize::from(a["writeRestore"] == "restored");
-            }
-            assert_eq!(attempts.last().unwrap()["status"], "succeeded");
-            recorded += attempts.len();
-        }
-        assert_eq!(recorded, started, "run {id}: {stderr}\n{record:#}");
+        let (recorded, restores) = attempts_announced_and_recorded(&s, id, stderr);
         total_attempts += recorded;
+        restored += restores;
     }
     let listed = s.list_json();
     assert_eq!(listed.len(), RUNS);
@@ -181,4 +121,83 @@ fn hardening_concurrent_runs_on_one_store_lose_no_attempt() {
     eprintln!(
         "{RUNS} runs, {total_attempts} attempts ({restored} write restores before a retry), {calls} `runs list` calls"
     );
+}
+
+/// `docsfab runs list --json` in `home`, over and over until `stop` (and at least 60 times): how
+/// many calls were made and the stderr of each that failed.
+fn list_until_stopped(home: PathBuf, stop: Arc<AtomicBool>) -> JoinHandle<(usize, Vec<String>)> {
+    std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        let mut calls = 0;
+        while !stop.load(Ordering::SeqCst) || calls < 60 {
+            let out = support::run::docsfab(&home)
+                .args(["runs", "list", "--json"])
+                .output()
+                .unwrap();
+            calls += 1;
+            if !out.status.success() {
+                failures.push(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+        }
+        (calls, failures)
+    })
+}
+
+/// Starts the `RUNS` runs of `comp` at once, each in a workspace of its own under `dir`.
+fn start_runs(s: &Setup, dir: &Path, comp: &Path) -> Vec<Running> {
+    (0..RUNS)
+        .map(|i| {
+            let ws = dir.join(format!("ws{i}"));
+            std::fs::create_dir_all(ws.join("src")).unwrap();
+            std::fs::write(ws.join("src/lib.rs"), "pub mod count;\n").unwrap();
+            let mut child = s
+                .docsfab()
+                .arg("run")
+                .arg(comp)
+                .arg("--workspace")
+                .arg(&ws)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let stderr = child.stderr.take().unwrap();
+            Running {
+                child,
+                id: String::new(),
+                lines: Lines::new(stderr),
+            }
+        })
+        .collect()
+}
+
+/// Checks that every attempt run `id` announced on `stderr` is in its (valid, succeeded)
+/// record, numbered 1..n per step; how many attempts it recorded and how many of them restored
+/// a write.
+fn attempts_announced_and_recorded(s: &Setup, id: &str, stderr: &str) -> (usize, usize) {
+    let started = stderr
+        .lines()
+        .filter(|l| {
+            // "  attempt 2 (transport budget)": an attempt starting.
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.len() >= 3 && words[0] == "attempt" && words[2].starts_with('(')
+        })
+        .count();
+    let record = s.show_json(id);
+    validate_against_schema(&record).unwrap();
+    assert_eq!(record["status"], "succeeded", "{record:#}");
+    let steps = record["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{record:#}");
+    let mut recorded = 0;
+    let mut restored = 0;
+    for step in steps {
+        let attempts = step["attempts"].as_array().unwrap();
+        for (i, a) in attempts.iter().enumerate() {
+            assert_eq!(a["attempt"], i + 1);
+            restored += usize::from(a["writeRestore"] == "restored");
+        }
+        assert_eq!(attempts.last().unwrap()["status"], "succeeded");
+        recorded += attempts.len();
+    }
+    assert_eq!(recorded, started, "run {id}: {stderr}\n{record:#}");
+    (recorded, restored)
 }

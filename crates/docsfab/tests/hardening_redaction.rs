@@ -311,57 +311,8 @@ fn canary(api: &'static str, key: &str) {
         let json = h.cli(&["runs", "show", &id, "--json"]);
         p.add(key_in(&format!("{what}: runs show --json"), &json, key));
         let record: serde_json::Value = serde_json::from_slice(&json).unwrap();
-        for attempt in record["steps"][0]["attempts"].as_array().unwrap() {
-            for line in [&attempt["message"], &attempt["lease"]["evidence"]] {
-                let Some(t) = line.as_str() else { continue };
-                let n = t.chars().count();
-                p.check(n <= LINE_CAP, || {
-                    format!("{what}: a recorded line of {n} characters")
-                });
-                p.check(!t.contains(['\u{1b}', '\r', '\n']), || {
-                    format!("{what}: a recorded line with a control character")
-                });
-            }
-        }
-        for call in record["steps"][0]["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|a| a["turns"].as_array().unwrap())
-            .flat_map(|t| {
-                t["toolBatch"]["calls"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default()
-            })
-        {
-            for field in ["id", "tool", "detail"] {
-                let Some(t) = call[field].as_str() else {
-                    continue;
-                };
-                p.check(!t.chars().any(char::is_control), || {
-                    format!("{what}: tool call {field} {t:?} keeps a control character")
-                });
-            }
-        }
-        if name == "escape-injection" {
-            let lines = text(stderr);
-            p.check(
-                !lines
-                    .lines()
-                    .any(|l| l.starts_with("step outline succeeded")),
-                || format!("{what}: a forged line reached stderr"),
-            );
-            p.check(lines.contains("\\u{1b}[2J"), || {
-                format!("{what}: the escape is not shown escaped")
-            });
-        }
-        if name == "http-400-json-body" {
-            p.check(
-                text(stderr).contains("HTTP 400, error type <redacted>"),
-                || format!("{what}: stderr does not say the type was redacted"),
-            );
-        }
+        check_recorded_text(&mut p, &what, &record);
+        check_stderr_of_the_case(&mut p, &what, name, stderr);
         ids.push(id);
     }
     let listed = h.cli(&["runs", "list"]);
@@ -382,6 +333,67 @@ fn canary(api: &'static str, key: &str) {
         }
     }
     p.assert_none();
+}
+
+/// The record's lines (an attempt's message and lease evidence) are each one capped line, and
+/// its tool calls' id, tool and detail keep no control character.
+fn check_recorded_text(p: &mut Problems, what: &str, record: &serde_json::Value) {
+    for attempt in record["steps"][0]["attempts"].as_array().unwrap() {
+        for line in [&attempt["message"], &attempt["lease"]["evidence"]] {
+            let Some(t) = line.as_str() else { continue };
+            let n = t.chars().count();
+            p.check(n <= LINE_CAP, || {
+                format!("{what}: a recorded line of {n} characters")
+            });
+            p.check(!t.contains(['\u{1b}', '\r', '\n']), || {
+                format!("{what}: a recorded line with a control character")
+            });
+        }
+    }
+    for call in record["steps"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|a| a["turns"].as_array().unwrap())
+        .flat_map(|t| {
+            t["toolBatch"]["calls"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+    {
+        for field in ["id", "tool", "detail"] {
+            let Some(t) = call[field].as_str() else {
+                continue;
+            };
+            p.check(!t.chars().any(char::is_control), || {
+                format!("{what}: tool call {field} {t:?} keeps a control character")
+            });
+        }
+    }
+}
+
+/// What a case's own stderr must show: the escape injection escaped and no line it forged; the
+/// 400's error type redacted.
+fn check_stderr_of_the_case(p: &mut Problems, what: &str, name: &str, stderr: &[u8]) {
+    if name == "escape-injection" {
+        let lines = text(stderr);
+        p.check(
+            !lines
+                .lines()
+                .any(|l| l.starts_with("step outline succeeded")),
+            || format!("{what}: a forged line reached stderr"),
+        );
+        p.check(lines.contains("\\u{1b}[2J"), || {
+            format!("{what}: the escape is not shown escaped")
+        });
+    }
+    if name == "http-400-json-body" {
+        p.check(
+            text(stderr).contains("HTTP 400, error type <redacted>"),
+            || format!("{what}: stderr does not say the type was redacted"),
+        );
+    }
 }
 
 #[test]

@@ -208,22 +208,7 @@ fn children<'a>(spans: &'a [Span], parent: &Span) -> Vec<&'a Span> {
 #[test]
 fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
     let receiver = Receiver::start();
-    let home = tempfile::tempdir().unwrap();
-    let out = docsfab_at(home.path())
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
-        .env_remove("OTEL_SERVICE_NAME")
-        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
-        .arg("demo")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(!stderr.contains("OpenTelemetry"), "{stderr}");
-    let run_id = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap()
-        .to_owned();
+    let run_id = demo_exporting_to(&receiver);
 
     let traces = receiver.bodies("/v1/traces");
     let service = ExportTraceServiceRequest::decode(traces[0].as_slice()).unwrap();
@@ -258,7 +243,42 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
     let steps = children(&spans, run);
     let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["step outline", "step pages"]);
-    let attempts = children(&spans, steps[0]);
+    let a1 = outline_attempts_with_their_budgets(&spans, steps[0]);
+
+    let turns = children(&spans, a1);
+    assert_eq!(turns.len(), 3);
+    for t in &turns {
+        assert_chat_span_within(t, a1);
+    }
+    assert_replay_events_and_tool_spans(&spans, &turns);
+    assert_demo_metrics(&receiver.metrics(), &spans);
+    assert_eq!(attr(run, "docsfab.run.reused_steps").unwrap(), "0");
+}
+
+/// Runs `docsfab demo` exporting to `receiver` (with no OpenTelemetry warning); its run id.
+fn demo_exporting_to(receiver: &Receiver) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let out = docsfab_at(home.path())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint)
+        .env_remove("OTEL_SERVICE_NAME")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .arg("demo")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("OpenTelemetry"), "{stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The outline step's three attempts (initial, transport, contract) with their retry
+/// decisions; the first attempt, whose stream was cut short.
+fn outline_attempts_with_their_budgets<'a>(spans: &'a [Span], outline: &Span) -> &'a Span {
+    let attempts = children(spans, outline);
     let budgets: Vec<String> = attempts
         .iter()
         .map(|a| attr(a, "docsfab.retry.budget").unwrap())
@@ -277,24 +297,29 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
         "contract-prose"
     );
     assert_eq!(attr(attempts[2], "docsfab.retry.decision").unwrap(), "none");
+    a1
+}
 
-    let turns = children(&spans, a1);
-    assert_eq!(turns.len(), 3);
-    for t in &turns {
-        assert_eq!(t.name, "chat demo-model");
-        assert_eq!(t.kind, SpanKind::Client as i32);
-        let a = attrs(&t.attributes);
-        assert_eq!(a["gen_ai.operation.name"], "chat");
-        assert_eq!(a["gen_ai.provider.name"], "openai");
-        assert_eq!(a["gen_ai.request.model"], "demo-model");
-        assert_eq!(a["server.address"], "127.0.0.1");
-        assert!(a["server.port"].parse::<u16>().unwrap() > 0);
-        assert!(a.contains_key("gen_ai.usage.input_tokens"));
-        assert!(a.contains_key("gen_ai.usage.output_tokens"));
-        assert!(t.start_time_unix_nano <= t.end_time_unix_nano);
-        assert!(a1.start_time_unix_nano <= t.start_time_unix_nano);
-        assert!(t.end_time_unix_nano <= a1.end_time_unix_nano);
-    }
+/// A `chat` client span with the GenAI attributes, inside its attempt's time.
+fn assert_chat_span_within(t: &Span, a1: &Span) {
+    assert_eq!(t.name, "chat demo-model");
+    assert_eq!(t.kind, SpanKind::Client as i32);
+    let a = attrs(&t.attributes);
+    assert_eq!(a["gen_ai.operation.name"], "chat");
+    assert_eq!(a["gen_ai.provider.name"], "openai");
+    assert_eq!(a["gen_ai.request.model"], "demo-model");
+    assert_eq!(a["server.address"], "127.0.0.1");
+    assert!(a["server.port"].parse::<u16>().unwrap() > 0);
+    assert!(a.contains_key("gen_ai.usage.input_tokens"));
+    assert!(a.contains_key("gen_ai.usage.output_tokens"));
+    assert!(t.start_time_unix_nano <= t.end_time_unix_nano);
+    assert!(a1.start_time_unix_nano <= t.start_time_unix_nano);
+    assert!(t.end_time_unix_nano <= a1.end_time_unix_nano);
+}
+
+/// The first attempt's turns: the 408/408/503 and the 429 as replay events, the cut stream's
+/// class, and the tool calls as `execute_tool` spans (no attribute of the write names its path).
+fn assert_replay_events_and_tool_spans(spans: &[Span], turns: &[&Span]) {
     // Turn 1: two 408s and a 503 replayed; turn 2: a 429 whose Retry-After was honoured.
     let replays = |t: &Span| -> Vec<(String, String)> {
         t.events
@@ -326,7 +351,7 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
     // The stream cut short: the turn failed with the attempt's class.
     assert_eq!(attr(turns[2], "error.type").unwrap(), "stream-incomplete");
 
-    let tools = children(&spans, turns[0]);
+    let tools = children(spans, turns[0]);
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "execute_tool list_files");
     assert_eq!(
@@ -335,7 +360,7 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
     );
     assert_eq!(attr(tools[0], "gen_ai.tool.name").unwrap(), "list_files");
     assert!(!attr(tools[0], "gen_ai.tool.call.id").unwrap().is_empty());
-    assert_eq!(children(&spans, turns[1])[0].name, "execute_tool read_file");
+    assert_eq!(children(spans, turns[1])[0].name, "execute_tool read_file");
     let write = spans
         .iter()
         .find(|s| s.name == "execute_tool write_file")
@@ -345,8 +370,11 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
             .values()
             .all(|v| !v.contains("docs/"))
     );
+}
 
-    let metrics = receiver.metrics();
+/// The four metrics: chat durations, token usage, replays by class and step retries by rule, and
+/// every step counted, none of them reused (issue 34).
+fn assert_demo_metrics(metrics: &HashMap<String, Points>, spans: &[Span]) {
     let total = |name: &str| -> f64 { metrics[name].iter().map(|(_, v)| v).sum() };
     let chat_turns = spans
         .iter()
@@ -383,7 +411,6 @@ fn issue13_the_demo_arrives_as_one_trace_with_the_span_tree_and_metrics() {
             .iter()
             .all(|(a, _)| a["docsfab.step.reused"] == "false")
     );
-    assert_eq!(attr(run, "docsfab.run.reused_steps").unwrap(), "0");
 }
 
 /// Issue 34: a `run --reuse` that carries its one step over says so on its run and step spans

@@ -74,7 +74,7 @@ fn piped(scenario: &str, args: &[&str]) -> (Output, String, String) {
 }
 
 /// Every turn line names the tools it ran and their paths; a call that did not run says why
-/// (a tool the step lacks, a path outside the workspace). Piped, the lines carry no colour.
+/// (a tool the step lacks, a path outside the workspace). Piped, the lines carry no color.
 #[test]
 fn issue11_progress_names_each_tool_and_its_path_and_why_a_call_did_not_run() {
     let (out, stdout, stderr) = piped(SURVEY, &[]);
@@ -129,10 +129,10 @@ fn issue11_the_summary_points_to_runs_show_in_human_units() {
     assert!(!stdout.contains("runs diff"), "read-only: {stdout}");
 }
 
-/// `--color always` colours even into a pipe: the step outcome on stderr and the status words
+/// `--color always` colors even into a pipe: the step outcome on stderr and the status words
 /// of the summary on stdout; without the escapes the text is the plain text.
 #[test]
-fn issue11_color_always_colours_a_piped_run() {
+fn issue11_color_always_colors_a_piped_run() {
     let (out, stdout, stderr) = piped(ANSWER, &["--color", "always"]);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
@@ -149,10 +149,10 @@ fn issue11_color_always_colours_a_piped_run() {
     assert!(plain.contains("\nstep outline succeeded\n"), "{plain}");
 }
 
-/// One run on a terminal: colour is on, failed turns are red, and the run id is on the screen
+/// One run on a terminal: color is on, failed turns are red, and the run id is on the screen
 /// once (the stdout id line), not again as a `run ID` progress line. Piped, both stay.
 #[test]
-fn issue11_on_a_terminal_the_run_id_shows_once_and_status_words_are_coloured() {
+fn issue11_on_a_terminal_the_run_id_shows_once_and_status_words_are_colored() {
     let tmp = tempfile::tempdir().unwrap();
     let sim = Sim::start(
         tmp.path(),
@@ -189,7 +189,7 @@ fn issue11_on_a_terminal_the_run_id_shows_once_and_status_words_are_coloured() {
     assert!(text(&out.stderr).starts_with(&format!("run {id}\n")));
 }
 
-/// NO_COLOR (any non-empty value) and `--color never` turn colour off on a terminal; an empty
+/// NO_COLOR (any non-empty value) and `--color never` turn color off on a terminal; an empty
 /// NO_COLOR does not; `--color always` outranks NO_COLOR.
 #[test]
 fn issue11_no_color_and_color_never_keep_a_terminal_plain() {
@@ -200,7 +200,7 @@ fn issue11_no_color_and_color_never_keep_a_terminal_plain() {
     );
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
     let comp = s.composition(ONE_STEP);
-    let coloured = |screen: &str| screen.contains(GREEN);
+    let colored = |screen: &str| screen.contains(GREEN);
     let run = |env: Option<&str>, flag: &[&str]| {
         let mut cmd = s.run_command(&comp);
         cmd.args(flag);
@@ -211,14 +211,11 @@ fn issue11_no_color_and_color_never_keep_a_terminal_plain() {
         assert_eq!(code, Some(0), "{screen}");
         screen
     };
-    assert!(!coloured(&run(Some("1"), &[])), "NO_COLOR=1");
+    assert!(!colored(&run(Some("1"), &[])), "NO_COLOR=1");
+    assert!(!colored(&run(None, &["--color", "never"])), "--color never");
+    assert!(colored(&run(Some(""), &[])), "an empty NO_COLOR is unset");
     assert!(
-        !coloured(&run(None, &["--color", "never"])),
-        "--color never"
-    );
-    assert!(coloured(&run(Some(""), &[])), "an empty NO_COLOR is unset");
-    assert!(
-        coloured(&run(Some("1"), &["--color=always"])),
+        colored(&run(Some("1"), &["--color=always"])),
         "--color always"
     );
 }
@@ -366,7 +363,7 @@ steps:
     );
 }
 
-/// `text` without its CSI escape sequences (colours, cursor moves, erase line).
+/// `text` without its CSI escape sequences (colors, cursor moves, erase line).
 fn strip_escapes(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();

@@ -188,26 +188,7 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
     let page_path = home.path().join("report.html");
     let page = write_html(home.path(), &id, &page_path);
 
-    // Self-contained: nothing to fetch, and exactly the page's own four script elements (the
-    // record, the diffs and the run's gateway as data, and the script).
-    for fetch in ["src=", "<link", "url(", "@import"] {
-        assert!(!page.contains(fetch), "the page would fetch with {fetch:?}");
-    }
-    assert!(page.contains("default-src 'none'"));
-    assert_eq!(count(&page, "<script"), 4);
-    let stdout = docsfab(home.path())
-        .args(["runs", "show", &id, "--html", "-"])
-        .output()
-        .unwrap();
-    assert!(stdout.status.success());
-    assert_eq!(String::from_utf8(stdout.stdout).unwrap(), page);
-
-    // The embedded record is the record `--json` prints.
-    let start = page.find(r#"id="run-record">"#).unwrap() + r#"id="run-record">"#.len();
-    let embedded: Value =
-        serde_json::from_str(&page[start..start + page[start..].find("</script>").unwrap()])
-            .unwrap();
-    assert_eq!(embedded, record);
+    assert_self_contained_and_the_record_as_printed(home.path(), &id, &page, &record);
 
     let all = attempts(&record);
     assert_eq!(all.len(), 4, "the demo makes four attempts");
@@ -220,9 +201,64 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
     );
     let dom = dump_dom(&browser, profile.path(), &url);
 
-    assert_eq!(body_attr(&dom, "data-attempt-bars"), all.len().to_string());
-    assert_eq!(count(&dom, "data-attempt=\""), all.len());
-    for (key, a) in &all {
+    assert_a_bar_per_attempt_and_a_mark_per_wait(&dom, &all);
+
+    // The `#attempt=` link opened the first attempt's record in the detail panel.
+    assert_detail_of_the_first_attempt(&dom, &record, all[0].1);
+
+    // Header facts and the written file with its diff.
+    for fact in [
+        "quickstart",
+        "demo-simulator (openai-chat, 127.0.0.1:",
+        "demo-model",
+        "succeeded",
+    ] {
+        assert!(dom.contains(fact), "header lacks {fact}");
+    }
+    assert!(dom.contains(r##"<a href="#diff-0">docs/overview.md</a>"##));
+    assert!(dom.contains(r#"<h3 id="diff-0">docs/overview.md</h3>"#));
+    assert!(dom.contains("+# tally: an overview"));
+
+    let shot = screenshot(&browser, profile.path(), &url, "demo.png");
+    eprintln!("screenshot: {}", shot.display());
+}
+
+/// The demo's page is self-contained (nothing to fetch, exactly its own four script elements),
+/// `--html -` prints the same page, and the record it embeds is the record `--json` prints.
+fn assert_self_contained_and_the_record_as_printed(
+    home: &Path,
+    id: &str,
+    page: &str,
+    record: &Value,
+) {
+    // Self-contained: nothing to fetch, and exactly the page's own four script elements (the
+    // record, the diffs and the run's gateway as data, and the script).
+    for fetch in ["src=", "<link", "url(", "@import"] {
+        assert!(!page.contains(fetch), "the page would fetch with {fetch:?}");
+    }
+    assert!(page.contains("default-src 'none'"));
+    assert_eq!(count(page, "<script"), 4);
+    let stdout = docsfab(home)
+        .args(["runs", "show", id, "--html", "-"])
+        .output()
+        .unwrap();
+    assert!(stdout.status.success());
+    assert_eq!(String::from_utf8(stdout.stdout).unwrap(), page);
+
+    // The embedded record is the record `--json` prints.
+    let start = page.find(r#"id="run-record">"#).unwrap() + r#"id="run-record">"#.len();
+    let embedded: Value =
+        serde_json::from_str(&page[start..start + page[start..].find("</script>").unwrap()])
+            .unwrap();
+    assert_eq!(&embedded, record);
+}
+
+/// One bar per attempt of the record with a tooltip naming its budget, status and retry
+/// decision, and one mark per replay (the demo's 408, 408, 503 and 429) and per step retry wait.
+fn assert_a_bar_per_attempt_and_a_mark_per_wait(dom: &str, all: &[(String, &Value)]) {
+    assert_eq!(body_attr(dom, "data-attempt-bars"), all.len().to_string());
+    assert_eq!(count(dom, "data-attempt=\""), all.len());
+    for (key, a) in all {
         assert!(
             dom.contains(&format!("data-attempt=\"{key}\"")),
             "no bar for {key}"
@@ -245,14 +281,16 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
         .map(|t| t["replays"].as_array().unwrap().len())
         .sum();
     assert_eq!(replays, 4, "408, 408, 503 and 429 in the demo");
-    assert_eq!(count(&dom, "data-replay=\""), replays);
+    assert_eq!(count(dom, "data-replay=\""), replays);
     assert!(dom.contains("replay 1: HTTP 408 (timeout), waited 100 ms"));
     assert!(dom.contains("(rate-limit), waited 1.00 s, Retry-After 1.00 s"));
     let waits = all.iter().filter(|(_, a)| a["waitMs"].is_u64()).count();
-    assert_eq!(count(&dom, "data-wait=\""), waits);
+    assert_eq!(count(dom, "data-wait=\""), waits);
+}
 
-    // The `#attempt=` link opened the first attempt's record in the detail panel.
-    let a1 = all[0].1;
+/// The detail panel of the demo's first attempt: its heading, rule, decision, failure class,
+/// code and usage.
+fn assert_detail_of_the_first_attempt(dom: &str, record: &Value, a1: &Value) {
     assert!(dom.contains(&format!(
         "<h3>{}, attempt 1</h3>",
         record["steps"][0]["stepId"].as_str().unwrap()
@@ -286,22 +324,6 @@ fn issue13_html_report_of_the_demo_draws_every_attempt_in_a_real_browser() {
         )),
         "detail lacks usage {usage}{cache}"
     );
-
-    // Header facts and the written file with its diff.
-    for fact in [
-        "quickstart",
-        "demo-simulator (openai-chat, 127.0.0.1:",
-        "demo-model",
-        "succeeded",
-    ] {
-        assert!(dom.contains(fact), "header lacks {fact}");
-    }
-    assert!(dom.contains(r##"<a href="#diff-0">docs/overview.md</a>"##));
-    assert!(dom.contains(r#"<h3 id="diff-0">docs/overview.md</h3>"#));
-    assert!(dom.contains("+# tally: an overview"));
-
-    let shot = screenshot(&browser, profile.path(), &url, "demo.png");
-    eprintln!("screenshot: {}", shot.display());
 }
 
 /// Record text is never markup: a composition name, an answer excerpt, a tool name and a
@@ -315,41 +337,7 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
     let payload = "</script><script>document.documentElement.setAttribute('data-injected','yes')</script><img src=x onerror=\"document.documentElement.setAttribute('data-injected','img')\">\u{2028}<!--";
     let path_payload = format!("docs/{payload}.md");
 
-    let db = rusqlite::Connection::open(home.path().join("runs.db")).unwrap();
-    db.execute("UPDATE runs SET composition = ?1", [payload])
-        .unwrap();
-    let rows: Vec<(i64, i64, String)> = db
-        .prepare("SELECT step_index, attempt, record FROM attempts")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    for (step, attempt, text) in rows {
-        let mut a: Value = serde_json::from_str(&text).unwrap();
-        a["answerExcerpt"] = json!(payload);
-        a["answerBytes"] = json!(payload.len());
-        // Issue 32: what a page cited is drawn per attempt, as text.
-        a["grounding"] = json!({"cited": 2, "grounded": 1, "external": 0, "unknown": [
-            {"member": "markdown", "text": payload, "kind": "identifier", "line": 3, "nearest": ["count_words"]}
-        ]});
-        for f in a["filesWritten"].as_array_mut().into_iter().flatten() {
-            f["path"] = json!(path_payload);
-        }
-        for t in a["turns"].as_array_mut().unwrap() {
-            for c in t["toolBatch"]["calls"].as_array_mut().unwrap() {
-                c["tool"] = json!(payload);
-            }
-        }
-        db.execute(
-            "UPDATE attempts SET record = ?1 WHERE step_index = ?2 AND attempt = ?3",
-            rusqlite::params![a.to_string(), step, attempt],
-        )
-        .unwrap();
-    }
-    db.execute("UPDATE written_files SET path = ?1", [&path_payload])
-        .unwrap();
-    drop(db);
+    put_into_the_store(home.path(), payload, &path_payload);
 
     let record = show_json(home.path(), &id);
     let calls = attempts(&record)
@@ -394,6 +382,57 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
     assert_eq!(count(&dom, "<img"), 0);
     // The page still drew everything, and shows the payload as text.
     assert_eq!(body_attr(&dom, "data-attempt-bars"), "4");
+    assert_payload_shown_as_text(&dom);
+    screenshot(
+        &browser,
+        profile.path(),
+        &file_url(&page_path),
+        "markup-as-text.png",
+    );
+}
+
+/// Puts `payload` into the demo run's store as its composition name, each attempt's answer
+/// excerpt, unknown citation and tool names, and `path_payload` as every written path.
+fn put_into_the_store(home: &Path, payload: &str, path_payload: &str) {
+    let db = rusqlite::Connection::open(home.join("runs.db")).unwrap();
+    db.execute("UPDATE runs SET composition = ?1", [payload])
+        .unwrap();
+    let rows: Vec<(i64, i64, String)> = db
+        .prepare("SELECT step_index, attempt, record FROM attempts")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (step, attempt, text) in rows {
+        let mut a: Value = serde_json::from_str(&text).unwrap();
+        a["answerExcerpt"] = json!(payload);
+        a["answerBytes"] = json!(payload.len());
+        // Issue 32: what a page cited is drawn per attempt, as text.
+        a["grounding"] = json!({"cited": 2, "grounded": 1, "external": 0, "unknown": [
+            {"member": "markdown", "text": payload, "kind": "identifier", "line": 3, "nearest": ["count_words"]}
+        ]});
+        for f in a["filesWritten"].as_array_mut().into_iter().flatten() {
+            f["path"] = json!(path_payload);
+        }
+        for t in a["turns"].as_array_mut().unwrap() {
+            for c in t["toolBatch"]["calls"].as_array_mut().unwrap() {
+                c["tool"] = json!(payload);
+            }
+        }
+        db.execute(
+            "UPDATE attempts SET record = ?1 WHERE step_index = ?2 AND attempt = ?3",
+            rusqlite::params![a.to_string(), step, attempt],
+        )
+        .unwrap();
+    }
+    db.execute("UPDATE written_files SET path = ?1", [path_payload])
+        .unwrap();
+}
+
+/// The payload as text wherever the page shows record text: the composition, the answer, the
+/// written path and its link and diff header, and the unknown citation under the grounding line.
+fn assert_payload_shown_as_text(dom: &str) {
     let shown = "&lt;/script&gt;&lt;script&gt;document.documentElement.setAttribute('data-injected','yes')&lt;/script&gt;&lt;img";
     assert!(
         dom.contains(&format!("<dd>{shown}")),
@@ -423,12 +462,6 @@ fn issue13_record_text_that_looks_like_markup_renders_as_text() {
         dom.contains(&format!("+++ b/docs/{shown}")),
         "diff header not shown as text"
     );
-    screenshot(
-        &browser,
-        profile.path(),
-        &file_url(&page_path),
-        "markup-as-text.png",
-    );
 }
 
 /// RFC 3339 with milliseconds for `ms` after 2026-01-01T00:00:00Z (within the day).
@@ -446,7 +479,34 @@ fn issue13_a_run_of_1000_attempts_is_drawn_whole() {
     let Some(browser) = browser() else { return };
     let home = tempfile::tempdir().unwrap();
     let id = run_demo(home.path());
-    let db = rusqlite::Connection::open(home.path().join("runs.db")).unwrap();
+    store_1000_attempts(home.path(), &id);
+
+    let page_path = screenshot_dir().join("large.html");
+    let page = write_html(home.path(), &id, &page_path);
+    let probed = home.path().join("large-probed.html");
+    std::fs::write(&probed, page.replace("</body>", PROBE)).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let dom = dump_dom(&browser, profile.path(), &file_url(&probed));
+    assert_eq!(body_attr(&dom, "data-attempt-bars"), "1000");
+    assert_eq!(count(&dom, "data-attempt=\""), 1000);
+    assert_eq!(count(&dom, "data-step=\"pages["), 100);
+    assert_eq!(count(&dom, "data-turn=\""), 3000);
+    assert_eq!(count(&dom, "data-replay=\""), 4000);
+    eprintln!(
+        "1,000 attempts: page {} bytes, drawn in {} ms, zoom x8 in {} ms, scroll step {} ms",
+        page.len(),
+        body_attr(&dom, "data-render-ms"),
+        body_attr(&dom, "data-zoom-ms"),
+        body_attr(&dom, "data-scroll-step-ms")
+    );
+    screenshot(&browser, profile.path(), &file_url(&page_path), "large.png");
+}
+
+/// Replaces the demo run's steps and attempts in its store with 100 failed fan-out instances of
+/// ten attempts each (initial, 3 contract, 6 transport), four instances at a time, each attempt
+/// the demo's first attempt; every other instance without turn durations.
+fn store_1000_attempts(home: &Path, id: &str) {
+    let db = rusqlite::Connection::open(home.join("runs.db")).unwrap();
     let template: Value = serde_json::from_str(
         &db.query_row(
             "SELECT record FROM attempts WHERE step_index = 0 AND attempt = 1",
@@ -517,13 +577,12 @@ fn issue13_a_run_of_1000_attempts_is_drawn_whole() {
         [at(0), at(end)],
     )
     .unwrap();
-    drop(db);
+}
 
-    let page_path = screenshot_dir().join("large.html");
-    let page = write_html(home.path(), &id, &page_path);
-    // The size check: after the page drew, time one zoom and 40 scroll steps through the
-    // timeline, each forcing style and layout (a headless browser paints no frames to count).
-    let probe = r#"<script>
+/// The size check, put before the page's `</body>`: after the page drew, time one zoom and 40
+/// scroll steps through the timeline, each forcing style and layout (a headless browser paints
+/// no frames to count).
+const PROBE: &str = r#"<script>
 (function () {
   var box = document.getElementById('timeline'), zoom = document.getElementById('zoom');
   var t = performance.now();
@@ -539,24 +598,6 @@ fn issue13_a_run_of_1000_attempts_is_drawn_whole() {
   document.body.setAttribute('data-scroll-step-ms', (sum / 40).toFixed(2) + ' avg, ' + worst.toFixed(2) + ' worst');
 }());
 </script></body>"#;
-    let probed = home.path().join("large-probed.html");
-    std::fs::write(&probed, page.replace("</body>", probe)).unwrap();
-    let profile = tempfile::tempdir().unwrap();
-    let dom = dump_dom(&browser, profile.path(), &file_url(&probed));
-    assert_eq!(body_attr(&dom, "data-attempt-bars"), "1000");
-    assert_eq!(count(&dom, "data-attempt=\""), 1000);
-    assert_eq!(count(&dom, "data-step=\"pages["), 100);
-    assert_eq!(count(&dom, "data-turn=\""), 3000);
-    assert_eq!(count(&dom, "data-replay=\""), 4000);
-    eprintln!(
-        "1,000 attempts: page {} bytes, drawn in {} ms, zoom x8 in {} ms, scroll step {} ms",
-        page.len(),
-        body_attr(&dom, "data-render-ms"),
-        body_attr(&dom, "data-zoom-ms"),
-        body_attr(&dom, "data-scroll-step-ms")
-    );
-    screenshot(&browser, profile.path(), &file_url(&page_path), "large.png");
-}
 
 /// Bad input: `--html` into a directory that does not exist is one sentence and exit 2, and
 /// leaves nothing behind; `--html` with `--json` is refused by the argument parser.
