@@ -306,10 +306,16 @@ impl Pg {
 
     /// Runs `f` in one transaction (a read-only snapshot when `snapshot`) and commits it; while
     /// the server cannot be reached (a restart, a failover, a network cut) it is run again, for
-    /// up to `patience`, backing off from 100 ms to 2 s. Only a transaction that cannot have
-    /// committed is repeated: one that met the outage before its `COMMIT` was sent (a lost
-    /// `COMMIT` may have taken effect, so it is reported). The caller's thread sleeps between
+    /// up to `patience`, backing off from 100 ms to 2 s. The caller's thread sleeps between
     /// tries. `Err` outside: no connection; inside: `f`'s failure or the server's.
+    ///
+    /// A transaction is never applied twice and never lost to an outage: one cut before its
+    /// `COMMIT` was sent cannot have committed and is run again; one cut while its `COMMIT` was
+    /// on its way (the server went down between receiving it and answering) may or may not have
+    /// committed, so before it is sent its transaction id is read, and after the cut the server
+    /// is asked what became of it (`txid_status`): committed, `f`'s value stands; aborted, it is
+    /// run again; still unknown when the patience runs out, the cut is reported. A transaction
+    /// that wrote nothing has no id and nothing to lose: its value stands.
     pub fn transaction_through_outages<T, E>(
         &self,
         patience: Duration,
@@ -320,60 +326,58 @@ impl Pg {
         T: Send + 'static,
         E: TxFailure + Send + 'static,
     {
-        // Each try answers its result and whether COMMIT had been sent when it ended.
-        let attempt = move |client: &mut Client| -> (Result<T, E>, bool) {
-            let mut sent = false;
-            let result = (|| {
-                let mut tx = if snapshot {
-                    client
-                        .build_transaction()
-                        .isolation_level(IsolationLevel::RepeatableRead)
-                        .read_only(true)
-                        .start()?
-                } else {
-                    client.transaction()?
-                };
-                let value = f(&mut tx)?;
-                sent = true;
-                tx.commit()?;
-                Ok(value)
-            })();
-            (result, sent)
-        };
-        let again = move |(result, sent): &(Result<T, E>, bool)| {
-            let server = result.as_ref().err().and_then(TxFailure::server_error);
-            server.is_some_and(is_outage) && (snapshot || !sent)
-        };
-        let (result, _) = self.with_outage_retry(patience, attempt, again)?;
-        Ok(result)
-    }
-
-    /// [`Pg::with`], run again while no connection can be made or `again` says the closure's
-    /// result is an outage it may repeat, for up to `patience`.
-    fn with_outage_retry<T: Send + 'static>(
-        &self,
-        patience: Duration,
-        f: impl Fn(&mut Client) -> T + Send + Sync + 'static,
-        again: impl Fn(&T) -> bool,
-    ) -> Result<T, PgError> {
         let f = Arc::new(f);
         let until = Instant::now() + patience;
         let mut pause = Duration::from_millis(100);
         loop {
             let g = Arc::clone(&f);
-            let result = self.with(move |c| g(c));
-            let retry = match &result {
-                // No connection: try again unless the server refused the credentials or the
-                // database name (configuration, not availability).
-                Err(PgError::Connect { source, .. }) => !source.code().is_some_and(|c| {
-                    c.code().starts_with("28")
-                        || *c == postgres::error::SqlState::INVALID_CATALOG_NAME
-                }),
-                Err(_) => false,
-                Ok(value) => again(value),
+            let again = match self.with(move |c| try_transaction(c, snapshot, &*g)) {
+                Err(e) if connect_may_succeed_later(&e) => Err(e),
+                Err(e) => return Err(e),
+                Ok(Tried::Ended(result)) => return Ok(result),
+                Ok(Tried::CutBeforeCommit(cut)) => Ok(cut),
+                Ok(Tried::CutInCommit {
+                    value, xid: None, ..
+                }) => return Ok(Ok(value)),
+                Ok(Tried::CutInCommit {
+                    value,
+                    xid: Some(xid),
+                    cut,
+                }) => match self.commit_status(xid, until) {
+                    CommitStatus::Committed => return Ok(Ok(value)),
+                    CommitStatus::Aborted => Ok(cut),
+                    CommitStatus::Unknown => return Ok(Err(cut)),
+                },
             };
-            if !retry || Instant::now() + pause > until {
-                return result;
+            if Instant::now() + pause > until {
+                return again.map(Err);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// What became of transaction `xid`, whose `COMMIT` was cut: asked again while the server
+    /// cannot be reached or the transaction is still finishing, until `until`.
+    fn commit_status(&self, xid: i64, until: Instant) -> CommitStatus {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let asked = self.with(move |c| {
+                c.query_one("SELECT txid_status($1)", &[&xid])
+                    .map(|row| row.get::<_, Option<String>>(0))
+            });
+            let done = match &asked {
+                Ok(Ok(Some(s))) if s == "committed" => return CommitStatus::Committed,
+                Ok(Ok(Some(s))) if s == "aborted" => return CommitStatus::Aborted,
+                // Too old to know (`NULL`), or a refusal that is not an outage.
+                Ok(Ok(None)) => true,
+                Ok(Err(e)) => !is_outage(e),
+                Err(e) => !connect_may_succeed_later(e),
+                // "in progress": the server has not finished the transaction yet.
+                Ok(Ok(Some(_))) => false,
+            };
+            if done || Instant::now() + pause > until {
+                return CommitStatus::Unknown;
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_secs(2));
@@ -410,6 +414,126 @@ pub trait TxFailure: From<postgres::Error> {
 impl TxFailure for postgres::Error {
     fn server_error(&self) -> Option<&postgres::Error> {
         Some(self)
+    }
+}
+
+/// How one try of a transaction ended.
+enum Tried<T, E> {
+    /// Committed (`Ok`), or refused with nothing committed: `f`'s failure or the server's.
+    Ended(Result<T, E>),
+    /// Cut by an outage before its `COMMIT` was sent: nothing committed.
+    CutBeforeCommit(E),
+    /// Cut by an outage after its `COMMIT` was sent: it may have committed. `xid` is the
+    /// transaction's id when it wrote (or locked) anything; without one there is nothing to lose.
+    CutInCommit { value: T, xid: Option<i64>, cut: E },
+}
+
+/// What the server says became of a transaction whose `COMMIT` was cut.
+enum CommitStatus {
+    Committed,
+    Aborted,
+    Unknown,
+}
+
+/// One try: `f` in a transaction, its id read before `COMMIT` is sent when it is not a
+/// snapshot, and how it ended.
+fn try_transaction<T, E: TxFailure>(
+    client: &mut Client,
+    snapshot: bool,
+    f: &dyn Fn(&mut Transaction<'_>) -> Result<T, E>,
+) -> Tried<T, E> {
+    let before_commit = |e: E| {
+        if e.server_error().is_some_and(is_outage) {
+            Tried::CutBeforeCommit(e)
+        } else {
+            Tried::Ended(Err(e))
+        }
+    };
+    let started = if snapshot {
+        client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+    } else {
+        client.transaction()
+    };
+    let mut tx = match started {
+        Ok(tx) => tx,
+        Err(e) => return before_commit(E::from(e)),
+    };
+    let value = match f(&mut tx) {
+        Ok(value) => value,
+        Err(e) => return before_commit(e),
+    };
+    let xid = if snapshot {
+        None
+    } else {
+        match transaction_id(&mut tx) {
+            Ok(xid) => xid,
+            Err(e) => return before_commit(E::from(e)),
+        }
+    };
+    match tx.commit() {
+        Ok(()) => Tried::Ended(Ok(value)),
+        Err(e) if is_outage(&e) => Tried::CutInCommit {
+            value,
+            xid,
+            cut: E::from(e),
+        },
+        Err(e) => Tried::Ended(Err(E::from(e))),
+    }
+}
+
+/// The transaction's id, if it has one: only a transaction that wrote or locked a row does.
+/// One simple query (one round trip), asked just before `COMMIT`.
+fn transaction_id(tx: &mut Transaction<'_>) -> Result<Option<i64>, postgres::Error> {
+    let answer = tx.simple_query("SELECT txid_current_if_assigned()")?;
+    Ok(answer.iter().find_map(|m| match m {
+        postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse().ok()),
+        _ => None,
+    }))
+}
+
+/// Runs `f` (a connect, a schema check: anything that may be repeated) again while it fails
+/// because the server cannot be reached, for up to `patience`, backing off from 100 ms to 2 s.
+/// With no patience it runs once. A refusal of the credentials or the database, or any other
+/// error of the server, ends it at once.
+pub fn retry_outages<T>(
+    patience: Duration,
+    mut f: impl FnMut() -> Result<T, PgError>,
+) -> Result<T, PgError> {
+    let until = Instant::now() + patience;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match f() {
+            Err(e) if is_outage_error(&e) && Instant::now() + pause <= until => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether `e` says the server is down or restarting rather than refusing what was asked.
+fn is_outage_error(e: &PgError) -> bool {
+    match e {
+        PgError::Connect { .. } => connect_may_succeed_later(e),
+        PgError::Query { source, .. } => is_outage(source),
+        PgError::Gone { .. } => true,
+        PgError::SchemaTooNew { .. } => false,
+    }
+}
+
+/// Whether a connection that could not be made may be made later: not when the server refused
+/// the credentials or the database name (configuration, not availability).
+fn connect_may_succeed_later(e: &PgError) -> bool {
+    match e {
+        PgError::Connect { source, .. } => !source.code().is_some_and(|c| {
+            c.code().starts_with("28") || *c == postgres::error::SqlState::INVALID_CATALOG_NAME
+        }),
+        _ => false,
     }
 }
 
@@ -495,6 +619,38 @@ fn apply_steps(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue34_an_open_waits_out_an_outage_but_not_a_refusal() {
+        let gone = || PgError::Gone {
+            url: "postgres://db/x".to_owned(),
+        };
+        let mut tries = 0;
+        let opened = retry_outages(Duration::from_secs(5), || {
+            tries += 1;
+            if tries < 3 { Err(gone()) } else { Ok(tries) }
+        });
+        assert_eq!(opened.unwrap(), 3);
+        let mut tries = 0;
+        let refused: Result<(), _> = retry_outages(Duration::from_secs(5), || {
+            tries += 1;
+            Err(PgError::SchemaTooNew {
+                url: "postgres://db/x".to_owned(),
+                component: "runs".to_owned(),
+                found: 9,
+                known: 1,
+            })
+        });
+        assert!(refused.is_err());
+        assert_eq!(tries, 1, "a refusal is not tried again");
+        let mut tries = 0;
+        let impatient: Result<(), _> = retry_outages(Duration::ZERO, || {
+            tries += 1;
+            Err(gone())
+        });
+        assert!(impatient.is_err());
+        assert_eq!(tries, 1, "no patience: one try");
+    }
 
     #[test]
     fn issue15_password_never_shown() {

@@ -4,7 +4,8 @@ mod records;
 
 use std::process::{Command, Stdio};
 
-use docsfab_runtime::record::*;
+use docsfab_record::*;
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::{BusyRetry, RunStore, StepEnd, StoreError, StoreOptions};
 use docsfab_runtime::written::{Kept, MAX_RUN_BYTES, MAX_SIDE_BYTES};
@@ -268,6 +269,7 @@ fn quick_options(retries: u32, tx: std::sync::mpsc::Sender<BusyRetry>) -> StoreO
         on_busy: Some(std::sync::Arc::new(move |b: &BusyRetry| {
             let _ = tx.lock().unwrap().send(b.clone());
         })),
+        ..StoreOptions::default()
     }
 }
 

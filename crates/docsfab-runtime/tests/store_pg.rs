@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 
 use docsfab_pg::testing::{TestDb, fresh_database};
 use docsfab_pg::{Pg, PgUrl};
-use docsfab_runtime::record::*;
+use docsfab_record::*;
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::postgres::PgRunStore;
 use docsfab_runtime::store::{

@@ -1,6 +1,6 @@
 //! Durable runs through the real CLI (issue 22): `docsfab run --reuse` against `docsfab sim
-//! serve` with its request log, `docsfab runs resume` after `kill -9` of a fan-out, and the
-//! refusals of a resume.
+//! serve` with its request log, `docsfab runs resume` after `kill -9` of a fan-out (on SQLite,
+//! and on PostgreSQL when `DOCSFAB_TEST_POSTGRES` is set), and the refusals of a resume.
 
 mod support;
 
@@ -270,15 +270,61 @@ fn changed_file_refuses_a_resume(store: Option<&str>) {
 
 #[test]
 fn issue22_kill_9_of_a_40_instance_fan_out_then_resume_finishes_each_instance_exactly_once() {
+    kill_9_then_resume(None);
+}
+
+/// The same on a PostgreSQL store: the killed run's owner is a worker whose heartbeat stops,
+/// so the run is marked interrupted once the heartbeat is stale (five beats, 1 s here).
+#[test]
+fn issue22_the_same_kill_9_and_resume_on_a_postgresql_store() {
+    let Some(db) = docsfab_pg::testing::fresh_database("resume_cli_kill") else {
+        return;
+    };
+    kill_9_then_resume(Some(db.url.as_str()));
+}
+
+/// Beat every 200 ms on PostgreSQL: a killed run is found after about a second.
+const HEARTBEAT_MS: &str = "200";
+
+/// `docsfab runs list --json` judging heartbeats as the killed run's process beat, until the
+/// newest run is no longer running; its id.
+fn wait_interrupted(s: &Setup) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        let out = s
+            .docsfab()
+            .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
+            .args(["runs", "list", "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let newest = &runs[0];
+        if newest["status"] != "running" || started.elapsed() > Duration::from_secs(60) {
+            return newest["runId"].as_str().unwrap().to_owned();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn kill_9_then_resume(store: Option<&str>) {
     let tmp = tempfile::tempdir().unwrap();
     let mods = names(40);
     let first_log = tmp.path().join("first.jsonl");
     let sim = Sim::start_logging(tmp.path(), &scenario(&mods, 15), &first_log);
     let s = Setup::new(&sim.base_url, FAST_CATALOG);
+    if let Some(url) = store {
+        s.use_store(url);
+    }
     seed(&s, &mods);
     let comp = s.composition(&composition(8));
     let mut child = s
         .run_command(&comp)
+        .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -296,8 +342,7 @@ fn issue22_kill_9_of_a_40_instance_fan_out_then_resume_finishes_each_instance_ex
     child.kill().unwrap();
     child.wait().unwrap();
     drop(sim);
-    let runs = s.list_json();
-    let first = runs[0]["runId"].as_str().unwrap().to_owned();
+    let first = wait_interrupted(&s);
     let killed = s.show_json(&first);
     assert_eq!(killed["status"], "interrupted", "{killed}");
     let finished: Vec<String> = succeeded_ids(&killed);
@@ -332,6 +377,9 @@ fn issue22_kill_9_of_a_40_instance_fan_out_then_resume_finishes_each_instance_ex
     for (i, n) in mods.iter().enumerate() {
         let page = std::fs::read_to_string(s.workspace().join(format!("docs/{n}.md"))).unwrap();
         assert_eq!(page, format!("page {n}"), "page {i}");
+    }
+    if store.is_some() {
+        assert!(!s.store().exists(), "a PostgreSQL run wrote runs.db");
     }
 }
 

@@ -10,10 +10,10 @@ use std::fmt;
 
 use docsfab_throttle::process::Holder;
 
-use super::{CancelRequest, Claimed, JobSpec, RunListing, StepEnd, StepStart, StoreError};
-use crate::record::{AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary};
+use super::{CancelRequest, Claimed, JobSpec, Reaped, RunListing, StepEnd, StepStart, StoreError};
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
+use docsfab_record::{AttemptRecord, ForEach, RunContext, RunRecord, RunStatus, RunSummary};
 
 /// The store calls one step run makes: its start, its attempts, its write intents, its end.
 /// The executor runs a step against a `&mut dyn StepLog`: the run's store itself, or, for an
@@ -87,6 +87,9 @@ pub trait RunBackend: StepLog + fmt::Debug {
     /// The runs this open found orphaned and marked `interrupted`.
     fn interrupted_on_open(&self) -> &[String];
 
+    /// The same runs, each with the resume queued for it ([`Reaped`]).
+    fn reaped_on_open(&self) -> &[Reaped];
+
     /// Another handle on this store, for the step records of one instance of a fan-out step:
     /// the instances run together and each records through its own handle. Every handle uses
     /// the store's one connection, one call at a time.
@@ -130,9 +133,11 @@ pub trait RunBackend: StepLog + fmt::Debug {
     fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
 
     /// Marks `interrupted` the running runs whose owner is gone (accounting the write intents
-    /// of their unfinished attempts) and returns their ids. A long-lived process
-    /// (`docsfab serve`) calls it on every heartbeat.
-    fn reap(&mut self) -> Result<Vec<String>, StoreError>;
+    /// of their unfinished attempts) and, in the same transaction, queues the resume of each
+    /// one submitted with `resume: auto` ([`JobSpec::auto_resume`]). A long-lived process
+    /// (`docsfab serve`) calls it on every heartbeat; opening the store does it too. Each run
+    /// is reaped once, by whichever process gets to it first.
+    fn reap_runs(&mut self) -> Result<Vec<Reaped>, StoreError>;
 
     /// Ends a running run with `status`, and `reason`, when given, as the record's
     /// `endReason`. Steps still `running` take the run's final status.
@@ -158,6 +163,15 @@ pub trait RunBackend: StepLog + fmt::Debug {
     /// The full record of one run (one consistent snapshot), or `None` when there is no such
     /// run.
     fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
+
+    /// [`RunBackend::reap_runs`], the ids of the runs it marked `interrupted`.
+    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .reap_runs()?
+            .into_iter()
+            .map(|reaped| reaped.run_id)
+            .collect())
+    }
 
     /// Creates a run owned by this process, `running`, and returns its id.
     fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use docsfab_pg::PgUrl;
 use sha2::{Digest, Sha256};
 
-use crate::record::{
+use docsfab_record::{
     Access, FileWritten, ForEach, RunContext, RunLink, RunStatus, RunSummary, StepFailure,
     StepInput, StepLink, StepRecord, TransportRetry,
 };
@@ -65,6 +65,10 @@ pub struct StoreOptions {
     /// The pause before each retry, doubled every time.
     pub retry_pause: Duration,
     pub on_busy: Option<BusyObserver>,
+    /// How long opening a PostgreSQL store waits out a server that cannot be reached (a
+    /// restart, a failover). Zero for commands, which say at once that the server is down;
+    /// `docsfab serve`'s jobs wait, since the server answered when the service started.
+    pub open_patience: Duration,
 }
 
 impl Default for StoreOptions {
@@ -76,6 +80,7 @@ impl Default for StoreOptions {
             busy_retries: 4,
             retry_pause: Duration::from_millis(50),
             on_busy: None,
+            open_patience: Duration::ZERO,
         }
     }
 }
@@ -87,6 +92,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("busy_retries", &self.busy_retries)
             .field("retry_pause", &self.retry_pause)
             .field("on_busy", &self.on_busy.is_some())
+            .field("open_patience", &self.open_patience)
             .finish()
     }
 }
@@ -185,6 +191,35 @@ pub struct JobSpec {
     /// Set on the job of a resume: the run whose finished steps it carries over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_from: Option<ResumeFrom>,
+}
+
+impl JobSpec {
+    /// The job that resumes run `run_id` of this spec on its own once the run's worker died,
+    /// when it was submitted with `resume: auto`: the same composition and workspace, carrying
+    /// over the finished steps. Nobody is there to answer a refusal, so it reruns changed steps
+    /// and keeps what an interrupted write left; it is never resumed again on its own.
+    pub fn auto_resume(&self, run_id: &str) -> Option<JobSpec> {
+        (self.resume == Some(ResumeMode::Auto)).then(|| JobSpec {
+            resume: None,
+            resume_from: Some(ResumeFrom {
+                run_id: run_id.to_owned(),
+                rerun_changed: true,
+                accept_workspace: true,
+            }),
+            ..self.clone()
+        })
+    }
+}
+
+/// A run [`RunBackend::reap_runs`] (or opening the store) marked `interrupted` because its
+/// owner is gone, with the resume queued for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reaped {
+    pub run_id: String,
+    /// The queued run that resumes it ([`JobSpec::auto_resume`]), for a job submitted with
+    /// `resume: auto`: queued in the transaction that marked it interrupted, at the run's own
+    /// place in the queue, so whichever process reaps it, the run is resumed, and only once.
+    pub resumed_as: Option<String>,
 }
 
 /// The run a queued resume carries finished steps over from, and what its operator allowed.
@@ -323,12 +358,12 @@ impl RunStore {
     }
 
     /// Opens the store `url` names. `options` are SQLite's waits (PostgreSQL waits on its own
-    /// locks and has no busy retries).
+    /// locks and has no busy retries) and PostgreSQL's `open_patience`.
     pub fn open_url(url: &StoreUrl, options: StoreOptions) -> Result<RunStore, StoreError> {
         match url {
             StoreUrl::Sqlite(path) => RunStore::open_with(path, options),
             StoreUrl::Postgres(pg) => Ok(RunStore {
-                backend: Box::new(PgRunStore::open(pg)?),
+                backend: Box::new(PgRunStore::open_within(pg, options.open_patience)?),
                 url: url.clone(),
             }),
         }

@@ -15,7 +15,7 @@
 //!   here equals the one SQLite gives for the same calls.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use docsfab_pg::postgres::{self, GenericClient};
 use docsfab_pg::worker::{self, WorkerId};
@@ -27,15 +27,15 @@ use super::rows::{
     still_running,
 };
 use super::{
-    CancelRequest, Claimed, JobSpec, RunBackend, RunListing, StepEnd, StepLog, StepStart,
+    CancelRequest, Claimed, JobSpec, Reaped, RunBackend, RunListing, StepEnd, StepLog, StepStart,
     StoreError, end_reason, from_json, new_run_id, parse_status, to_json,
-};
-use crate::record::{
-    AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, StepRecord,
-    WriteIntent, rfc3339_utc,
 };
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, StoredWrite};
+use docsfab_record::{
+    AttemptRecord, ForEach, InterruptedAttempt, RunContext, RunRecord, RunStatus, StepRecord,
+    WriteIntent, rfc3339_utc,
+};
 
 // ---- The store ------------------------------------------------------------------------------
 
@@ -119,6 +119,7 @@ pub struct PgRunStore {
     pg: Arc<Pg>,
     worker: WorkerId,
     interrupted: Vec<String>,
+    reaped: Vec<Reaped>,
 }
 
 /// A failure inside a transaction: the server's, or the store's own refusal.
@@ -154,15 +155,27 @@ impl PgRunStore {
     /// Connects, brings the schema up to date, registers this process as a worker (with its
     /// heartbeat) and marks `interrupted` the running runs whose owner is gone.
     pub fn open(url: &PgUrl) -> Result<PgRunStore, StoreError> {
-        let worker = worker::this_process(url)?;
-        let pg = Pg::connect(url)?;
-        docsfab_pg::migrate(&pg, "runs", MIGRATIONS)?;
+        PgRunStore::open_within(url, Duration::ZERO)
+    }
+
+    /// [`PgRunStore::open`], waiting out an outage of the server (a restart, a failover) for up
+    /// to `patience` while connecting and checking the schema: a `docsfab serve` job whose
+    /// database restarts as it starts waits for it instead of failing its run.
+    pub fn open_within(url: &PgUrl, patience: Duration) -> Result<PgRunStore, StoreError> {
+        let (worker, pg) = docsfab_pg::retry_outages(patience, || {
+            let worker = worker::this_process(url)?;
+            let pg = Pg::connect(url)?;
+            docsfab_pg::migrate(&pg, "runs", MIGRATIONS)?;
+            Ok((worker, pg))
+        })?;
         let mut store = PgRunStore {
             pg: Arc::new(pg),
             worker,
             interrupted: Vec::new(),
+            reaped: Vec::new(),
         };
-        store.interrupted = store.reap()?;
+        store.reaped = store.reap_runs()?;
+        store.interrupted = store.reaped.iter().map(|r| r.run_id.clone()).collect();
         Ok(store)
     }
 
@@ -193,9 +206,9 @@ impl PgRunStore {
 
     /// Runs `f` in one transaction, again while the server cannot be reached (a restart, a
     /// failover, a network cut), for up to [`OUTAGE_PATIENCE`]: a run in flight then loses no
-    /// finished attempt. Only a transaction that cannot have committed is run again: one that
-    /// lost its connection before `COMMIT` was sent. A lost `COMMIT` may have taken effect, so it
-    /// is reported, never repeated.
+    /// finished attempt. A transaction is never applied twice: one whose `COMMIT` was cut is run
+    /// again only once the server says it did not commit
+    /// ([`docsfab_pg::Pg::transaction_through_outages`]).
     fn through_outages<T: Send + 'static>(
         &self,
         read_only: bool,
@@ -412,6 +425,10 @@ impl RunBackend for PgRunStore {
         &self.interrupted
     }
 
+    fn reaped_on_open(&self) -> &[Reaped] {
+        &self.reaped
+    }
+
     fn step_log(&self) -> Box<dyn StepLog + Send> {
         Box::new(self.clone())
     }
@@ -560,11 +577,14 @@ impl RunBackend for PgRunStore {
     }
 
     /// Marks `interrupted` every running run whose owner worker is not alive, accounting the
-    /// write intents of its unfinished attempts, and returns their ids. Queued runs have no
-    /// owner and are never touched. A run locked by a writer is skipped: its owner is writing,
-    /// so it is alive, or the next reap finds it. Nothing is reaped while this process may not
-    /// judge others (its own heartbeat failed lately: an outage, see `worker::may_judge`).
-    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+    /// write intents of its unfinished attempts, queues the resume of each submitted with
+    /// `resume: auto`, and returns them. Queued runs have no owner and are never touched. A run
+    /// locked by a writer is skipped: its owner is writing, so it is alive, or the next reap
+    /// finds it. The marks and the resumes commit together or not at all, so a reaper that
+    /// dies, or a database that restarts, leaves either both or neither (and the next reap
+    /// does it). Nothing is reaped while this process may not judge others (its own heartbeat
+    /// failed lately: an outage, see `worker::may_judge`).
+    fn reap_runs(&mut self) -> Result<Vec<Reaped>, StoreError> {
         let (alive, url) = (worker::alive_condition("w"), self.pg.url().clone());
         self.write(move |tx| {
             // Asked on every try: a reap that began just before an outage and is run again
@@ -586,12 +606,15 @@ impl RunBackend for PgRunStore {
                 .map(|row| (row.get(0), row.get(1)))
                 .collect();
             let ended = now();
-            for (run_id, worker) in &orphans {
-                account_interrupted_writes(tx, run_id)?;
+            let mut reaped = Vec::with_capacity(orphans.len());
+            for (run_id, worker) in orphans {
+                account_interrupted_writes(tx, &run_id)?;
                 let reason = end_reason::owner_worker_gone(worker.as_deref().unwrap_or("?"));
-                end_run(tx, run_id, RunStatus::Interrupted, &ended, Some(&reason))?;
+                end_run(tx, &run_id, RunStatus::Interrupted, &ended, Some(&reason))?;
+                let resumed_as = queue_auto_resume(tx, &run_id)?;
+                reaped.push(Reaped { run_id, resumed_as });
             }
-            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
+            Ok(reaped)
         })
     }
 
@@ -744,6 +767,48 @@ fn next_attempt(tx: &mut impl GenericClient, run_id: &str, step_index: u32) -> T
         )?
         .get(0);
     Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
+/// Inside the reap's transaction, for run `run_id` just marked interrupted: when it was
+/// submitted with `resume: auto`, queues its resume ([`JobSpec::auto_resume`]) with the run's
+/// own `queued_seq`, so it is claimed before every run submitted after it, and returns its id.
+/// A spec that cannot be read queues nothing (such a run could not be resumed either).
+fn queue_auto_resume(tx: &mut impl GenericClient, run_id: &str) -> TxResult<Option<String>> {
+    let row = tx.query_one(
+        "SELECT job_spec, queued_seq FROM runs WHERE run_id = $1",
+        &[&run_id],
+    )?;
+    let spec: Option<String> = row.get(0);
+    let seq: i64 = row.get(1);
+    let Some(resume) = spec
+        .as_deref()
+        .and_then(|text| from_json::<JobSpec>(text).ok())
+        .and_then(|spec| spec.auto_resume(run_id))
+    else {
+        return Ok(None);
+    };
+    let (submitted_at, submitted_ms) = now();
+    let id = new_run_id(
+        &submitted_at,
+        &resume.composition_name,
+        std::process::id(),
+        SystemTime::now(),
+    );
+    tx.execute(
+        "INSERT INTO runs (run_id, composition, status, started_at, started_ms, job_spec,
+                           queued_seq)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &id,
+            &resume.composition_name,
+            &RunStatus::Queued.as_str(),
+            &submitted_at,
+            &submitted_ms,
+            &to_json(&resume)?,
+            &seq,
+        ],
+    )?;
+    Ok(Some(id))
 }
 
 /// For each still-running step of a dead run: the write intents of the attempt that never got

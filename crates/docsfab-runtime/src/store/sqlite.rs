@@ -34,20 +34,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use docsfab_throttle::process::Holder;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
-use crate::record::ForEach;
-use crate::record::{
+use crate::snapshot::WrittenFile;
+use crate::written::{Kept, StoredWrite};
+use docsfab_record::ForEach;
+use docsfab_record::{
     AttemptRecord, InterruptedAttempt, RunContext, RunRecord, RunStatus, StepRecord, WriteIntent,
     rfc3339_utc,
 };
-use crate::snapshot::WrittenFile;
-use crate::written::{Kept, StoredWrite};
 
 use super::rows::{
     ListingRow, RunHead, StoredSide, WrittenRow, new_written, status_counts, step_record,
     still_running,
 };
 use super::{
-    BusyRetry, CancelRequest, Claimed, JobSpec, RunBackend, RunListing, StepEnd, StepLog,
+    BusyRetry, CancelRequest, Claimed, JobSpec, Reaped, RunBackend, RunListing, StepEnd, StepLog,
     StepStart, StoreError, StoreOptions, end_reason, from_json, new_run_id, parse_status, to_json,
 };
 
@@ -57,6 +57,7 @@ use super::{
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     interrupted: Vec<String>,
+    reaped: Vec<Reaped>,
     options: StoreOptions,
     busy_retries: Arc<AtomicU32>,
 }
@@ -123,6 +124,7 @@ impl SqliteStore {
         let mut store = SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             interrupted: Vec::new(),
+            reaped: Vec::new(),
             options,
             busy_retries: Arc::new(AtomicU32::new(0)),
         };
@@ -145,7 +147,8 @@ impl SqliteStore {
             migrate_written(conn)?;
             Ok(())
         })?;
-        store.interrupted = store.mark_orphans_interrupted()?;
+        store.reaped = store.mark_orphans_interrupted()?;
+        store.interrupted = store.reaped.iter().map(|r| r.run_id.clone()).collect();
         Ok(store)
     }
 
@@ -190,7 +193,9 @@ impl SqliteStore {
         }
     }
 
-    fn mark_orphans_interrupted(&self) -> Result<Vec<String>, StoreError> {
+    /// Marks `interrupted` the running runs whose owning process is gone and queues, in the
+    /// same transaction, the resume of each submitted with `resume: auto`.
+    fn mark_orphans_interrupted(&self) -> Result<Vec<Reaped>, StoreError> {
         // Look first without the write lock: almost always there is nothing to mark, and
         // `runs list` beside running runs should not queue for their lock.
         if self
@@ -204,7 +209,9 @@ impl SqliteStore {
             // Again under the lock: another process may have marked them meanwhile.
             let orphans = find_orphans(&tx)?;
             let ended_at = rfc3339_utc(SystemTime::now());
-            for (run_id, pid) in &orphans {
+            let mut reaped = Vec::with_capacity(orphans.len());
+            for (run_id, pid) in orphans {
+                let run_id = &run_id;
                 account_interrupted_writes(&tx, run_id)?;
                 tx.execute(
                     "UPDATE runs SET status = ?2, ended_at = ?3, end_reason = ?4 WHERE run_id = ?1",
@@ -212,7 +219,7 @@ impl SqliteStore {
                         run_id,
                         RunStatus::Interrupted.as_str(),
                         ended_at,
-                        end_reason::owner_process_gone(*pid)
+                        end_reason::owner_process_gone(pid)
                     ],
                 )?;
                 tx.execute(
@@ -223,9 +230,13 @@ impl SqliteStore {
                         RunStatus::Running.as_str()
                     ],
                 )?;
+                reaped.push(Reaped {
+                    run_id: run_id.clone(),
+                    resumed_as: queue_auto_resume(&tx, run_id)?,
+                });
             }
             tx.commit()?;
-            Ok(orphans.into_iter().map(|(run_id, _)| run_id).collect())
+            Ok(reaped)
         })
     }
 }
@@ -367,6 +378,10 @@ impl RunBackend for SqliteStore {
 
     fn interrupted_on_open(&self) -> &[String] {
         &self.interrupted
+    }
+
+    fn reaped_on_open(&self) -> &[Reaped] {
+        &self.reaped
     }
 
     fn step_log(&self) -> Box<dyn StepLog + Send> {
@@ -561,8 +576,9 @@ impl RunBackend for SqliteStore {
         })
     }
 
-    /// As opening does: the running runs whose owning process is gone.
-    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+    /// As opening does: the running runs whose owning process is gone, and the resumes of
+    /// those submitted with `resume: auto`.
+    fn reap_runs(&mut self) -> Result<Vec<Reaped>, StoreError> {
         self.mark_orphans_interrupted()
     }
 
@@ -789,6 +805,49 @@ fn find_orphans(conn: &Connection) -> Result<Vec<(String, u32)>, StoreError> {
         }
     }
     Ok(orphans)
+}
+
+/// Inside the reap's transaction, for run `run_id` just marked interrupted: when it was
+/// submitted with `resume: auto`, queues its resume ([`JobSpec::auto_resume`]) at the run's own
+/// place in the queue (the end of it for a run that never was queued) and returns its id. A
+/// spec that cannot be read queues nothing (such a run could not be resumed either).
+fn queue_auto_resume(conn: &Connection, run_id: &str) -> Result<Option<String>, StoreError> {
+    let (spec, seq): (Option<String>, Option<i64>) = conn.query_row(
+        "SELECT job_spec, queued_seq FROM runs WHERE run_id = ?1",
+        [run_id],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let Some(resume) = spec
+        .as_deref()
+        .and_then(|text| from_json::<JobSpec>(text).ok())
+        .and_then(|spec| spec.auto_resume(run_id))
+    else {
+        return Ok(None);
+    };
+    let now = SystemTime::now();
+    let submitted_at = rfc3339_utc(now);
+    let id = new_run_id(
+        &submitted_at,
+        &resume.composition_name,
+        std::process::id(),
+        now,
+    );
+    conn.execute(
+        "INSERT INTO runs (run_id, composition, status, started_at, started_ms, owner_pid,
+                           job_spec, cancel_requested, queued_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, 0,
+                 COALESCE(?7, (SELECT COALESCE(MAX(queued_seq), 0) + 1 FROM runs)))",
+        params![
+            id,
+            resume.composition_name,
+            RunStatus::Queued.as_str(),
+            submitted_at,
+            epoch_ms(now),
+            to_json(&resume)?,
+            seq,
+        ],
+    )?;
+    Ok(Some(id))
 }
 
 /// For each still-running step of a dead run: the write intents of the attempt that never got

@@ -3,8 +3,9 @@
 
 use std::io::Write as _;
 use std::path::Path;
+use std::time::Duration;
 
-use docsfab_runtime::record::RunRecord;
+use docsfab_record::RunRecord;
 use docsfab_runtime::stats::Filter;
 use docsfab_runtime::store::{BusyRetry, RunStore, StoreError, StoreOptions, StoreUrl};
 
@@ -51,7 +52,14 @@ pub fn store_exists(url: &StoreUrl) -> bool {
 /// while another docsfab process holds the store past the busy timeout, so a slow command says
 /// why it waits.
 pub fn open_store_url(url: &StoreUrl) -> Result<RunStore, CliError> {
+    open_store_url_within(url, Duration::ZERO)
+}
+
+/// [`open_store_url`], waiting up to `patience` for a PostgreSQL server that cannot be reached
+/// (`docsfab serve`'s jobs: a restart of the database as a job starts does not fail its run).
+pub fn open_store_url_within(url: &StoreUrl, patience: Duration) -> Result<RunStore, CliError> {
     let options = StoreOptions {
+        open_patience: patience,
         on_busy: Some(std::sync::Arc::new(|b: &BusyRetry| {
             let _ = writeln!(
                 std::io::stderr(),
@@ -108,7 +116,7 @@ pub(crate) fn read_failed(url: &StoreUrl, e: impl std::fmt::Display) -> CliError
 pub(crate) fn load_records(
     path: &StoreUrl,
     filter: &Filter,
-) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
+) -> Result<Vec<docsfab_record::RunRecord>, CliError> {
     if !store_exists(path) {
         return Ok(Vec::new());
     }
@@ -120,7 +128,7 @@ pub(crate) fn records_of(
     store: &RunStore,
     path: &StoreUrl,
     filter: &Filter,
-) -> Result<Vec<docsfab_runtime::record::RunRecord>, CliError> {
+) -> Result<Vec<docsfab_record::RunRecord>, CliError> {
     let failed = |e: docsfab_runtime::store::StoreError| read_failed(path, e);
     let mut records = Vec::new();
     for summary in store.list_runs().map_err(failed)? {

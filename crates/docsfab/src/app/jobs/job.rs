@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use docsfab_record::RunStatus;
 use docsfab_runtime::executor::{RunConfig, run_claimed};
 use docsfab_runtime::progress::Progress;
-use docsfab_runtime::record::RunStatus;
 use docsfab_runtime::store::{Claimed, RunStore};
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +32,19 @@ pub fn execute(service: &Service, claimed: Claimed, cancel: CancellationToken) -
             return id;
         }
     };
+    // Opening a store reaps: a dead worker's runs are often marked here, by the first job to
+    // start once its heartbeat is stale, and their resumes queued with them.
+    store
+        .reaped_on_open()
+        .iter()
+        .for_each(super::resume::log_resume);
+    if store
+        .reaped_on_open()
+        .iter()
+        .any(|r| r.resumed_as.is_some())
+    {
+        service.wake.notify_one();
+    }
     match prepare_and_run(service, &claimed, cancel.clone(), &mut store) {
         Ok(()) => {}
         Err((status, reason)) => {

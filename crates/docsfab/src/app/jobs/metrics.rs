@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, PoisonError};
 
 use docsfab_record::round_usd;
-use docsfab_runtime::record::{RunRecord, RunStatus};
+use docsfab_record::{RunRecord, RunStatus};
 use docsfab_runtime::stats::{Filter, Stats, Tokens, UNKNOWN_PROVIDER, provider_of};
 
 /// Sums over the records of the runs this process finished.

@@ -1,6 +1,7 @@
 //! Resuming through `docsfab serve` (docs/resume.md): `POST /api/runs/{id}/resume` queues a
 //! new run that carries over the finished steps of `id`, refused as `docsfab runs resume`
-//! refuses; a job submitted with `resume: auto` is queued again so, once, when its worker died;
+//! refuses; a job submitted with `resume: auto` is queued again so, once, when its worker died
+//! (by the store, in the transaction that marks the run interrupted; `log_resume` says so);
 //! and at claim time the worker builds the resumed run's reference and checks its workspace
 //! again (it may be another host's, or a fresh clone).
 
@@ -8,8 +9,9 @@ use std::path::Path;
 
 use docsfab_runtime::executor::Carry;
 use docsfab_runtime::reuse::Reference;
-use docsfab_runtime::store::{JobSpec, JobWorkspace, ResumeFrom, ResumeMode, RunStore, StoreError};
+use docsfab_runtime::store::{JobSpec, JobWorkspace, Reaped, ResumeFrom, RunStore};
 
+use super::service::log;
 use crate::app::carry::{ResumeFlags, check_resume, find_record, resumable, resume_workspace};
 use crate::app::error::CliError;
 
@@ -66,19 +68,15 @@ pub fn carry(store: &RunStore, spec: &JobSpec, workspace: &Path) -> Result<Optio
     }))
 }
 
-/// After run `id` was marked interrupted: when it was submitted with `resume: auto`, queues its
-/// resume (once: the resume's own job has no `resume`). Nobody is there to answer a refusal,
-/// so the resume reruns changed steps and keeps what an interrupted write left.
-pub fn auto(store: &mut RunStore, id: &str) -> Result<Option<String>, StoreError> {
-    let Some(spec) = store.job_spec(id)? else {
-        return Ok(None);
-    };
-    if spec.resume != Some(ResumeMode::Auto) {
-        return Ok(None);
+/// The line for a run a reap marked interrupted that was submitted with `resume: auto`. The
+/// store queued its resume in the transaction that marked it
+/// ([`docsfab_runtime::store::JobSpec::auto_resume`]): whichever process reaped it (a runner's
+/// reap, the store a job or a command opened), the run is resumed, once.
+pub fn log_resume(run: &Reaped) {
+    if let Some(resumed) = &run.resumed_as {
+        log(&format!(
+            "run {} had resume: auto; queued its resume as run {resumed}",
+            run.run_id
+        ));
     }
-    let flags = ResumeFlags {
-        rerun_changed: true,
-        accept_workspace: true,
-    };
-    store.enqueue(&resume_job(&spec, id, flags)).map(Some)
 }

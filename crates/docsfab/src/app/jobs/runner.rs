@@ -1,8 +1,10 @@
 //! The job runner: claims queued runs from the store (oldest first, at most `--jobs` at once)
 //! and runs each as a [`job`](super::job) on a blocking thread. Every 250 ms or sooner it asks
-//! the store whether someone asked to cancel one of its runs; every 2 s it reaps the running
-//! runs of dead processes (and queues the resume of those submitted with `resume: auto`). It
-//! claims at once when a job ends or a run is submitted here, else polls every 200 ms.
+//! the store whether someone asked to cancel one of its runs; once per heartbeat (2 s by default,
+//! `DOCSFAB_HEARTBEAT_MS`) it reaps the running
+//! runs of dead processes (the store queues, with each mark, the resume of a run submitted with
+//! `resume: auto`). It claims at once when a job ends or a run is submitted here, or a resume
+//! was queued, else polls every 200 ms.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -123,27 +125,19 @@ async fn poll_cancel_requests(service: &Arc<Service>, tokens: &HashMap<String, C
     }
 }
 
+/// Marks the runs of dead processes interrupted; the store queues, in the same transaction,
+/// the resume of each one submitted with `resume: auto`.
 async fn reap(service: &Arc<Service>) {
-    if let Ok(Ok(ids)) = service.with_store(|s| s.reap()).await {
-        for id in ids {
+    if let Ok(Ok(reaped)) = service.with_store(|s| s.reap_runs()).await {
+        for run in &reaped {
             log(&format!(
-                "run {id} was left running by a process that no longer exists; it is now marked interrupted"
+                "run {} was left running by a process that no longer exists; it is now marked interrupted",
+                run.run_id
             ));
-            let key = id.clone();
-            match service
-                .with_store(move |s| super::resume::auto(s, &key))
-                .await
-            {
-                Ok(Ok(Some(resumed))) => {
-                    log(&format!(
-                        "run {id} had resume: auto; queued its resume as run {resumed}"
-                    ));
-                    service.wake.notify_one();
-                }
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => log(&format!("run {id}: cannot queue its resume ({e})")),
-                Err(e) => log(&format!("run {id}: cannot queue its resume ({e})")),
-            }
+            super::resume::log_resume(run);
+        }
+        if reaped.iter().any(|r| r.resumed_as.is_some()) {
+            service.wake.notify_one();
         }
     }
 }

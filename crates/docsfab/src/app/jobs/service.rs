@@ -7,6 +7,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use docsfab_runtime::store::{RunStore, StoreUrl};
 
@@ -17,6 +18,10 @@ use crate::app::error::CliError;
 pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "serve: {line}");
 }
+
+/// How long a job waits for an unreachable PostgreSQL store when it opens its own: the same
+/// patience a running job's transactions have.
+const JOB_OPEN_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Where the run store is: `--store`/`DOCSFAB_STORE`, else `DOCSFAB_HOME/runs.db`.
 #[derive(Debug, Clone)]
@@ -31,9 +36,11 @@ impl StoreAt {
         })
     }
 
-    /// A store of its own (the API shares one; each job opens its own).
+    /// A store of its own (the API shares one; each job opens its own). A PostgreSQL server
+    /// that cannot be reached is waited for as a running job waits for it (30 s), so a restart
+    /// of the database as a job starts does not fail its run.
     pub fn open(&self) -> Result<RunStore, CliError> {
-        crate::app::store::open_store_url(&self.url)
+        crate::app::store::open_store_url_within(&self.url, JOB_OPEN_PATIENCE)
     }
 
     pub fn url(&self) -> &StoreUrl {
@@ -57,8 +64,8 @@ pub struct Service {
 }
 
 impl Service {
-    /// Checks the workspace root, opens the store (`--store`, else the home's `runs.db`), and
-    /// queues the resume of every run this open found orphaned (marked `interrupted`) that was
+    /// Checks the workspace root and opens the store (`--store`, else the home's `runs.db`),
+    /// which marks `interrupted` the runs it finds orphaned and queues the resume of those
     /// submitted with `resume: auto`.
     pub fn open(
         home: &Path,
@@ -67,14 +74,12 @@ impl Service {
     ) -> Result<Service, CliError> {
         let workspace_root = workspace_root.map(check_root).transpose()?;
         let store_at = StoreAt::locate(home, store)?;
-        let mut api_store = store_at.open()?;
-        for id in api_store.interrupted_on_open().to_vec() {
-            if let Ok(Some(resumed)) = super::resume::auto(&mut api_store, &id) {
-                log(&format!(
-                    "run {id} had resume: auto; queued its resume as run {resumed}"
-                ));
-            }
-        }
+        let api_store = store_at.open()?;
+        // Opening said which runs it marked interrupted (`app::store`); their resumes:
+        api_store
+            .reaped_on_open()
+            .iter()
+            .for_each(super::resume::log_resume);
         Ok(Service {
             home: home.to_path_buf(),
             store_at,
