@@ -5,7 +5,9 @@
 //! provider and cancel it with the keyboard, see `cancelled`, rerun the first one, and see the
 //! server's sentence for a refused submission next to the form; axe-core finds no WCAG 2.1 A/AA
 //! violation on the page (nor on the sign-in page). The store is then read with
-//! `docsfab runs show` to prove the page showed what happened.
+//! `docsfab runs show` to prove the page showed what happened. Issue 34 adds the Resume button
+//! (`tests/web/resume_page.mjs`): a failed run resumed from the page, its lineage on the page
+//! and in the resumed run's report.
 //!
 //! Needs `node`, `/usr/bin/chromium` (or `chromium` on PATH), and playwright-core and axe-core
 //! from npm: `npm install --prefix target/web-tools playwright-core@1.65.1 axe-core@4.14.1`
@@ -367,4 +369,153 @@ fn issue15_a_foreign_page_in_the_browser_cannot_queue_or_cancel_runs() {
 fn issue15_a_foreign_page_cannot_use_the_signed_in_cookie() {
     let Some(tools) = tools() else { return };
     foreign_page_changes_nothing(&tools, true);
+}
+
+/// Three read-only steps; the last one's request carries the marker its simulator lane answers.
+const THREE_STEPS: &str = "name: lineage\nlimits:\n  timeoutMs: 60000\n  maxTurns: 6\nsteps:\n  - id: survey\n    access: read-only\n    instructions: Survey the code.\n    contract:\n      schema: {type: object, required: [modules]}\n  - id: inventory\n    access: read-only\n    instructions: \"List the files of {{steps.survey.output}}.\"\n    contract:\n      schema: {type: object, required: [modules]}\n  - id: outline\n    access: read-only\n    instructions: \"Outline the modules of {{steps.survey.output}}.\"\n    contract:\n      schema: {type: object, required: [modules]}\n";
+
+/// The first two steps answer; the outline's first request is refused for good (a terminal 400,
+/// so the run fails there) and its next one, the resume's, answers.
+const FAILS_THE_LAST_STEP: &str = "responses:\n  - answer: {json: {modules: [lib, count]}}\nlanes:\n  - contains: \"Outline the modules\"\n    responses:\n      - status: 400\n        body: '{\"error\": {\"message\": \"bad request\", \"type\": \"invalid_request_error\"}}'\n      - answer: {json: {modules: [outlined]}}\n";
+
+/// The `entry` of every request in the simulator's log (which lane and answer took it).
+fn sim_entries(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["entry"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The run's record once it shows `status` (read with `docsfab runs show`, as the page's server
+/// writes it).
+fn wait_for_status(setup: &Setup, id: &str, status: &str) -> Value {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let record = setup.show_json(id);
+        if record["status"] == status {
+            return record;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "run {id} never reached {status}: {record}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Runs `tests/web/resume_page.mjs` against the server; what it reported.
+fn drive_resume(tools: &Tools, serve: &Serve, setup: &Setup, failed: &str, log: &Path) -> Value {
+    let profile = setup.dir.path().join("chromium-profile");
+    std::fs::create_dir_all(&profile).unwrap();
+    let out = Command::new(&tools.node)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/resume_page.mjs"))
+        .env("DOCSFAB_SERVE_URL", &serve.url)
+        .env("DOCSFAB_PLAYWRIGHT_DIR", &tools.playwright_dir)
+        .env("DOCSFAB_CHROMIUM", &tools.chromium)
+        .env("DOCSFAB_PROFILE", &profile)
+        .env("DOCSFAB_FAILED_RUN", failed)
+        .env("DOCSFAB_REUSED_STEPS", "survey,inventory")
+        .env("DOCSFAB_REPORT_FILE", setup.dir.path().join("report.html"))
+        .env(
+            "DOCSFAB_SCREENSHOT",
+            screenshot_path("serve-page-resume.png"),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "resume_page.mjs failed:\n{}\n{stdout}\nserver stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
+}
+
+/// The store agrees with what the page and the report showed: the resume carried the two
+/// finished steps over from the failed run, without attempts, and ran only the failed one.
+fn assert_lineage_in_the_store(setup: &Setup, failed: &str, resumed: &str) {
+    let record = setup.show_json(resumed);
+    docsfab_runtime::record::validate_against_schema(&record).unwrap();
+    assert_eq!(record["status"], "succeeded", "{record}");
+    assert_eq!(record["resumedFrom"]["runId"], failed, "{record}");
+    let steps = record["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{record}");
+    for (step, id) in steps.iter().zip(["survey", "inventory"]) {
+        assert_eq!(step["stepId"], id);
+        assert_eq!(step["status"], "succeeded");
+        assert_eq!(step["reusedFrom"]["runId"], failed, "{step}");
+        assert_eq!(step["reusedFrom"]["stepId"], id, "{step}");
+        assert_eq!(step["attempts"].as_array().unwrap().len(), 0, "{step}");
+    }
+    assert!(steps[2]["reusedFrom"].is_null(), "{}", steps[2]);
+    assert_eq!(steps[2]["attempts"].as_array().unwrap().len(), 1);
+    assert_eq!(steps[2]["output"]["modules"][0], "outlined");
+}
+
+/// Issue 34: the Resume button and the lineage, in Chromium. A run submitted through the API
+/// fails at its last step (the simulator refuses that step's request with a terminal 400); the
+/// page lists it as failed with a Resume button, a click queues a resume, which the page follows
+/// to `succeeded`; its row names the run it resumed (a link to that run's report, which the
+/// script follows) and offers Rerun but no Resume; its report (`GET /api/runs/{id}/report`, the
+/// page `runs show --html` writes) says it resumed the failed run and reused its two finished
+/// steps. axe-core finds no WCAG 2.1 A/AA violation on the page before and after, nor on the
+/// report. The simulator's log proves the resume sent only the failed step's request.
+#[test]
+fn issue34_resume_button_queues_a_resume_whose_lineage_the_page_and_its_report_show_in_chromium() {
+    let Some(tools) = tools() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let sim_log = tmp.path().join("requests.jsonl");
+    let sim = Sim::start_logging(tmp.path(), FAILS_THE_LAST_STEP, &sim_log);
+    let setup = Setup::new(&sim.base_url, FAST_CATALOG);
+    let serve_log = setup.dir.path().join("serve.stderr");
+    let serve = Serve::start(&setup, &["--jobs", "1"], &serve_log);
+
+    let failed = submit(&serve.url, THREE_STEPS, &setup.workspace());
+    let record = wait_for_status(&setup, &failed, "failed");
+    let statuses: Vec<&str> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["succeeded", "succeeded", "failed"], "{record}");
+    assert_eq!(sim_entries(&sim_log).len(), 3);
+
+    let seen = drive_resume(&tools, &serve, &setup, &failed, &serve_log);
+    let resumed = seen["resumed"].as_str().unwrap().to_owned();
+    assert_eq!(seen["lineage"], format!("resumed from {failed}"), "{seen}");
+    assert_eq!(seen["steps"], "3", "{seen}");
+    assert_eq!(seen["attempts"], "1", "only the failed step ran: {seen}");
+    for state in [
+        "axeRulesPassedFailed",
+        "axeRulesPassedResumed",
+        "axeRulesPassedReport",
+    ] {
+        assert!(seen[state].as_u64().unwrap() > 0, "{state}: {seen}");
+    }
+    assert_lineage_in_the_store(&setup, &failed, &resumed);
+    // The resume asked the provider for the failed step only, and was answered by its lane.
+    let sent = sim_entries(&sim_log);
+    assert_eq!(sent.len(), 4, "{sent:?}");
+    assert_eq!(sent[3], "lanes[0] responses[1]", "{sent:?}");
+    // The report the browser was served is the page `runs show --html -` writes.
+    let cli = setup
+        .docsfab()
+        .args(["runs", "show", &resumed, "--html", "-"])
+        .output()
+        .unwrap();
+    assert!(cli.status.success());
+    let served = std::fs::read(setup.dir.path().join("report.html")).unwrap();
+    assert!(
+        served == cli.stdout,
+        "the served report differs from runs show --html"
+    );
+    drop(serve);
 }

@@ -17,47 +17,15 @@
 // Prints one JSON line {"succeeded": ID, "cancelled": ID, "rerun": ID, ...} and exits 0, or
 // exits 1 with the reason on stderr.
 
-import { createRequire } from "node:module";
 import fs from "node:fs";
-import path from "node:path";
 
-const env = (name, fallback) => {
-  const value = process.env[name] ?? fallback;
-  if (value === undefined) throw new Error(`serve_page.mjs needs ${name}`);
-  return value;
-};
-
-const require = createRequire(path.join(env("DOCSFAB_PLAYWRIGHT_DIR"), "package.json"));
-const { chromium } = require("playwright-core");
-// axe-core checks the WCAG 2.1 A/AA rules it can decide automatically (labels, names, contrast,
-// roles). It is evaluated through the DevTools protocol, which the page's CSP does not govern.
-const AXE = fs.readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
+import { WAIT_MS, accessibility, check, env, launch, row, waitForStatus } from "./browser.mjs";
 
 const BASE = env("DOCSFAB_SERVE_URL");
 const TOKEN = process.env.DOCSFAB_TOKEN;
-// Generous: the run goes through a real server, store and simulator on a shared machine.
-const WAIT_MS = 60_000;
-
-function check(condition, message) {
-  if (!condition) throw new Error(message);
-}
 
 async function main() {
-  const context = await chromium.launchPersistentContext(env("DOCSFAB_PROFILE"), {
-    executablePath: env("DOCSFAB_CHROMIUM", "/usr/bin/chromium"),
-    headless: true,
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-      "--disable-dev-shm-usage",
-    ],
-    viewport: { width: 1280, height: 900 },
-  });
+  const context = await launch(env("DOCSFAB_PROFILE"));
   const problems = [];
   try {
     const page = context.pages()[0] ?? (await context.newPage());
@@ -198,32 +166,6 @@ async function submit(page, composition) {
   await page.locator("#form-note").filter({ hasText: id }).waitFor();
   check((await page.locator("#form-error").textContent()) === "", "an error is shown after a good submit");
   return id;
-}
-
-/** Runs axe-core on the page as it is now; fails on any violation. Returns how many rules passed. */
-async function accessibility(page, where) {
-  await page.evaluate(AXE);
-  const result = await page.evaluate(() =>
-    // eslint-disable-next-line no-undef
-    axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } }),
-  );
-  const found = result.violations.map((v) => `${v.id} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`);
-  check(found.length === 0, `${where} breaks accessibility rules (axe-core): ${found.join(" | ")}`);
-  return result.passes.length;
-}
-
-function row(page, id) {
-  const exact = new RegExp("^" + id.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "$");
-  return page.locator("#runs-body tr").filter({ has: page.locator("th.id", { hasText: exact }) });
-}
-
-async function waitForStatus(page, id, status) {
-  try {
-    await row(page, id).locator("td.status").filter({ hasText: new RegExp(`\\b${status}$`) }).waitFor();
-  } catch (error) {
-    const now = await row(page, id).locator("td.status").textContent().catch(() => "(no row)");
-    throw new Error(`run ${id} did not reach ${status} (it shows ${now}): ${error.message}`);
-  }
 }
 
 main().catch((error) => {
