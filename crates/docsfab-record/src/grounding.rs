@@ -12,6 +12,23 @@ pub struct GroundingRecord {
     pub grounded: u32,
     pub external: u32,
     pub unknown: Vec<UnknownCitation>,
+    /// Each grounded line range the answer cited (`src/lib.rs:12-30`) with the SHA-256 of
+    /// those lines as they were, so a later reader can tell which claims went stale. Absent
+    /// when the answer cited none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lines: Vec<CitedLines>,
+}
+
+/// A line range an answer cited, as it was when judged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CitedLines {
+    /// The answer member it was in (`pages.2.markdown`).
+    pub member: String,
+    /// The citation as written: `src/lib.rs:12-30`.
+    pub text: String,
+    /// SHA-256 (hex) of the cited lines joined with `\n`.
+    pub sha256: String,
 }
 
 impl GroundingRecord {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use docsfab_grounding::{Citation, Index, Kind, extract};
-use docsfab_record::{GroundingRecord, UnknownCitation};
+use docsfab_record::{CitedLines, GroundingRecord, UnknownCitation};
 use serde_json::Value;
 
 /// What a step's answers are judged against: the workspace as read for the step, and the
@@ -150,6 +150,13 @@ pub fn check(
             record.cited += report.cited;
             record.grounded += report.grounded;
             record.external += report.external;
+            record.lines.extend(report.judged.iter().filter_map(|j| {
+                Some(CitedLines {
+                    member: at.clone(),
+                    text: j.text.clone(),
+                    sha256: j.lines_sha256.clone()?,
+                })
+            }));
             record
                 .unknown
                 .extend(report.unknown.into_iter().map(|u| UnknownCitation {
@@ -274,6 +281,18 @@ mod tests {
         index.add_file("src/count.rs", "pub fn count_words() {}\n");
         index.add_file("src/lib.rs", "pub mod count;\n");
         index
+    }
+
+    #[test]
+    fn a_cited_line_range_keeps_the_hash_of_its_lines() {
+        let answer = json!({"markdown": "See `src/count.rs:1` and `src/lib.rs:2-9`."});
+        let r = check(&answer, &["markdown".into()], &index(), &BTreeSet::new());
+        assert_eq!(r.lines.len(), 1, "{r:?}");
+        assert_eq!(r.lines[0].text, "src/count.rs:1");
+        assert_eq!(r.lines[0].member, "markdown");
+        let digest = <sha2::Sha256 as sha2::Digest>::digest("pub fn count_words() {}");
+        assert_eq!(r.lines[0].sha256, hex::encode(digest));
+        assert_eq!(r.unknown[0].text, "src/lib.rs:2-9", "past the file's end");
     }
 
     #[test]

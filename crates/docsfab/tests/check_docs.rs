@@ -160,3 +160,20 @@ fn issue32_runs_show_lists_what_each_attempt_cited() {
     assert!(show.contains("contract-ungrounded"), "{show}");
     assert!(show.contains("grounding: 2 of 2 cited grounded"), "{show}");
 }
+
+/// A cited line range keeps the SHA-256 of its lines in the JSON report, so a later check can
+/// say which claims went stale (issue 32).
+#[test]
+fn issue32_a_line_range_is_reported_with_the_hash_of_its_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    tree(dir.path());
+    let (code, out, err) = check(dir.path(), "See `src/report.rs:1-3`.\n", true);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lines = &v["files"][0]["lines"];
+    assert_eq!(lines[0]["text"], "src/report.rs:1-3", "{v:#}");
+    let text = std::fs::read_to_string(dir.path().join("src/report.rs")).unwrap();
+    let cited: Vec<&str> = text.lines().take(3).collect();
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(cited.join("\n"));
+    assert_eq!(lines[0]["sha256"], hex::encode(digest));
+}

@@ -123,6 +123,11 @@ fn as_json(reports: &[(String, Report)]) -> String {
                 "grounded": r.grounded,
                 "external": r.external,
                 "unknown": r.unknown,
+                // Each grounded line range with the SHA-256 of its lines, for a later check
+                // of which claims went stale (docs/grounding.md).
+                "lines": r.judged.iter().filter_map(|j| Some(json!({
+                    "text": j.text, "line": j.line, "sha256": j.lines_sha256.as_ref()?,
+                }))).collect::<Vec<_>>(),
             })
         })
         .collect();
