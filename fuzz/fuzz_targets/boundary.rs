@@ -2,7 +2,8 @@
 //! must be the one it gives the body read whole (BND-9).
 #![no_main]
 
-use docsfab_boundary::{Api, BoundaryConfig, Secret};
+use docsfab_boundary::{BoundaryConfig, Secret};
+use docsfab_record::Api;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {

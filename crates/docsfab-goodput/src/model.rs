@@ -4,7 +4,8 @@
 //! bursts. Each state has its own fault probabilities by class. After an HTTP 429 the next request
 //! is throttled again with a probability that may depend on the wait before it.
 
-use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
+use docsfab_record::FaultKind;
 use serde::{Deserialize, Serialize};
 
 use crate::rng::Rng;
@@ -263,6 +264,7 @@ impl FaultModel {
     }
 
     /// Every request fails with HTTP `status`, instantly: the hand-computable extreme.
+    #[cfg(any(test, feature = "testing"))]
     pub fn always(status: u16) -> FaultModel {
         let mut c = ClassProbabilities::default();
         match status {

@@ -2,10 +2,11 @@
 //! presets of other clients' documented retry defaults.
 
 use docsfab_policy::catalog::EffectiveLimits;
-use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::StepBudgets;
+use docsfab_record::ProviderErrorClass;
 
 /// docsfab's two layers, exactly as a run applies them.
 #[derive(Debug, Clone)]

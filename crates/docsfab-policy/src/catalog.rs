@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use docsfab_record::TransportRetry;
 use serde::Serialize;
 
 use crate::host::{HostConfig, RawKind, RawValue, shown_value};
@@ -433,8 +434,6 @@ impl EffectiveLimits {
         }
     }
 }
-
-pub use docsfab_record::TransportRetry;
 
 /// Where a refused value was given.
 #[derive(Debug, Clone, PartialEq, Eq)]

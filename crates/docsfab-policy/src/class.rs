@@ -1,8 +1,7 @@
 //! Provider error classes: what an attempt records about why a request that left the host failed.
 
+use docsfab_record::{FaultKind, ProviderErrorClass};
 use serde::{Deserialize, Serialize};
-
-pub use docsfab_record::{FaultKind, ProviderErrorClass};
 
 /// Everything the policy needs to know about one failed provider request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,10 +10,11 @@
 //! rules would retry `content-filter`, `authentication`, `invalid-request` or a rate limit
 //! without HTTP 429 (a quota), or would stop retrying a transient class, is refused when parsed.
 
+use docsfab_record::ProviderErrorClass;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::class::{ProviderErrorClass, ProviderFailure};
+use crate::class::ProviderFailure;
 use crate::host::{from_yaml, yaml_error_parts};
 
 /// The shipped table, as text.

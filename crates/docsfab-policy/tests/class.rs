@@ -1,9 +1,10 @@
 //! Provider error classes: HTTP statuses, wire faults and structured error events.
 
 use docsfab_policy::class::{
-    ErrorEventClass, FaultKind, ProviderErrorClass as C, ProviderFailure, classify_error_event,
-    classify_http_status, declared_status_of, is_replayable_status,
+    ErrorEventClass, ProviderFailure, classify_error_event, classify_http_status,
+    declared_status_of, is_replayable_status,
 };
+use docsfab_record::{FaultKind, ProviderErrorClass as C};
 use serde_json::json;
 
 // Proves CLS-1.

@@ -1,12 +1,12 @@
 //! Property tests over arbitrary failure sequences (CFG-3, REP-1, REP-7, REP-10, STP-6, STP-13).
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::{self, PastReplay, ReplayDecision, ReplayLimits};
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::{
-    self, AttemptFailure, ContractFailure, PastAttempt, RetryBudget, StepAccess, StepBudgets,
-    ValidatorRefusal, WriteSettlement,
+    self, AttemptFailure, PastAttempt, StepAccess, StepBudgets, ValidatorRefusal, WriteSettlement,
 };
+use docsfab_record::{Budget, ContractFailure, FaultKind, ProviderErrorClass};
 use proptest::prelude::*;
 
 fn provider_failure() -> impl Strategy<Value = ProviderFailure> {
@@ -154,22 +154,24 @@ proptest! {
             attempts += 1;
             let d = step::decide(&table, &budgets, access, &past, failure, *duration_ms);
             let Some(retry) = d.scheduled().copied() else { break };
-            if retry.budget == RetryBudget::Transport {
+            // A retry is paid from `contract` or `transport`; `initial` is the first attempt's.
+            prop_assert_ne!(retry.budget, Budget::Initial);
+            if retry.budget == Budget::Transport {
                 prop_assert!(retry.wait_ms <= budgets.transport_max_delay_ms);
             }
             past.push(PastAttempt { duration_ms: *duration_ms, retry });
             let elapsed: u64 = past
                 .iter()
-                .filter(|p| p.retry.budget == RetryBudget::Transport)
+                .filter(|p| p.retry.budget == Budget::Transport)
                 .map(|p| p.duration_ms + p.retry.wait_ms)
                 .sum();
             prop_assert!(elapsed <= budgets.transport_max_elapsed_ms);
-            let contract = past.iter().filter(|p| p.retry.budget == RetryBudget::Contract).count();
+            let contract = past.iter().filter(|p| p.retry.budget == Budget::Contract).count();
             prop_assert!(contract as u64 <= u64::from(budgets.max_retries));
         }
         prop_assert!(attempts <= budgets.max_attempts());
         if let StepAccess::Write(_) = access {
-            prop_assert!(past.iter().all(|p| p.retry.budget == RetryBudget::Transport));
+            prop_assert!(past.iter().all(|p| p.retry.budget == Budget::Transport));
         }
     }
 
@@ -257,7 +259,7 @@ proptest! {
             .map(|&d| PastAttempt {
                 duration_ms: d,
                 retry: step::ScheduledRetry {
-                    budget: if d % 2 == 0 { RetryBudget::Transport } else { RetryBudget::Contract },
+                    budget: if d % 2 == 0 { Budget::Transport } else { Budget::Contract },
                     condition: None,
                     feedback: None,
                     wait_ms: d,

@@ -1,9 +1,10 @@
 //! The in-turn replay decision (REP-*, CLS-4).
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
+use docsfab_record::{FaultKind, ProviderErrorClass};
 
 fn http(status: u16) -> ProviderFailure {
     ProviderFailure::from_http_status(status, None)

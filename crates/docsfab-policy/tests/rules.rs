@@ -1,9 +1,10 @@
 //! The host-owned rules table (STP-8).
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::rules::{
     Condition, EMBEDDED_SOURCE, Feedback, RuleAction, RulesError, RulesTable,
 };
+use docsfab_record::{FaultKind, ProviderErrorClass};
 
 fn table() -> RulesTable {
     RulesTable::embedded().expect("the shipped table is valid")

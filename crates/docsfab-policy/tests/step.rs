@@ -1,10 +1,13 @@
 //! The step retry decision (STP-*, CFG-3, CLS-2).
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::rules::{Condition, Feedback, RulesTable};
 use docsfab_policy::step::{
-    AttemptFailure, ContractFailure, PastAttempt, RetryBudget, RetryDecision, StepAccess,
-    StepBudgets, StepDecision, TimeoutKind, ValidatorRefusal, WriteSettlement, decide,
+    AttemptFailure, PastAttempt, StepAccess, StepBudgets, StepDecision, ValidatorRefusal,
+    WriteSettlement, decide,
+};
+use docsfab_record::{
+    Budget, ContractFailure, FaultKind, ProviderErrorClass, RetryDecision, TimeoutKind,
 };
 
 fn table() -> RulesTable {
@@ -88,7 +91,7 @@ fn class_decides_before_text_stp_3() {
     ] {
         let d = decide(&t, &b, StepAccess::ReadOnly, &[], &provider(f), 10);
         assert_eq!(d.retry_decision(), RetryDecision::Scheduled, "{f:?}");
-        assert_eq!(d.next_budget(), Some(RetryBudget::Transport), "{f:?}");
+        assert_eq!(d.next_budget(), Some(Budget::Transport), "{f:?}");
     }
     for class in [
         ProviderErrorClass::ContentFilter,
@@ -130,7 +133,7 @@ fn refused_before_send_is_decided_by_text_stp_4() {
         0,
     );
     assert_eq!(d.retry_rule(), "text-connection-unavailable");
-    assert_eq!(d.next_budget(), Some(RetryBudget::Transport));
+    assert_eq!(d.next_budget(), Some(Budget::Transport));
     let d = decide(
         &t,
         &b,
@@ -169,14 +172,14 @@ fn transport_faults_never_spend_contract_retries_stp_5() {
     assert_eq!(
         budgets
             .iter()
-            .filter(|b| **b == Some(RetryBudget::Contract))
+            .filter(|b| **b == Some(Budget::Contract))
             .count(),
         3
     );
     assert_eq!(
         budgets
             .iter()
-            .filter(|b| **b == Some(RetryBudget::Transport))
+            .filter(|b| **b == Some(Budget::Transport))
             .count(),
         6
     );
@@ -363,7 +366,7 @@ fn contract_failures_retry_with_return_only_the_object_stp_9() {
         ContractFailure::Empty,
     ] {
         let d = read_only(&[AttemptFailure::Contract { failure }]);
-        assert_eq!(d[0].next_budget(), Some(RetryBudget::Contract));
+        assert_eq!(d[0].next_budget(), Some(Budget::Contract));
         assert_eq!(d[0].feedback(), Some(Feedback::ReturnOnlyTheJsonObject));
         assert_eq!(d[0].wait_ms(), Some(0));
     }
@@ -421,16 +424,16 @@ fn attempt_deadline_retried_once_and_provider_timeout_from_transport_stp_11() {
     ]);
     assert_eq!(d[0].timeout_kind(), Some(TimeoutKind::AttemptDeadline));
     assert_eq!(d[0].feedback(), Some(Feedback::ReadOnlyWhatIsNeeded));
-    assert_eq!(d[0].next_budget(), Some(RetryBudget::Contract));
+    assert_eq!(d[0].next_budget(), Some(Budget::Contract));
     assert_eq!(d[1].retry_decision(), RetryDecision::Exhausted);
     assert_eq!(d[1].timeout_kind(), Some(TimeoutKind::AttemptDeadline));
 
     // A provider timeout is the transport class `timeout`: it does not spend the timeout budget.
     let d = read_only(&[http(504), http(408), AttemptFailure::AttemptDeadline]);
     assert_eq!(d[0].timeout_kind(), Some(TimeoutKind::ProviderTimeout));
-    assert_eq!(d[0].next_budget(), Some(RetryBudget::Transport));
-    assert_eq!(d[1].next_budget(), Some(RetryBudget::Transport));
-    assert_eq!(d[2].next_budget(), Some(RetryBudget::Contract));
+    assert_eq!(d[0].next_budget(), Some(Budget::Transport));
+    assert_eq!(d[1].next_budget(), Some(Budget::Transport));
+    assert_eq!(d[2].next_budget(), Some(Budget::Contract));
 }
 
 // Proves STP-12.
@@ -525,7 +528,7 @@ fn terminal_refusals_are_never_retried_stp_14() {
     assert_eq!(d[0].retry_rule(), "terminal-context-exhausted");
     // With the counts a server's overflow refusal gave: still terminal, and the failure names
     // the counts and the three levers (what the step reads, what it may answer, the context).
-    let context = docsfab_policy::step::ContextWindow {
+    let context = docsfab_record::ContextWindow {
         prompt_tokens: Some(5000),
         context_tokens: Some(4096),
         output_tokens: None,
@@ -574,7 +577,7 @@ fn stream_incomplete_is_infrastructure_provider_stream_incomplete_cls_2() {
     assert_eq!(failure.code, "provider-stream-incomplete");
     // With budget left it is retried from the transport budget (CLS-4).
     let d = read_only(&[f]);
-    assert_eq!(d[0].next_budget(), Some(RetryBudget::Transport));
+    assert_eq!(d[0].next_budget(), Some(Budget::Transport));
     assert_eq!(d[0].retry_rule(), "class-stream-incomplete");
 }
 
@@ -589,7 +592,7 @@ fn write_steps_retry_only_settled_transport_failures_stp_1_wrt_1_wrt_2() {
     ] {
         let d = decide(&t, &b, StepAccess::Write(s), &[], &http(503), 10);
         assert_eq!(d.retry_decision(), RetryDecision::Scheduled, "{s:?}");
-        assert_eq!(d.next_budget(), Some(RetryBudget::Transport));
+        assert_eq!(d.next_budget(), Some(Budget::Transport));
     }
     for s in [WriteSettlement::Unavailable, WriteSettlement::RestoreFailed] {
         let d = decide(&t, &b, StepAccess::Write(s), &[], &http(503), 10);
@@ -649,7 +652,7 @@ fn decisions_serialize_to_record_names() {
 // Proves STP-5.
 #[test]
 fn history_gives_budget_and_feedback_of_the_running_attempt_stp_5() {
-    use docsfab_policy::step::{Budget, current_budget, current_feedback};
+    use docsfab_policy::step::{current_budget, current_feedback};
     let t = table();
     let b = StepBudgets::default();
     assert_eq!(current_budget(&[]), Budget::Initial);

@@ -5,13 +5,13 @@
 //! `decide` several times (with doctored budgets, or once before and once after a restore),
 //! so the answers stay the same decisions.
 
-use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::{
-    AttemptFailure, ContractFailure, Ending, PastAttempt, RecordedSettlement, RetryDecision,
-    StepAccess, StepBudgets, StepDecision, ValidatorRefusal, WriteDecision, WritePlan,
-    WriteSettlement, decide, decide_write, failure_facts,
+    AttemptFailure, Ending, PastAttempt, StepAccess, StepBudgets, StepDecision, ValidatorRefusal,
+    WriteDecision, WritePlan, WriteSettlement, decide, decide_write, failure_facts,
 };
+use docsfab_record::{ContractFailure, FaultKind, RecordedSettlement, RetryDecision};
 
 fn table() -> RulesTable {
     RulesTable::embedded().expect("the shipped table is valid")

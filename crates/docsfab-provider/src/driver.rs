@@ -37,10 +37,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::{
     PastReplay, ReplayDecision, ReplayLimits, StopReason, Window, decide,
 };
+use docsfab_record::{ProviderErrorClass, ReplayCause, TurnStatus, TurnWarning, Usage};
 use docsfab_throttle::{
     AcquireError, Outcome as ThrottleOutcome, Permit, Reason, Request, Throttle,
 };
@@ -49,11 +50,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::budget::{Exhausted, Reservation, RunBudget, worst_prompt_tokens};
-use crate::outcome::{StreamOutcome, TransportFailure, Usage};
+use crate::outcome::{StreamOutcome, TransportFailure};
 use crate::request::{Payload, PayloadDigest};
 use crate::transport::Transport;
 use crate::truncation::prompt_truncated;
-use docsfab_record::TurnWarning;
 
 /// Where the driver gets the bytes for each request of the turn.
 ///
@@ -75,8 +75,6 @@ impl PayloadSource for Payload {
         self.bytes().clone()
     }
 }
-
-pub use docsfab_record::{ReplayCause, TurnStatus};
 
 /// One replay of the turn (REP-13): why the request before it failed and how long the driver
 /// waited before sending it again.

@@ -13,7 +13,7 @@
 //! and only when the head has no Retry-After of its own: the hop docsfab talks to speaks first.
 //! What it reads goes through the same parser and the same clamps as the provider's own.
 
-pub use docsfab_record::{Gateway, GatewayName};
+use docsfab_record::{Gateway, GatewayName};
 use reqwest::header::HeaderMap;
 
 /// The gateway whose headers `head` carries, if any: LiteLLM when any header name starts with

@@ -37,11 +37,10 @@ pub mod truncation;
 
 pub use budget::{Exhausted, RunBudget, SpendLimits};
 pub use driver::{
-    DriverEvent, Gate, PayloadSource, ReplayCause, ReplayEntry, Spend, TurnAccount, TurnEnd,
-    TurnResult, TurnStatus, run_turn, run_turn_gated,
+    DriverEvent, Gate, PayloadSource, ReplayEntry, Spend, TurnAccount, TurnEnd, TurnResult,
+    run_turn, run_turn_gated,
 };
-pub use gateway::{Gateway, GatewayName};
-pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure, Usage};
+pub use outcome::{FailureBody, FinishReason, StreamOutcome, ToolCall, TransportFailure};
 pub use request::{
     AssistantToolCall, Message, Payload, PayloadDigest, RequestError, ResponseFormat, ToolChoice,
     ToolSpec, TurnRequest, endpoint_path,

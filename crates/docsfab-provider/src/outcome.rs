@@ -17,12 +17,11 @@
 
 use docsfab_boundary::chunk::{Chunk, Tokens};
 use docsfab_boundary::{Event, Redactor, SseEvent, Verdict};
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure, classify_error_event};
+use docsfab_policy::class::{ProviderFailure, classify_error_event};
+use docsfab_record::{Api, FaultKind, ProviderErrorClass, Usage};
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-use docsfab_record::Api;
 
 /// Why the model stopped, normalized across both APIs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +75,6 @@ impl Serialize for FinishReason {
         s.serialize_str(self.as_str())
     }
 }
-
-pub use docsfab_record::Usage;
 
 /// A tool call the model made in this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

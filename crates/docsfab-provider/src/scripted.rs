@@ -8,11 +8,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
+use docsfab_record::{FaultKind, ProviderErrorClass, Usage};
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use crate::outcome::{FinishReason, StreamOutcome, TransportFailure, Usage, failure};
+use crate::outcome::{FinishReason, StreamOutcome, TransportFailure, failure};
 use crate::request::PayloadDigest;
 use crate::transport::Transport;
 

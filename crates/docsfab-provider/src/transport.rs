@@ -11,8 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use docsfab_boundary::{BoundaryConfig, EventReader, Redactor};
-use docsfab_policy::class::{FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::retry_after::parse_retry_after;
+use docsfab_record::{Api, FaultKind, Gateway, ProviderErrorClass};
 use docsfab_throttle::RateHeaders;
 use docsfab_throttle::headers::unix_ms;
 use futures_util::StreamExt;
@@ -23,7 +24,6 @@ use crate::gateway;
 use crate::outcome::{StreamOutcome, StreamReader, TransportFailure, error_words};
 use crate::request::endpoint_path;
 use crate::secret::ApiKey;
-use docsfab_record::Api;
 
 /// Sends one request's bytes and reads the answer. Object-safe, so the runtime can hold a
 /// `Box<dyn Transport>` and tests can drive the replay driver with a scripted one.
@@ -224,7 +224,7 @@ impl HttpTransport {
     async fn read_response(
         &self,
         response: reqwest::Response,
-        gateway: Option<&gateway::Gateway>,
+        gateway: Option<&Gateway>,
     ) -> Result<StreamOutcome, TransportFailure> {
         let status = response.status().as_u16();
         if !response.status().is_success() {
@@ -380,11 +380,7 @@ pub fn install_crypto_provider() {
 /// most [`RATE_HEADER_LIMIT`] of them, and the Retry-After pair that speaks for the provider
 /// ([`gateway::retry_after_pair`]: behind a recognised gateway, the one it relayed when the
 /// head has none of its own), under the names the throttle reads; other headers are not kept.
-fn rate_headers(
-    head: &HeaderMap,
-    gateway: Option<&gateway::Gateway>,
-    now: SystemTime,
-) -> RateHeaders {
+fn rate_headers(head: &HeaderMap, gateway: Option<&Gateway>, now: SystemTime) -> RateHeaders {
     let (retry_after, retry_after_ms) = gateway::retry_after_pair(head, gateway);
     let retry = [
         retry_after.as_deref().map(|v| ("retry-after", v)),
@@ -505,7 +501,7 @@ fn causes<'a>(
 /// the detail. Its message is never copied, since some providers echo part of the key there.
 async fn status_failure(
     response: reqwest::Response,
-    gateway: Option<&gateway::Gateway>,
+    gateway: Option<&Gateway>,
 ) -> TransportFailure {
     let status = response.status().as_u16();
     // Behind a recognised gateway the provider's own Retry-After may arrive renamed (issue 24).

@@ -2,11 +2,10 @@
 //! that streams past it is cut off, the turn fails as `unknown`, and it is never replayed.
 
 use bytes::Bytes;
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_provider::driver::run_turn;
 use docsfab_provider::{HttpConfig, HttpTransport, Payload, TurnEnd};
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, ProviderErrorClass};
 use docsfab_sim::{Scenario, SimServer};
 use tokio_util::sync::CancellationToken;
 

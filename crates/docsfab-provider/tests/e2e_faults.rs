@@ -6,13 +6,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason, Window};
-use docsfab_provider::driver::{ReplayCause, TurnEnd, TurnResult, TurnStatus, run_turn};
+use docsfab_provider::driver::{TurnEnd, TurnResult, run_turn};
 use docsfab_provider::{
     ApiKey, FinishReason, HttpConfig, HttpTransport, Message, Payload, TurnRequest,
 };
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, ProviderErrorClass, ReplayCause, TurnStatus};
 use support::{Act, End, FaultServer, Resp, refused_base_url};
 use tokio_util::sync::CancellationToken;
 

@@ -14,12 +14,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
-    GatewayName, HttpConfig, HttpTransport, Message, Payload, StreamOutcome, Transport as _,
-    TransportFailure, TurnRequest,
+    HttpConfig, HttpTransport, Message, Payload, StreamOutcome, Transport as _, TransportFailure,
+    TurnRequest,
 };
-use docsfab_record::Api;
+use docsfab_record::{Api, GatewayName, ProviderErrorClass};
 use docsfab_sim::{Scenario, SimServer};
 
 fn payload() -> Bytes {

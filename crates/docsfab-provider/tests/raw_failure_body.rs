@@ -2,9 +2,8 @@
 //! over real HTTP against the simulator on 127.0.0.1.
 
 use bytes::Bytes;
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_provider::{HttpConfig, HttpTransport, Transport, TransportFailure};
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, ProviderErrorClass};
 use docsfab_sim::{Scenario, SimServer};
 
 async fn send(scenario: &str, keep_raw_body: bool) -> TransportFailure {

@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::{ReplayLimits, StopReason};
-use docsfab_provider::driver::{TurnEnd, TurnStatus, run_turn};
+use docsfab_provider::driver::{TurnEnd, run_turn};
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport};
 use docsfab_provider::{Message, Payload, TurnRequest};
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, TurnStatus};
 use proptest::prelude::*;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

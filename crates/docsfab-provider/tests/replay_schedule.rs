@@ -4,14 +4,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use docsfab_policy::class::{ErrorEventClass, FaultKind, ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::{ErrorEventClass, ProviderFailure};
 use docsfab_policy::replay::{ReplayLimits, StopReason, Window};
-use docsfab_provider::driver::{
-    EndKind, PayloadSource, ReplayCause, TurnEnd, TurnStatus, run_turn, run_turn_observed,
-};
+use docsfab_provider::driver::{EndKind, PayloadSource, TurnEnd, run_turn, run_turn_observed};
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
 use docsfab_provider::{Message, Payload, PayloadDigest, TurnRequest};
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, ProviderErrorClass, ReplayCause, TurnStatus};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

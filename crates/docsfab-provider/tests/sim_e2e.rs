@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
 use docsfab_policy::replay::{ReplayLimits, StopReason};
-use docsfab_provider::driver::{ReplayCause, TurnEnd, TurnResult, TurnStatus, run_turn};
+use docsfab_provider::driver::{TurnEnd, TurnResult, run_turn};
 use docsfab_provider::{HttpConfig, HttpTransport, Message, Payload, TurnRequest};
-use docsfab_record::Api;
+use docsfab_record::{Api, FaultKind, ProviderErrorClass, ReplayCause, TurnStatus};
 use docsfab_sim::{RequestLogEntry, Scenario, SimServer};
 use tokio_util::sync::CancellationToken;
 

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use docsfab_policy::class::{ProviderErrorClass, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::replay::ReplayLimits;
 use docsfab_provider::driver::{DriverEvent, EndKind, Gate, TurnEnd, run_turn_gated};
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
 use docsfab_provider::{Message, Payload, TurnRequest};
-use docsfab_record::Api;
+use docsfab_record::{Api, ProviderErrorClass};
 use docsfab_throttle::{Outcome, RateHeaders, Reason, Throttle};
 use tokio::sync::Notify;
 use tokio::time::Instant;

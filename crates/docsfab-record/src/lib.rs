@@ -26,7 +26,7 @@ pub mod usage;
 pub use api::Api;
 pub use class::{FaultKind, ProviderErrorClass};
 pub use gateway::{Gateway, GatewayName};
-pub use grounding::{GroundingRecord, Truthfulness, UnknownCitation};
+pub use grounding::{CitedLines, GroundingRecord, Truthfulness, UnknownCitation};
 pub use lease::{
     CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
 };

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
-use docsfab_runtime::record::RunStatus;
+use docsfab_record::RunStatus;
 use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore, StoreOptions, StoreUrl};
 
 fn main() {

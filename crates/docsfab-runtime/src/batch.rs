@@ -3,9 +3,10 @@
 //! answered with tool calls" and the checkpoint.
 
 use docsfab_boundary::Redactor;
+use docsfab_record::{CallOutcome, CallResult, LeaseStop, ToolBatch};
 
 use crate::composition::Tool;
-use crate::ledger::{BatchBuilder, CallOutcome, CallResult, ExecutionLease, LeaseStop, ToolBatch};
+use crate::ledger::{BatchBuilder, ExecutionLease};
 use crate::tools::{HostFailure, StepTools};
 
 /// Told, before a write tool runs, which tool will write which workspace-relative path; the

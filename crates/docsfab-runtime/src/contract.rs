@@ -11,11 +11,8 @@
 //! (not JSON, or a JSON string, number, boolean or null), `array`, or `schema-invalid`.
 //! Schemas are compiled without any way to fetch a remote `$ref`: such a schema is refused.
 
+use docsfab_record::ContractFailure;
 use serde_json::{Map, Value};
-
-/// Why an answer does not meet its contract: the record's one `ContractFailure` (`empty`,
-/// `prose`, `array`, `schema-invalid`).
-pub use docsfab_record::ContractFailure;
 
 /// A one-sentence correction for this kind of failure. Not what a retry sends: the rules
 /// table's [`Feedback`](docsfab_policy::rules::Feedback) for the condition decides that, in

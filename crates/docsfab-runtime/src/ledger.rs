@@ -19,12 +19,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::composition::Tool;
-use docsfab_record::LeaseRecord;
+use docsfab_record::{CallOutcome, Disposition, LeaseRecord, LeaseStop, ToolBatch, ToolCallEntry};
 
-pub use docsfab_record::{
-    CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch, ToolCallEntry,
-};
+use crate::composition::Tool;
+
+use docsfab_record::{CallResult, RejectReason};
 
 /// Identifies a started execution inside a [`BatchBuilder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

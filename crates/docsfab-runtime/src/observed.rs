@@ -10,9 +10,9 @@ use std::collections::HashSet;
 use std::fs;
 use std::io::Read;
 
+use docsfab_record::StepInput;
 use sha2::{Digest, Sha256};
 
-use crate::record::StepInput;
 use crate::workspace::{MAX_LIST_ENTRIES, Workspace, walk};
 
 /// The inputs of one attempt, in the order it first looked at them.

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use docsfab_record::{
+    Access, AttemptStatus, Budget, CallOutcome, CallResult, RejectReason, RetryDecision, RunStatus,
+    StepLink, TurnStatus,
+};
+
 use crate::agent::TurnEvent;
 use crate::batch::ToolUse;
-use crate::composition::Access;
-use crate::ledger::{CallOutcome, CallResult, RejectReason};
-use crate::record::{AttemptStatus, Budget, RetryDecision, RunStatus, StepLink, TurnStatus};
 
 /// Something to tell the operator while the run goes.
 #[derive(Debug, Clone)]

@@ -1,19 +1,10 @@
-//! The run record's check against its JSON Schema; the record's types live in `docsfab-record`
-//! and are re-exported here under the same names.
+//! The run record's check against its JSON Schema. The record's types live in `docsfab-record`
+//! and are imported from there (`docsfab_record::RunRecord`, ...), their one path.
 //!
 //! Every field is documented for users in `docs/run-record.md`; the JSON Schema
-//! ([`SCHEMA`], `crates/docsfab-record/run-record.schema.json`) is the machine-checkable form of
-//! the same shape, and [`validate_against_schema`] checks a serialized record against it.
-
-/// The element a fan-out instance ran for.
-pub use docsfab_record::ForEach;
-pub use docsfab_record::{
-    ANSWER_EXCERPT_MAX_BYTES, Access, AttemptRecord, AttemptStatus, Budget, FileWritten,
-    InterruptedAttempt, LeaseRecord, RecordedSettlement, ReplayCause, ReplayRecord, Retry,
-    RetryDecision, RunContext, RunLink, RunProvider, RunRecord, RunStatus, RunSummary, SCHEMA,
-    StepFailure, StepInput, StepLink, StepRecord, StepStatus, TimeoutKind, TransportRetry,
-    TurnRecord, TurnStatus, Usage, WriteIntent, WriteRestore, rfc3339_utc,
-};
+//! ([`SCHEMA`](docsfab_record::SCHEMA), `crates/docsfab-record/run-record.schema.json`) is the
+//! machine-checkable form of the same shape, and [`validate_against_schema`] checks a serialized
+//! record against it.
 
 /// Why a value failed [`validate_against_schema`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,8 +18,8 @@ pub enum SchemaCheckError {
 /// Validates a serialized run record (or anything claiming to be one) against the shipped
 /// schema. Every violation is listed with its JSON pointer.
 pub fn validate_against_schema(value: &serde_json::Value) -> Result<(), SchemaCheckError> {
-    let schema: serde_json::Value =
-        serde_json::from_str(SCHEMA).map_err(|e| SchemaCheckError::BadSchema(e.to_string()))?;
+    let schema: serde_json::Value = serde_json::from_str(docsfab_record::SCHEMA)
+        .map_err(|e| SchemaCheckError::BadSchema(e.to_string()))?;
     let validator = jsonschema::draft202012::new(&schema)
         .map_err(|e| SchemaCheckError::BadSchema(e.to_string()))?;
     let errors: Vec<String> = validator

@@ -17,12 +17,12 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use docsfab_record::{RunRecord, RunStatus, StepInput, StepLink, StepRecord, WriteRestore};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::composition::{ModelLimits, Step};
 use crate::observed::{file_sha256, listing};
-use crate::record::{RunRecord, RunStatus, StepInput, StepLink, StepRecord, WriteRestore};
 use crate::workspace::SKIPPED_DIRS;
 use crate::workspace::Workspace;
 
@@ -35,7 +35,7 @@ struct Asked<'a> {
     provider: &'a str,
     api: &'a str,
     model: &'a str,
-    access: crate::composition::Access,
+    access: docsfab_record::Access,
     tools: Vec<&'a str>,
     contract: &'a Option<crate::composition::Contract>,
     write_roots: &'a [String],

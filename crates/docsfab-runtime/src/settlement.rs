@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::ledger::{CallOutcome, ToolBatch};
-use crate::record::{AttemptRecord, LeaseRecord, RecordedSettlement};
+use docsfab_record::{AttemptRecord, CallOutcome, LeaseRecord, RecordedSettlement, ToolBatch};
+
 use crate::tools::tool_named;
 
 /// The settlement of an attempt, with why it is `unavailable` when it is.

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use crate::record::FileWritten;
+use docsfab_record::FileWritten;
 
 /// One file as it was before the attempt first wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,10 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{
+use docsfab_record::{
     AttemptRecord, AttemptStatus, ReplayCause, RetryDecision, RunRecord, TurnRecord, TurnStatus,
+    round_usd,
 };
-use docsfab_record::round_usd;
 
 /// The provider name of a record that has none (written before records named their provider).
 pub const UNKNOWN_PROVIDER: &str = "(unknown)";
@@ -365,14 +365,13 @@ fn class_of(a: &AttemptRecord) -> &str {
 mod tests {
     use std::collections::BTreeMap;
 
-    use docsfab_policy::class::ProviderErrorClass;
+    use docsfab_record::{
+        Access, Budget, Disposition, LeaseRecord, LeaseStop, ProviderErrorClass, ReplayRecord,
+        Retry, RunProvider, RunStatus, StepRecord, TransportRetry, Usage,
+    };
 
     use super::*;
-    use crate::ledger::{BatchBuilder, Disposition, LeaseStop};
-    use crate::record::{
-        Access, Budget, LeaseRecord, ReplayRecord, Retry, RunProvider, RunStatus, StepRecord,
-        TransportRetry, Usage,
-    };
+    use crate::ledger::BatchBuilder;
 
     fn replay(status: u16, wait_ms: u64) -> ReplayRecord {
         ReplayRecord {

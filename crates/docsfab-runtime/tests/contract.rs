@@ -1,6 +1,7 @@
 //! Contract validation of read-only answers (STP-9).
 
-use docsfab_runtime::contract::{CompiledContract, ContractFailure, feedback, parse_object};
+use docsfab_record::ContractFailure;
+use docsfab_runtime::contract::{CompiledContract, feedback, parse_object};
 use serde_json::json;
 
 fn contract() -> CompiledContract {

@@ -5,10 +5,10 @@ mod support;
 
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::ApiKey;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunStatus};
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{ProviderSettings, RunConfig, RunError, run_claimed};
-use docsfab_runtime::record::{RunStatus, validate_against_schema};
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore};
 use support::{Harness, SECRET, limits};
 use tokio_util::sync::CancellationToken;

@@ -7,9 +7,8 @@
 mod support;
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunStatus};
 use docsfab_runtime::agent::{CONTINUE_INSTRUCTION, MAX_CONTINUATIONS};
-use docsfab_runtime::record::RunStatus;
 use serde_json::{Value, json};
 use support::{Harness, RunArgs, limits, requests, run_recorded};
 use tokio_util::sync::CancellationToken;

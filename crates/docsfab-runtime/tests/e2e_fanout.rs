@@ -9,9 +9,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunStatus};
 use docsfab_runtime::executor::Progress;
-use docsfab_runtime::record::RunStatus;
 use serde_json::{Value, json};
 use support::{Harness, OnEvent, Recorded, RunArgs, limits, requests, run_recorded};
 use tokio_util::sync::CancellationToken;

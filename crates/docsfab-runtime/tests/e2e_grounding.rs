@@ -7,8 +7,7 @@
 mod support;
 
 use docsfab_policy::rules::RulesTable;
-use docsfab_record::Api;
-use docsfab_runtime::record::RunStatus;
+use docsfab_record::{Api, RunStatus};
 use serde_json::{Value, json};
 use support::{Harness, RunArgs, limits, requests, run_recorded};
 use tokio_util::sync::CancellationToken;

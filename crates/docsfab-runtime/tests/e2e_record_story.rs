@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::ApiKey;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunStatus, TurnStatus};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{Progress, ProviderSettings, RunConfig, run_composition};
-use docsfab_runtime::record::{RunStatus, TurnStatus, validate_against_schema};
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::store::RunStore;
 use support::{OnEvent, RunArgs, harness, limits, run_recorded};
 use tokio_util::sync::CancellationToken;

@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use docsfab_policy::catalog::EffectiveLimits;
 use docsfab_policy::rules::RulesTable;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunRecord, RunStatus};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{
     CancelReason, Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
 };
-use docsfab_runtime::record::{RunRecord, RunStatus};
 use docsfab_runtime::store::RunStore;
 use serde_json::{Value, json};
 use support::{Harness, OnEvent, RunArgs, limits, requests, run_recorded};

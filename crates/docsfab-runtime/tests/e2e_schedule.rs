@@ -8,18 +8,17 @@ use std::path::Path;
 use std::time::Duration;
 
 use docsfab_policy::catalog::{EffectiveLimits, resolve};
-use docsfab_policy::class::ProviderErrorClass;
 use docsfab_policy::host::HostConfig;
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::ApiKey;
 use docsfab_provider::scripted::{ScriptStep, ScriptedTransport, status};
-use docsfab_record::Api;
+use docsfab_record::{Api, ProviderErrorClass, RunStatus};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{
     Progress, ProgressSink, ProviderSettings, RunConfig, RunOutcome, run_with_transport,
 };
-use docsfab_runtime::record::{RunStatus, validate_against_schema};
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::store::RunStore;
 use docsfab_runtime::workspace::Workspace;
 use serde_json::{Value, json};

@@ -8,8 +8,7 @@ mod support;
 
 use docsfab_policy::host::StructuredOutput;
 use docsfab_policy::rules::RulesTable;
-use docsfab_record::Api;
-use docsfab_runtime::record::RunStatus;
+use docsfab_record::{Api, RunStatus};
 use serde_json::{Value, json};
 use support::{Harness, Recorded, RunArgs, limits, requests, run_recorded_with};
 use tokio_util::sync::CancellationToken;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use docsfab_record::CallResult;
 use docsfab_runtime::composition::Tool;
-use docsfab_runtime::ledger::CallResult;
 use docsfab_runtime::tools::{StepTools, ToolPolicy, ToolReply};
 use docsfab_runtime::workspace::{MAX_WRITE_DEPTH, PathRefusal, Workspace};
 

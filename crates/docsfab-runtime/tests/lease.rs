@@ -2,11 +2,11 @@
 
 use std::fs;
 
+use docsfab_record::{CallOutcome, CallResult, Disposition, LeaseStop, RejectReason, ToolBatch};
 use docsfab_runtime::batch::{RequestedCall, run_batch};
 use docsfab_runtime::composition::Tool;
 use docsfab_runtime::ledger::{
-    BatchBuilder, CallOutcome, CallResult, Checkpoint, Disposition, ExecutionLease, LeaseStop,
-    PreflightFailure, RejectReason, ToolBatch, TurnEvidence,
+    BatchBuilder, Checkpoint, ExecutionLease, PreflightFailure, TurnEvidence,
 };
 use docsfab_runtime::tools::{StepTools, ToolPolicy};
 use docsfab_runtime::workspace::Workspace;

@@ -8,9 +8,11 @@
 use std::collections::BTreeSet;
 use std::sync::Barrier;
 
-use docsfab_runtime::record::*;
+use docsfab_record::*;
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::store::{
-    CancelRequest, JobSpec, JobWorkspace, RunStore, StoreError, StoreOptions, StoreUrl, end_reason,
+    CancelRequest, JobSpec, JobWorkspace, ResumeFrom, ResumeMode, RunStore, StoreError,
+    StoreOptions, StoreUrl, end_reason,
 };
 use docsfab_throttle::process::Holder;
 use serde_json::json;
@@ -73,6 +75,7 @@ on_every_backend!(
     issue15_job_spec_round_trips_with_its_json_shape,
     issue15_counts_and_a_status_filtered_listing,
     issue15_a_run_ended_outside_its_steps_keeps_why_as_its_end_reason,
+    reaping_a_resume_auto_run_queues_its_resume_in_the_same_transaction_once,
 );
 
 fn spec(name: &str) -> JobSpec {
@@ -429,4 +432,76 @@ fn issue15_a_store_from_before_the_queue_gains_its_columns() {
     );
     let run = store.enqueue(&spec("new")).unwrap();
     assert_eq!(store.claim_next().unwrap().unwrap().run_id, run);
+}
+
+/// The runs queued to resume `run` (their spec's `resumeFrom`).
+fn resumes_of(store: &RunStore, run: &str) -> Vec<String> {
+    store
+        .list_runs()
+        .unwrap()
+        .into_iter()
+        .map(|summary| summary.run_id)
+        .filter(|id| {
+            store
+                .job_spec(id)
+                .unwrap()
+                .and_then(|spec| spec.resume_from)
+                .is_some_and(|from| from.run_id == run)
+        })
+        .collect()
+}
+
+/// A dead owner's `resume: auto` run is resumed by whichever process reaps it (here another
+/// handle's open, as the store a serve job or a command opens), in the transaction that marks
+/// it interrupted, and only once: a later reap finds nothing. A run without `resume` is only
+/// marked. The resume keeps the run's place in the queue: it is claimed before runs queued
+/// after it.
+fn reaping_a_resume_auto_run_queues_its_resume_in_the_same_transaction_once(place: &Place) {
+    let mut store = place.open();
+    let first = store.enqueue(&spec("first")).unwrap();
+    let auto = JobSpec {
+        resume: Some(ResumeMode::Auto),
+        ..spec("auto")
+    };
+    let dead_auto = store
+        .create_run_as(dead_holder(), "auto", None, Some(&auto))
+        .unwrap();
+    let dead_plain = store
+        .create_run_as(dead_holder(), "plain", None, Some(&spec("plain")))
+        .unwrap();
+    let other = place.open();
+    let mut reaped = other.reaped_on_open().to_vec();
+    reaped.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    let resumed = reaped
+        .iter()
+        .find(|r| r.run_id == dead_auto)
+        .and_then(|r| r.resumed_as.clone())
+        .expect("the resume: auto run was resumed");
+    let plain = reaped.iter().find(|r| r.run_id == dead_plain).unwrap();
+    assert_eq!(plain.resumed_as, None);
+    assert_eq!(reaped.len(), 2, "{reaped:?}");
+    assert_eq!(status_of(&store, &dead_auto), RunStatus::Interrupted);
+    assert_eq!(status_of(&store, &resumed), RunStatus::Queued);
+    assert_eq!(
+        store.job_spec(&resumed).unwrap(),
+        Some(JobSpec {
+            resume: None,
+            resume_from: Some(ResumeFrom {
+                run_id: dead_auto.clone(),
+                rerun_changed: true,
+                accept_workspace: true,
+            }),
+            ..auto
+        })
+    );
+    // Reaped once: neither this handle's reap nor a third open queues another.
+    assert!(store.reap().unwrap().is_empty());
+    assert!(place.open().reaped_on_open().is_empty());
+    assert_eq!(resumes_of(&store, &dead_auto), vec![resumed.clone()]);
+    assert!(resumes_of(&store, &dead_plain).is_empty());
+    let later = store.enqueue(&spec("later")).unwrap();
+    let order: Vec<String> = (0..3)
+        .map(|_| store.claim_next().unwrap().unwrap().run_id)
+        .collect();
+    assert_eq!(order, vec![first, resumed, later]);
 }

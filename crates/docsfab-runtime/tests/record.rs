@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use docsfab_policy::class::{FaultKind, ProviderErrorClass};
+use docsfab_record::*;
+use docsfab_record::{
+    CallResult, Disposition, FaultKind, LeaseStop, ProviderErrorClass, RejectReason,
+};
 use docsfab_runtime::composition::Tool;
-use docsfab_runtime::ledger::{BatchBuilder, CallResult, Disposition, LeaseStop, RejectReason};
-use docsfab_runtime::record::*;
+use docsfab_runtime::ledger::BatchBuilder;
+use docsfab_runtime::record::validate_against_schema;
 use serde_json::{Value, json};
 
 /// A failed attempt of two turns whose provider fault schedules a transport retry.

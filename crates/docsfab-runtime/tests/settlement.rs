@@ -2,19 +2,17 @@
 
 use std::fs;
 
-use docsfab_policy::class::{FaultKind, ProviderFailure};
+use docsfab_policy::class::ProviderFailure;
 use docsfab_policy::rules::RulesTable;
 use docsfab_policy::step::{self, AttemptFailure, StepBudgets, WritePlan};
+use docsfab_record::{
+    AttemptRecord, AttemptStatus, Budget, CallOutcome, CallResult, FaultKind, LeaseRecord,
+    RecordedSettlement, RejectReason, Retry, RetryDecision, ToolBatch, TurnRecord, TurnStatus,
+    Usage,
+};
 use docsfab_runtime::batch::{RequestedCall, run_batch};
 use docsfab_runtime::composition::Tool;
-use docsfab_runtime::ledger::{
-    BatchBuilder, CallOutcome, CallResult, Checkpoint, ExecutionLease, RejectReason, ToolBatch,
-    TurnEvidence,
-};
-use docsfab_runtime::record::{
-    AttemptRecord, AttemptStatus, Budget, LeaseRecord, RecordedSettlement, Retry, RetryDecision,
-    TurnRecord, TurnStatus, Usage,
-};
+use docsfab_runtime::ledger::{BatchBuilder, Checkpoint, ExecutionLease, TurnEvidence};
 use docsfab_runtime::settlement::{settle, settle_attempt};
 use docsfab_runtime::tools::{StepTools, ToolPolicy};
 use docsfab_runtime::workspace::Workspace;
@@ -58,7 +56,7 @@ fn run_write_attempt(turns: &[Vec<RequestedCall>]) -> (Vec<ToolBatch>, LeaseReco
         }
     }
     // The attempt then failed (say, a transport fault on the next turn).
-    lease.stop(docsfab_runtime::ledger::LeaseStop::ProviderFailed, None);
+    lease.stop(docsfab_record::LeaseStop::ProviderFailed, None);
     (batches, lease.record().unwrap())
 }
 
@@ -291,7 +289,7 @@ proptest! {
                 break;
             }
         }
-        lease.stop(docsfab_runtime::ledger::LeaseStop::ProviderFailed, None);
+        lease.stop(docsfab_record::LeaseStop::ProviderFailed, None);
         let record = lease.record().unwrap();
         let s = settle(&batches, &record);
         let expected = if any_write { RecordedSettlement::WriteExecuted } else { RecordedSettlement::NoWrite };

@@ -4,8 +4,8 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
+use docsfab_record::{CallResult, RejectReason};
 use docsfab_runtime::composition::Tool;
-use docsfab_runtime::ledger::{CallResult, RejectReason};
 use docsfab_runtime::supervision::NO_PROGRESS_THRESHOLD;
 use docsfab_runtime::tools::{StepTools, ToolPolicy, ToolReply};
 use docsfab_runtime::workspace::{PathRefusal, Workspace};

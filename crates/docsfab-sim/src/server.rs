@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use docsfab_record::Api;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,7 +18,7 @@ use crate::SimError;
 use crate::cache::{BilledUsage, CacheUse, PromptCache};
 use crate::capacity::{Limiter, OutsideCounts, Refusal, Verdict};
 use crate::http::{self, Ending, Framing, Outgoing, ReadError};
-use crate::render::{self, Api, Bill, BodyFacts, Rendered, RequestInfo};
+use crate::render::{self, Bill, BodyFacts, Rendered, RequestInfo};
 use crate::scenario::{Action, CloseHow, Pick, Scenario, StreamOptions, UsageReports};
 
 /// One line of the request log: one request the simulator received in full.

@@ -21,7 +21,7 @@ use crate::commands::{check_docs, demo, doctor, new, route, run, runs, serve, se
 struct Cli {
     #[command(subcommand)]
     command: Commands,
-    /// When to colour the output: auto (on a terminal whose TERM is not dumb, unless NO_COLOR is
+    /// When to color the output: auto (on a terminal whose TERM is not dumb, unless NO_COLOR is
     /// set), always, or never.
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = progress::ColorChoice::Auto)]
     color: progress::ColorChoice,

@@ -5,8 +5,8 @@
 mod support;
 
 use docsfab_boundary::{BoundaryConfig, Pass, Verdict};
-use docsfab_policy::class::{ProviderErrorClass, classify_error_event};
-use docsfab_record::Api as BApi;
+use docsfab_policy::class::classify_error_event;
+use docsfab_record::{Api as BApi, ProviderErrorClass};
 use docsfab_sim::{Scenario, SimServer};
 use support::route::{KEY, KEY_VAR, MODEL, Setup, path_of, post, request};
 

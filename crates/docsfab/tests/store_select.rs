@@ -6,7 +6,7 @@ mod support;
 
 use std::path::Path;
 
-use docsfab_runtime::record::RunStatus;
+use docsfab_record::RunStatus;
 use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore};
 use support::run::{FAST_CATALOG, ONE_STEP, Setup, Sim};
 

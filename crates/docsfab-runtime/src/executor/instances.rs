@@ -19,12 +19,15 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::Value;
 
-use super::{Ctx, Progress, RunError, run_begun_step, step_start};
+use super::config::RunError;
+use super::ctx::{Ctx, step_start};
+use super::step::run_begun_step;
 use crate::composition::{FanOut, Step};
 use crate::fanout::{WriteClaims, instance_id, output_array, render_instructions, resolve_items};
-use crate::record::{ForEach, RunStatus, StepFailure};
+use crate::progress::Progress;
 use crate::reuse::Looks;
 use crate::store::{RunStore, StepEnd, StepLog};
+use docsfab_record::{ForEach, RunStatus, StepFailure};
 
 /// How one instance ended.
 struct Ended {

@@ -19,7 +19,8 @@ use docsfab_record::{
 };
 use serde_json::{Value, json};
 
-use super::{Ctx, RunError, emit_finished, step_start};
+use super::config::RunError;
+use super::ctx::{Ctx, emit_finished, step_start};
 use crate::composition::{Step, Tool};
 use crate::progress::Progress;
 use crate::snapshot::WrittenFile;

@@ -2,9 +2,9 @@
 //! the same in SQLite and PostgreSQL, only the SQL that reads and writes them differs.
 
 use super::{RunListing, StoreError, from_json, parse_status, resumed_from};
-use crate::record::{RunContext, RunRecord, RunStatus, RunSummary, StepRecord};
 use crate::snapshot::WrittenFile;
 use crate::written::{Kept, Side, StoredWrite, under_run_cap};
+use docsfab_record::{RunContext, RunRecord, RunStatus, RunSummary, StepRecord};
 
 /// A run's `runs` row as `load_run` reads it, before its steps.
 pub(super) struct RunHead {

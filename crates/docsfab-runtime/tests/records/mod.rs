@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use docsfab_runtime::ledger::{Disposition, LeaseStop};
-use docsfab_runtime::record::*;
+use docsfab_record::*;
+use docsfab_record::{Disposition, LeaseStop};
 use docsfab_runtime::store::StepStart;
 
 /// A read-only step's start.

@@ -13,13 +13,13 @@ use docsfab_policy::catalog::{EffectiveLimits, resolve};
 use docsfab_policy::host::{HostConfig, StructuredOutput};
 use docsfab_policy::rules::RulesTable;
 use docsfab_provider::ApiKey;
-use docsfab_record::Api;
+use docsfab_record::{Api, RunRecord};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::composition::Composition;
 use docsfab_runtime::executor::{
     Progress, ProviderSettings, RunConfig, RunOutcome, run_composition,
 };
-use docsfab_runtime::record::{RunRecord, validate_against_schema};
+use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::store::RunStore;
 use docsfab_sim::{Scenario, SimServer};
 use serde_json::Value;

@@ -5,7 +5,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use docsfab_runtime::record::{RunRecord, RunStatus};
+use docsfab_record::{RunRecord, RunStatus};
 use docsfab_runtime::reuse::{Changed, Looks, Reference};
 use docsfab_runtime::store::{JobSpec, JobWorkspace, RunStore};
 use docsfab_runtime::workspace::Workspace;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use docsfab_runtime::record::{Access, AttemptStatus, RunRecord};
+use docsfab_record::{Access, AttemptStatus, RunRecord};
 use docsfab_runtime::written::{Kept, MAX_RUN_BYTES, MAX_SIDE_BYTES, Side, StoredWrite};
 use similar::{ChangeTag, TextDiff};
 

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use docsfab_provider::ApiKey;
-use docsfab_runtime::composition::Access;
+use docsfab_record::{Access, RunRecord, RunStatus};
 use docsfab_runtime::executor::{
     CancelReason, Progress, RunConfig, RunError, RunOutcome, run_composition,
 };
 use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::{RunRecord, RunStatus};
 use docsfab_runtime::store::{RunStore, StoreError};
 use docsfab_runtime::workspace::Workspace;
 use tokio_util::sync::CancellationToken;
@@ -57,7 +56,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::failed(format!("cannot start the async runtime ({e}).")))
 }
 
-/// Runs `config` with progress on stderr (coloured as `color` says), the run id first on stdout,
+/// Runs `config` with progress on stderr (colored as `color` says), the run id first on stdout,
 /// and SIGINT/SIGTERM wired to its cancellation token. `config.progress` is replaced.
 pub async fn execute(
     mut config: RunConfig,
@@ -182,13 +181,13 @@ fn human_bytes(bytes: u64) -> String {
 const FILES_NAMED: usize = 10;
 
 /// A few lines after the id: each step's status, its attempts by budget and its replays, the
-/// files written, and where to look further. `colour` paints the status words.
-pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
+/// files written, and where to look further. `color` paints the status words.
+pub fn summary(r: &RunRecord, elapsed: Duration, color: bool) -> String {
     let status = r.status.as_str();
     let mut out = format!(
         "Run {} {} in {} (composition {})\n",
         r.run_id,
-        paint(colour, status_style(status), status),
+        paint(color, status_style(status), status),
         human_duration(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
         r.composition
     );
@@ -206,7 +205,7 @@ pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
                 "  {} ({}): {}; reused from run {} ({}), no request\n",
                 s.step_id,
                 s.access.as_str(),
-                paint(colour, status_style(s.status.as_str()), s.status.as_str()),
+                paint(color, status_style(s.status.as_str()), s.status.as_str()),
                 from.run_id,
                 from.step_id
             ));
@@ -223,7 +222,7 @@ pub fn summary(r: &RunRecord, elapsed: Duration, colour: bool) -> String {
             "  {} ({}): {}; {} attempt{} ({}), {} in-turn replay{}\n",
             s.step_id,
             s.access.as_str(),
-            paint(colour, status_style(s.status.as_str()), s.status.as_str()),
+            paint(color, status_style(s.status.as_str()), s.status.as_str()),
             s.attempts.len(),
             if s.attempts.len() == 1 { "" } else { "s" },
             budgets.join(", "),

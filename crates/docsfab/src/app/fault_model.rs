@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use docsfab_goodput::model::{FaultModel, Observed};
 use docsfab_goodput::policy::{DocsfabPolicy, Policy};
 use docsfab_goodput::report::simulate;
-use docsfab_runtime::record::RunRecord;
+use docsfab_record::RunRecord;
 use docsfab_runtime::stats::{Filter, Stats};
 use docsfab_runtime::store::{RunStore, StoreUrl};
 

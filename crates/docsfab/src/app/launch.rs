@@ -119,8 +119,8 @@ pub fn run_and_report(
     if json {
         emit(&format!("{}\n", to_json(&record)?))?;
     } else {
-        let colour = color.for_stream(std::io::stdout().is_terminal());
-        emit(&summary(&record, started.elapsed(), colour))?;
+        let color = color.for_stream(std::io::stdout().is_terminal());
+        emit(&summary(&record, started.elapsed(), color))?;
     }
     conclude(&outcome, &record)
 }

@@ -2,12 +2,11 @@
 
 use std::fmt::Write as _;
 
-use docsfab_record::shown_cost;
-use docsfab_runtime::ledger::{CallOutcome, ToolCallEntry};
-use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::{
-    AttemptRecord, AttemptStatus, FileWritten, RunRecord, StepRecord, TurnRecord,
+use docsfab_record::{
+    AttemptRecord, AttemptStatus, CallOutcome, FileWritten, RunRecord, StepRecord, ToolCallEntry,
+    TurnRecord, shown_cost,
 };
+use docsfab_runtime::progress::human_duration;
 use serde::Serialize;
 
 use crate::app::error::CliError;

@@ -8,8 +8,8 @@
 //! there is no status line, only the plain lines, and a step backoff is announced once rather
 //! than once a second.
 //!
-//! Colour ([`ColorChoice`], the global `--color` flag) only adds escape sequences around the
-//! same text: with colour off (a pipe, `NO_COLOR`, `--color never`) every byte is as before. The
+//! Color ([`ColorChoice`], the global `--color` flag) only adds escape sequences around the
+//! same text: with color off (a pipe, `NO_COLOR`, `--color never`) every byte is as before. The
 //! `run ID` line is left out when stdout, which already begins with the id, is the same
 //! terminal: a person would read the id twice, and a pipe still gets it on both streams.
 
@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use anstyle::{AnsiColor, Effects, Style};
+use docsfab_record::{AttemptStatus, RunStatus, TurnStatus};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::{Progress, countdown_text};
-use docsfab_runtime::record::{AttemptStatus, RunStatus, TurnStatus};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
-/// `--color`: when docsfab colours its output.
+/// `--color`: when docsfab colors its output.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ColorChoice {
     /// On a terminal whose TERM is not `dumb`, unless NO_COLOR is set (to anything non-empty).
@@ -38,7 +38,7 @@ pub enum ColorChoice {
 }
 
 impl ColorChoice {
-    /// Whether a stream gets colour. `no_color` and `term` are the variables' values; NO_COLOR
+    /// Whether a stream gets color. `no_color` and `term` are the variables' values; NO_COLOR
     /// counts only when non-empty (no-color.org), and an explicit `--color always` outranks it.
     pub fn enabled(
         self,
@@ -72,7 +72,7 @@ const RED: Style = AnsiColor::Red.on_default();
 const YELLOW: Style = AnsiColor::Yellow.on_default();
 const DIM: Style = Style::new().effects(Effects::DIMMED);
 
-/// `text` wrapped in `style`, or as it is when colour is off.
+/// `text` wrapped in `style`, or as it is when color is off.
 pub fn paint(on: bool, style: Style, text: &str) -> String {
     if on {
         format!("{style}{text}{style:#}")
@@ -81,7 +81,7 @@ pub fn paint(on: bool, style: Style, text: &str) -> String {
     }
 }
 
-/// The colour of a status word: green done, red failed, yellow stopped short.
+/// The color of a status word: green done, red failed, yellow stopped short.
 pub fn status_style(status: &str) -> Style {
     match status {
         "succeeded" | "completed" => GREEN,
@@ -90,7 +90,7 @@ pub fn status_style(status: &str) -> Style {
     }
 }
 
-/// The colour of one progress line: the outcome of a step, an attempt or a failed turn by its
+/// The color of one progress line: the outcome of a step, an attempt or a failed turn by its
 /// status, waits (replays, backoffs) dimmed. `None` leaves the line plain.
 fn line_style(p: &Progress) -> Option<Style> {
     match p {
@@ -242,21 +242,21 @@ pub struct Reporter {
     screen: Option<Screen>,
     finished: AtomicBool,
     state: Mutex<State>,
-    /// Colour the lines on stderr.
-    colour: bool,
+    /// Color the lines on stderr.
+    color: bool,
     /// Leave out the `run ID` line (stdout shows the id on the same terminal).
     quiet_run_id: bool,
 }
 
 impl Reporter {
-    /// Status lines when stderr is a terminal, plain lines otherwise; `color` decides colour.
+    /// Status lines when stderr is a terminal, plain lines otherwise; `color` decides color.
     pub fn for_stderr(color: ColorChoice) -> Arc<Reporter> {
         let terminal = std::io::stderr().is_terminal();
         let reporter = Arc::new(Reporter {
             screen: terminal.then(Screen::new),
             finished: AtomicBool::new(false),
             state: Mutex::new(State::default()),
-            colour: color.for_stream(terminal),
+            color: color.for_stream(terminal),
             quiet_run_id: stdout_is_stderr_terminal(),
         });
         if reporter.screen.is_some() {
@@ -317,7 +317,7 @@ impl Reporter {
         self.refresh();
         if print && let Some(text) = p.describe_line() {
             match line_style(p) {
-                Some(style) => self.line(&paint(self.colour, style, &text)),
+                Some(style) => self.line(&paint(self.color, style, &text)),
                 None => self.line(&text),
             }
         }
@@ -475,11 +475,10 @@ fn lane_text(l: &Lane, now: Instant) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_runtime::composition::Access;
-    use docsfab_runtime::record::Budget;
+    use docsfab_record::{Access, Budget};
 
     #[test]
-    fn issue11_colour_honours_the_flag_no_color_and_a_dumb_terminal() {
+    fn issue11_color_honours_the_flag_no_color_and_a_dumb_terminal() {
         let os = |s: &'static str| Some(OsStr::new(s));
         let auto = ColorChoice::Auto;
         assert!(auto.enabled(true, os("xterm-256color"), None));

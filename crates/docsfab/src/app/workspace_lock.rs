@@ -9,7 +9,7 @@ use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use docsfab_runtime::composition::Access;
+use docsfab_record::Access;
 use docsfab_runtime::executor::RunConfig;
 use tokio_util::sync::CancellationToken;
 

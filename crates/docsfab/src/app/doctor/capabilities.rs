@@ -206,8 +206,9 @@ fn is_instance(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_policy::class::{FaultKind, ProviderFailure};
+    use docsfab_policy::class::ProviderFailure;
     use docsfab_provider::ToolCall;
+    use docsfab_record::FaultKind;
 
     fn answer(text: &str, calls: usize) -> Result<StreamOutcome, TransportFailure> {
         Ok(StreamOutcome {

@@ -10,12 +10,11 @@
 use std::time::{Duration, Instant};
 
 use docsfab_boundary::redact::Redactor;
-use docsfab_policy::class::ProviderErrorClass;
 use docsfab_provider::{
-    ApiKey, Gateway, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
+    ApiKey, HttpConfig, HttpTransport, Message, Payload, Transport as _, TransportFailure,
     TurnRequest, endpoint_url,
 };
-use docsfab_record::Api;
+use docsfab_record::{Api, Gateway, ProviderErrorClass};
 
 use super::capabilities::{self, Capabilities, Probes};
 use crate::app::error::CliError;
@@ -360,7 +359,8 @@ impl ProbeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_policy::class::{FaultKind, ProviderFailure};
+    use docsfab_policy::class::ProviderFailure;
+    use docsfab_record::FaultKind;
 
     fn status(code: u16, error_code: Option<&str>) -> TransportFailure {
         let mut f = TransportFailure::new(ProviderFailure::from_http_status(code, None), "x");

@@ -3,7 +3,7 @@
 //! configuration; a server that does not answer is a warning (it may be down for now); a SQLite
 //! store that does not exist yet is left uncreated.
 
-use docsfab_runtime::record::RunStatus;
+use docsfab_record::RunStatus;
 use docsfab_runtime::store::{RunStore, StoreUrl};
 
 use crate::app::error::CliError;

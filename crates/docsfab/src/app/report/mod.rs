@@ -11,7 +11,7 @@
 use std::io::Write as _;
 use std::path::Path;
 
-use docsfab_runtime::record::RunRecord;
+use docsfab_record::RunRecord;
 use serde::Serialize;
 
 use crate::app::error::{CliError, emit};

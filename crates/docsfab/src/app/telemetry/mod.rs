@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, SystemTime};
 
 use docsfab_boundary::redact::Redactor;
+use docsfab_record::RunRecord;
 use docsfab_runtime::executor::{Progress, RunConfig};
-use docsfab_runtime::record::RunRecord;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, InstrumentationScope};

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use docsfab_boundary::redact::Redactor;
-use docsfab_record::{Api, CallOutcome, CallResult, RejectReason, ToolCallEntry, Usage};
+use docsfab_record::{
+    Api, AttemptRecord, AttemptStatus, CallOutcome, CallResult, RejectReason, ReplayCause,
+    ReplayRecord, RetryDecision, RunRecord, RunStatus, StepRecord, ToolCallEntry, TurnRecord,
+    TurnStatus, Usage,
+};
 use docsfab_runtime::agent::TurnEvent;
 use docsfab_runtime::executor::Progress;
-use docsfab_runtime::record::{
-    AttemptRecord, AttemptStatus, ReplayCause, ReplayRecord, RetryDecision, RunRecord, RunStatus,
-    StepRecord, TurnRecord, TurnStatus,
-};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanKind;
 
@@ -622,8 +622,7 @@ fn int(key: &'static str, value: u64) -> KeyValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use docsfab_runtime::composition::Access;
-    use docsfab_runtime::record::Budget;
+    use docsfab_record::{Access, Budget};
 
     /// The demo's golden record, its placeholders filled in.
     fn demo_record() -> RunRecord {

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
+use docsfab_record::RunRecord;
 use docsfab_runtime::progress::human_duration;
-use docsfab_runtime::record::RunRecord;
 use docsfab_runtime::stats::{Filter, Stats};
 use docsfab_runtime::store::{RunListing, RunStore, StoreUrl};
 
@@ -271,9 +271,7 @@ fn stats(
     let since = since.map(stats::parse_since).transpose()?;
     let filter = Filter {
         started_at_or_after: since.map(|d| {
-            docsfab_runtime::record::rfc3339_utc(
-                SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH),
-            )
+            docsfab_record::rfc3339_utc(SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH))
         }),
         provider: provider.map(str::to_owned),
     };

@@ -11,8 +11,8 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use docsfab_record::RunStatus;
 use docsfab_route::http_server::{BodyRefusal, read_body};
-use docsfab_runtime::record::RunStatus;
 use docsfab_runtime::store::{CancelRequest, JobWorkspace, ResumeMode, RunListing, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -248,10 +248,7 @@ fn listing_json(row: &RunListing) -> Value {
 }
 
 /// The run's record, or 404.
-async fn record_of(
-    shared: &Arc<Shared>,
-    id: &str,
-) -> Result<docsfab_runtime::record::RunRecord, ApiError> {
+async fn record_of(shared: &Arc<Shared>, id: &str) -> Result<docsfab_record::RunRecord, ApiError> {
     let key = id.to_owned();
     shared
         .service
@@ -413,7 +410,7 @@ async fn record_and_writes(
     id: &str,
 ) -> Result<
     (
-        docsfab_runtime::record::RunRecord,
+        docsfab_record::RunRecord,
         Vec<docsfab_runtime::written::StoredWrite>,
     ),
     ApiError,

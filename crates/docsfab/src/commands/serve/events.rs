@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse as _, Response};
-use docsfab_runtime::record::{RunRecord, RunStatus};
+use docsfab_record::{RunRecord, RunStatus};
 use serde_json::json;
 
 use super::reply::ApiError;

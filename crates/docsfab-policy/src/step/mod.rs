@@ -14,10 +14,21 @@
 //!
 //! [`decide`] is pure. The caller keeps the step's history as the [`PastAttempt`]s built from the
 //! [`ScheduledRetry`] of each earlier decision.
+//!
+//! This file holds the budgets and the decision; `attempt` is what the policy is told about a
+//! failed attempt (why it failed and, for a write step, what the host proved of its writes), and
+//! `facts` how a failure reads in the record: its category, class, code, message and remedy.
 
+mod attempt;
+mod facts;
+
+use docsfab_record::{Budget, RecordedSettlement, RetryDecision, StepFailure, TimeoutKind};
 use serde::{Deserialize, Serialize};
 
-use crate::class::{ProviderErrorClass, ProviderFailure};
+pub use self::attempt::{
+    AttemptFailure, BUDGET_EXHAUSTED, StepAccess, ValidatorRefusal, WriteSettlement,
+};
+use self::facts::{Facts, declined_failure};
 use crate::replay::exponential_ms;
 use crate::rules::{Condition, Feedback, RuleAction, RulesTable};
 
@@ -94,167 +105,14 @@ impl StepBudgets {
     }
 }
 
-/// A step's access, and for a write step what the host proved about the failed attempt's writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "access", content = "writeSettlement", rename_all = "kebab-case")]
-pub enum StepAccess {
-    /// The step cannot write, so any retry the rules allow is safe.
-    ReadOnly,
-    /// The step may write: it retries only after a transport failure, and only when the
-    /// settlement proves its writes away or undone (STP-1, WRT-2).
-    Write(WriteSettlement),
-}
-
-/// What the host proved about writes during the failed attempt of a write step (WRT-1..3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WriteSettlement {
-    /// No filesystem write tool ran.
-    NoWrite,
-    /// A write ran and the host restored the workspace to its pre-attempt state.
-    WriteExecutedAndRestored,
-    /// A write ran and the restore failed.
-    RestoreFailed,
-    /// The proof could not be made (missing result, unreadable ledger, unknown tool, counters
-    /// that do not reconcile).
-    Unavailable,
-}
-
-impl WriteSettlement {
-    /// What the attempt's record says about its writes (WRT-3): whether a restore ran, and held,
-    /// is not part of it.
-    pub fn recorded(self) -> RecordedSettlement {
-        match self {
-            WriteSettlement::NoWrite => RecordedSettlement::NoWrite,
-            WriteSettlement::WriteExecutedAndRestored | WriteSettlement::RestoreFailed => {
-                RecordedSettlement::WriteExecuted
-            }
-            WriteSettlement::Unavailable => RecordedSettlement::Unavailable,
-        }
-    }
-
-    /// Whether a retry is safe: nothing was written, or it was undone.
-    fn permits_retry(self) -> bool {
-        matches!(
-            self,
-            WriteSettlement::NoWrite | WriteSettlement::WriteExecutedAndRestored
-        )
-    }
-}
-
-pub use docsfab_record::{
-    Budget, ContextWindow, ContractFailure, RecordedSettlement, RetryDecision, StepFailure,
-    TimeoutKind,
-};
-
-/// A refusal a validator marked terminal (STP-14).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ValidatorRefusal {
-    /// The answer contained credential material.
-    CredentialMaterial,
-    /// The answer asked for authority the step does not have. STP-14 names this refusal, but no
-    /// validator in docsfab produces it yet (the runtime only refuses credential material); a
-    /// validator that judges an answer's requests against the step's access would, and the
-    /// policy already keeps it terminal.
-    AuthorityRefusal,
-}
-
-/// Why an attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum AttemptFailure {
-    /// The reply broke the step's contract.
-    Contract { failure: ContractFailure },
-    /// The answer was cut at the output limit with no continuation left, or completed by a
-    /// continuation and then refused (STP-10).
-    CutAnswer,
-    /// The host's attempt timer fired (STP-11).
-    AttemptDeadline,
-    /// The runtime stopped the attempt as no-progress (STP-12).
-    NoProgress,
-    /// A request that left the host failed; its class decides (STP-3).
-    Provider { failure: ProviderFailure },
-    /// The host refused the request before sending; only its text is known (STP-4).
-    RefusedBeforeSend { error_text: String },
-    /// A validator refused the answer terminally (STP-14).
-    ValidatorTerminal { refusal: ValidatorRefusal },
-    /// The model's context was exhausted (STP-14). `context` holds the token counts the
-    /// provider's refusal gave, for the failure's wording and record only: it decides nothing.
-    ContextExhausted {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        context: Option<ContextWindow>,
-    },
-    /// The run's token or cost budget could not take the next request's worst case, so it was
-    /// not sent. `bound` names the budget (`run-max-tokens-bound`, `run-max-cost-bound`) and
-    /// `message` is its sentence. Terminal: no retry spends past a run budget.
-    BudgetExhausted { bound: String, message: String },
-    /// The caller cancelled the attempt.
-    Cancelled,
-}
-
-impl AttemptFailure {
-    /// The judged condition, for failures the condition rules decide.
-    fn condition(&self) -> Option<Condition> {
-        match self {
-            AttemptFailure::Contract { failure } => Some(match failure {
-                ContractFailure::Prose => Condition::ContractProse,
-                ContractFailure::Array => Condition::ContractArray,
-                ContractFailure::Empty => Condition::ContractEmpty,
-                ContractFailure::SchemaInvalid => Condition::ContractSchemaInvalid,
-                ContractFailure::Ungrounded => Condition::ContractUngrounded,
-            }),
-            AttemptFailure::CutAnswer => Some(Condition::CutAnswer),
-            AttemptFailure::AttemptDeadline => Some(Condition::AttemptDeadline),
-            AttemptFailure::NoProgress => Some(Condition::NoProgress),
-            AttemptFailure::ValidatorTerminal { .. } => Some(Condition::ValidatorTerminal),
-            AttemptFailure::ContextExhausted { .. } => Some(Condition::ContextExhausted),
-            AttemptFailure::Cancelled => Some(Condition::Cancelled),
-            AttemptFailure::Provider { .. }
-            | AttemptFailure::RefusedBeforeSend { .. }
-            | AttemptFailure::BudgetExhausted { .. } => None,
-        }
-    }
-
-    /// `attempt-deadline` for the host timer, `provider-timeout` for a provider timeout class.
-    pub fn timeout_kind(&self) -> Option<TimeoutKind> {
-        match self {
-            AttemptFailure::AttemptDeadline => Some(TimeoutKind::AttemptDeadline),
-            AttemptFailure::Provider { failure }
-                if failure.class == ProviderErrorClass::Timeout =>
-            {
-                Some(TimeoutKind::ProviderTimeout)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// The budget a retry is paid from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RetryBudget {
-    /// `retry.maxRetries`, with the condition budgets inside it.
-    Contract,
-    /// `retry.maxTransportRetries`, with its delay and elapsed bounds.
-    Transport,
-}
-
-impl From<RetryBudget> for Budget {
-    fn from(b: RetryBudget) -> Budget {
-        match b {
-            RetryBudget::Contract => Budget::Contract,
-            RetryBudget::Transport => Budget::Transport,
-        }
-    }
-}
-
 /// A retry the step scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledRetry {
-    /// The budget that pays for the next attempt.
-    pub budget: RetryBudget,
+    /// The budget that pays for the next attempt: `contract` (`retry.maxRetries`, with the
+    /// condition budgets inside it) or `transport` (`retry.maxTransportRetries`, with its delay
+    /// and elapsed bounds); never `initial`, which pays only for a step's first attempt.
+    pub budget: Budget,
     /// The condition budget the retry also spends, if any.
     pub condition: Option<Condition>,
     /// The correction the next attempt carries (STP-5: carried across transport retries).
@@ -339,7 +197,7 @@ impl StepDecision {
 
     /// The budget of the next attempt, when one follows.
     #[cfg(any(test, feature = "testing"))]
-    pub fn next_budget(&self) -> Option<RetryBudget> {
+    pub fn next_budget(&self) -> Option<Budget> {
         self.scheduled().map(|r| r.budget)
     }
 
@@ -377,8 +235,7 @@ impl StepDecision {
 /// The budget paying for the attempt after `past`: `initial` for the first attempt, else the
 /// budget of the retry scheduled before it.
 pub fn current_budget(past: &[PastAttempt]) -> Budget {
-    past.last()
-        .map_or(Budget::Initial, |p| Budget::from(p.retry.budget))
+    past.last().map_or(Budget::Initial, |p| p.retry.budget)
 }
 
 /// The feedback the attempt after `past` carries: that of the retry scheduled before it.
@@ -529,9 +386,6 @@ pub fn decide_write(
     })
 }
 
-/// The category and rule of a run budget's refusal (docs/cost.md).
-pub const BUDGET_EXHAUSTED: &str = "budget-exhausted";
-
 /// What the rules table says about a failure, before any budget or settlement.
 struct Ruling {
     rule: String,
@@ -614,7 +468,7 @@ fn transport_retry(
     failure: &AttemptFailure,
     duration_ms: u64,
 ) -> Result<ScheduledRetry, String> {
-    let used = count(past, |r| r.budget == RetryBudget::Transport);
+    let used = count(past, |r| r.budget == Budget::Transport);
     let k = used.saturating_add(1);
     if k > budgets.max_transport_retries {
         return Err(format!(
@@ -630,7 +484,7 @@ fn transport_retry(
     let wait = budgets.transport_wait(k, retry_after);
     let elapsed = past
         .iter()
-        .filter(|p| p.retry.budget == RetryBudget::Transport)
+        .filter(|p| p.retry.budget == Budget::Transport)
         .fold(duration_ms, |sum, p| {
             sum.saturating_add(p.duration_ms)
                 .saturating_add(p.retry.wait_ms)
@@ -643,7 +497,7 @@ fn transport_retry(
         ));
     }
     Ok(ScheduledRetry {
-        budget: RetryBudget::Transport,
+        budget: Budget::Transport,
         condition: None,
         feedback: carried_feedback(past),
         wait_ms: wait,
@@ -657,7 +511,7 @@ fn contract_retry(
     past: &[PastAttempt],
     ruling: &Ruling,
 ) -> Result<ScheduledRetry, String> {
-    let used = count(past, |r| r.budget == RetryBudget::Contract);
+    let used = count(past, |r| r.budget == Budget::Contract);
     let n = used.saturating_add(1);
     if n > budgets.max_retries {
         return Err(format!(
@@ -676,7 +530,7 @@ fn contract_retry(
         }
     }
     Ok(ScheduledRetry {
-        budget: RetryBudget::Contract,
+        budget: Budget::Contract,
         condition,
         feedback: ruling.feedback,
         wait_ms: 0,
@@ -693,7 +547,7 @@ fn count(past: &[PastAttempt], pred: impl Fn(&ScheduledRetry) -> bool) -> u32 {
 fn carried_feedback(past: &[PastAttempt]) -> Option<Feedback> {
     past.iter()
         .rev()
-        .find(|p| p.retry.budget == RetryBudget::Contract)
+        .find(|p| p.retry.budget == Budget::Contract)
         .and_then(|p| p.retry.feedback)
 }
 
@@ -713,295 +567,5 @@ fn condition_bound(c: Condition) -> Option<(&'static str, &'static str)> {
             "retry.maxNoProgressRetries",
         )),
         _ => None,
-    }
-}
-
-/// The record fields of a failure, before any bound is named.
-struct Facts {
-    category: &'static str,
-    failure_class: &'static str,
-    code: String,
-    message: String,
-    remediation: std::borrow::Cow<'static, str>,
-    /// The token counts of a context overflow, carried to the failure record.
-    context: Option<ContextWindow>,
-}
-
-/// The facts of an answer the contract refused: what it was, and what to do about it.
-fn contract_facts(failure: ContractFailure) -> Facts {
-    let (code, message, remediation) = match failure {
-        ContractFailure::Ungrounded => (
-            "contract-ungrounded",
-            "The model's answer cites names the workspace does not hold.".to_owned(),
-            "The attempts list each unknown name with the nearest real ones; have the step read the sources it documents (give it read_file and search_text), or lower what it must cite.",
-        ),
-        other => {
-            let (code, what) = match other {
-                ContractFailure::Array => ("contract-array", "a JSON array"),
-                ContractFailure::Empty => ("contract-empty", "an empty reply"),
-                ContractFailure::SchemaInvalid => {
-                    ("contract-schema-invalid", "an object that fails the schema")
-                }
-                ContractFailure::Prose | ContractFailure::Ungrounded => ("contract-prose", "prose"),
-            };
-            (
-                code,
-                format!(
-                    "The model returned {what} where the step's contract asks for a JSON object."
-                ),
-                "Make the step's instructions ask for the JSON object plainly, or choose a model that follows the contract.",
-            )
-        }
-    };
-    Facts {
-        category: "contract-violation",
-        failure_class: "model-output",
-        code: code.to_owned(),
-        message,
-        remediation: std::borrow::Cow::Borrowed(remediation),
-        context: None,
-    }
-}
-
-impl Facts {
-    fn of(failure: &AttemptFailure) -> Facts {
-        let fact = |category, failure_class, code: &str, message: &str, remediation| Facts {
-            category,
-            failure_class,
-            code: code.to_string(),
-            message: message.to_string(),
-            remediation: std::borrow::Cow::Borrowed(remediation),
-            context: None,
-        };
-        match failure {
-            AttemptFailure::Contract { failure } => contract_facts(*failure),
-            AttemptFailure::CutAnswer => fact(
-                "cut-answer",
-                "model-output",
-                "cut-answer",
-                "The answer was cut at the output limit.",
-                "Raise the composition's maxOutputTokens or ask for a shorter answer.",
-            ),
-            AttemptFailure::AttemptDeadline => fact(
-                "attempt-deadline",
-                "host",
-                "attempt-deadline",
-                "The attempt timer fired before the model answered.",
-                "Raise the composition's timeoutMs or narrow what the step reads.",
-            ),
-            AttemptFailure::NoProgress => fact(
-                "no-progress",
-                "model-output",
-                "no-progress",
-                "The model kept re-reading sources without new evidence.",
-                "Narrow the step's instructions so the model can answer from what it read.",
-            ),
-            AttemptFailure::Provider { failure } => provider_facts(failure),
-            AttemptFailure::RefusedBeforeSend { error_text } => fact(
-                "request-refused",
-                "host",
-                "request-refused",
-                &format!("docsfab refused the request before sending it: {error_text}"),
-                "Fix the cause named in the message; the rules table decides whether such a refusal is retried.",
-            ),
-            AttemptFailure::ValidatorTerminal { refusal } => {
-                let (code, message) = match refusal {
-                    ValidatorRefusal::CredentialMaterial => (
-                        "credential-material",
-                        "The answer contained credential material and was refused.",
-                    ),
-                    ValidatorRefusal::AuthorityRefusal => (
-                        "authority-refusal",
-                        "The answer asked for authority the step does not have and was refused.",
-                    ),
-                };
-                fact(
-                    "validator-terminal",
-                    "policy",
-                    code,
-                    message,
-                    "Review the step's sources and instructions; this refusal is never retried.",
-                )
-            }
-            AttemptFailure::ContextExhausted { context } => context_facts(*context),
-            AttemptFailure::BudgetExhausted { bound, message } => fact(
-                BUDGET_EXHAUSTED,
-                "host",
-                bound,
-                message,
-                "Raise the composition's limits.maxRunTokens or the provider's budget.maxRunCostUsd in host.yaml, or make the run smaller; no retry spends past a run budget.",
-            ),
-            AttemptFailure::Cancelled => fact(
-                "cancelled",
-                "cancelled",
-                "cancelled",
-                "The step was cancelled.",
-                "Run it again when ready.",
-            ),
-        }
-    }
-
-    /// The failure record. When a budget bound refused the retry, the message is the bound's
-    /// sentence and the remediation says how to widen or avoid it (STP-7).
-    fn failure(&self, bound: Option<String>) -> StepFailure {
-        let (message, remediation) = match bound {
-            Some(bound) => (bound, bound_remediation(self.category).to_string()),
-            None => (self.message.clone(), self.remediation.to_string()),
-        };
-        StepFailure {
-            category: self.category.to_string(),
-            failure_class: self.failure_class.to_string(),
-            code: self.code.clone(),
-            message,
-            remediation,
-            context: self.context,
-        }
-    }
-}
-
-fn bound_remediation(category: &str) -> &'static str {
-    match category {
-        "provider-throttled" | "provider-transient" | "request-refused" => {
-            "The provider kept failing in transport; check its status and the network, then run again. DOCSFAB_READ_ONLY_MAX_TRANSPORT_RETRIES (0..6) sets the transport budget."
-        }
-        _ => {
-            "The model did not meet the step within its correction budget; adjust the step's instructions or model, then run again. DOCSFAB_READ_ONLY_MAX_RETRIES (0..3) and the condition budgets set that budget."
-        }
-    }
-}
-
-fn provider_facts(f: &ProviderFailure) -> Facts {
-    let (category, failure_class, remediation) = match f.class {
-        ProviderErrorClass::RateLimit if f.is_throttled() => (
-            "provider-throttled",
-            "infrastructure",
-            "Wait for the provider's throttle to clear, or lower the request rate.",
-        ),
-        ProviderErrorClass::Network
-        | ProviderErrorClass::Server
-        | ProviderErrorClass::Timeout
-        | ProviderErrorClass::StreamIncomplete => (
-            "provider-transient",
-            "infrastructure",
-            "Check the provider's status and the network, then run again.",
-        ),
-        ProviderErrorClass::RateLimit => (
-            "provider-quota",
-            "provider",
-            "Check the provider account's quota; a retry does not outlast it.",
-        ),
-        ProviderErrorClass::Authentication => (
-            "provider-refused",
-            "provider",
-            "Check the API key named by apiKeyEnv in host.yaml and its permissions.",
-        ),
-        ProviderErrorClass::ContentFilter => (
-            "provider-refused",
-            "provider",
-            "The provider's content filter refused the request; change the step's inputs.",
-        ),
-        // A 404 is as often a base URL without its version path as an unknown model.
-        ProviderErrorClass::InvalidRequest if f.http_status == Some(404) => (
-            "provider-refused",
-            "provider",
-            "The provider answered 404: check the model name and that providers.NAME.baseUrl ends with the API's version path (such as /v1); `docsfab doctor --probe` tells which.",
-        ),
-        ProviderErrorClass::InvalidRequest => (
-            "provider-refused",
-            "provider",
-            "The provider rejected the request as sent; check the model name and limits.",
-        ),
-        ProviderErrorClass::Unknown => (
-            "provider-refused",
-            "provider",
-            "Inspect the attempt's provider error in `docsfab runs show`.",
-        ),
-    };
-    let status = match (f.http_status, f.declared_status) {
-        (Some(s), _) => format!(" (HTTP {s})"),
-        (None, Some(s)) => format!(" (declared status {s})"),
-        (None, None) => String::new(),
-    };
-    Facts {
-        category,
-        failure_class,
-        code: format!("provider-{}", f.class),
-        message: format!(
-            "The provider request failed with class {}{status}.",
-            f.class
-        ),
-        remediation: std::borrow::Cow::Borrowed(remediation),
-        context: None,
-    }
-}
-
-/// How a context overflow reads (STP-14): the sizes the provider gave, and the three levers an
-/// operator has (what the step reads, what it may answer, and the model's context).
-fn context_facts(context: Option<ContextWindow>) -> Facts {
-    let c = context.unwrap_or_default();
-    let prompt = c.prompt_tokens.map_or_else(
-        || "the prompt".to_owned(),
-        |n| format!("the prompt of {n} tokens"),
-    );
-    let output = c.output_tokens.map_or_else(
-        || "maxOutputTokens".to_owned(),
-        |n| format!("the {n} output tokens asked for (maxOutputTokens)"),
-    );
-    let window = c.context_tokens.map_or_else(
-        || "the model's context".to_owned(),
-        |n| format!("the model's context of {n} tokens"),
-    );
-    Facts {
-        category: "context-exhausted",
-        failure_class: "model-output",
-        code: "context-exhausted".to_string(),
-        message: "The model's context window was exhausted.".to_string(),
-        remediation: std::borrow::Cow::Owned(format!(
-            "{} plus {output} did not fit {window}; lower limits.sourceReadBytes or limits.maxOutputTokens, split the step, or use a model or server with a larger context (llama-server -c, Ollama num_ctx, vLLM --max-model-len).",
-            upper_first(&prompt)
-        )),
-        context,
-    }
-}
-
-fn upper_first(s: &str) -> String {
-    let mut chars = s.chars();
-    chars.next().map_or_else(String::new, |c| {
-        c.to_uppercase().chain(chars).collect::<String>()
-    })
-}
-
-fn declined_failure(facts: &Facts, settlement: WriteSettlement) -> StepFailure {
-    let (code, why) = match settlement {
-        WriteSettlement::RestoreFailed => (
-            "write-restore-failed",
-            "a write ran and the workspace could not be restored",
-        ),
-        _ => (
-            "write-settlement-unavailable",
-            "the host could not prove which writes ran",
-        ),
-    };
-    StepFailure {
-        category: "declined-write-step".to_string(),
-        failure_class: facts.failure_class.to_string(),
-        code: code.to_string(),
-        message: format!(
-            "{} The retry was declined because {why}.",
-            as_sentence(&facts.message)
-        ),
-        remediation: "Inspect the workspace for partial writes, restore it, then run again."
-            .to_string(),
-        context: None,
-    }
-}
-
-/// `text` ending in a full stop, so another sentence can follow it.
-fn as_sentence(text: &str) -> String {
-    let text = text.trim_end();
-    if text.ends_with(['.', '!', '?']) {
-        text.to_string()
-    } else {
-        format!("{text}.")
     }
 }
