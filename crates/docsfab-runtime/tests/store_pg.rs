@@ -17,8 +17,8 @@ use docsfab_runtime::record::validate_against_schema;
 use docsfab_runtime::snapshot::WrittenFile;
 use docsfab_runtime::store::postgres::PgRunStore;
 use docsfab_runtime::store::{
-    CancelRequest, JobSpec, JobWorkspace, RunBackend, RunStore, StepEnd, StepLog, StoreError,
-    end_reason,
+    CancelRequest, JobQueue, JobSpec, JobWorkspace, RunBackend, RunStore, StepEnd, StepLog,
+    StoreError, end_reason,
 };
 use docsfab_runtime::written::{self, Kept};
 use docsfab_throttle::process::Holder;

@@ -7,7 +7,7 @@
 //! `PendingRestore::after_restore` decides on its result). It does what the answer says, records
 //! the decision on the attempt, commits the attempt to the run store, and only then waits and
 //! starts the next attempt. Every attempt is a fresh
-//! [`agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
+//! [`crate::agent::run_attempt`] with the composition's sealed ceilings and a restored source-read
 //! budget (STP-2), so a run that does not fail makes exactly one attempt per step.
 //!
 //! The run builds one response boundary from the provider's API, the selected model and the
@@ -73,7 +73,7 @@ pub async fn run_composition(cfg: RunConfig, store: &mut RunStore) -> Result<Run
 }
 
 /// [`run_composition`] into a run this process already claimed from the queue
-/// ([`RunStore::claim_next`]): that `running` run gets its context and the steps, instead of a
+/// ([`crate::store::JobQueue::claim_next`]): that `running` run gets its context and the steps, instead of a
 /// new run being created. A claimed run that cannot start (its workspace or transport cannot be
 /// set up) is finished `failed`, so it does not stay `running` under a live owner.
 pub async fn run_claimed(

@@ -1,5 +1,6 @@
 //! The run store's one interface: [`RunBackend`], which each backend implements once
-//! (`sqlite.rs`, `postgres.rs`), and its part [`StepLog`], the calls one step run makes.
+//! (`sqlite/`, `postgres/`), and its parts [`StepLog`], the calls one step run makes, and
+//! [`JobQueue`], `docsfab serve`'s job queue (each backend's `queue.rs`).
 //!
 //! [`super::RunStore`] holds a `Box<dyn RunBackend + Send>` and hands its methods out through
 //! `Deref`, so a caller calls the backend's own method: no operation is written out again
@@ -78,8 +79,51 @@ pub trait StepLog {
     }
 }
 
+/// `docsfab serve`'s job queue, kept in the run store: a submitted job is a `queued` run
+/// holding its [`JobSpec`], claimed by exactly one worker; a cancel request is a flag its worker
+/// reads; runs whose owner is gone are reaped, and the resume of each one submitted with
+/// `resume: auto` is queued. Each backend implements it in its `queue.rs`; it is a part of
+/// [`RunBackend`], so an open [`super::RunStore`] reaches these methods too (with this trait in
+/// scope).
+pub trait JobQueue {
+    /// Stores a submitted job as a `queued` run (no owner, no context, no steps; its start time
+    /// is the submit time until it is claimed) and returns its id.
+    fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError>;
+
+    /// Atomically: the oldest queued run becomes `running`, owned by this process, started
+    /// now. Each queued run is claimed once across any number of processes. `None` when
+    /// nothing is queued.
+    fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError>;
+
+    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
+    fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError>;
+
+    /// A queued run becomes `cancelled` now; a running one gets its cancel flag set for its
+    /// worker; an ended one is left alone. An unknown id is [`StoreError::UnknownRun`].
+    fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError>;
+
+    /// Whether someone asked to cancel the run ([`JobQueue::request_cancel`]).
+    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError>;
+
+    /// Marks `interrupted` the running runs whose owner is gone (accounting the write intents
+    /// of their unfinished attempts) and, in the same transaction, queues the resume of each
+    /// one submitted with `resume: auto` ([`JobSpec::auto_resume`]). A long-lived process
+    /// (`docsfab serve`) calls it on every heartbeat; opening the store does it too. Each run
+    /// is reaped once, by whichever process gets to it first.
+    fn reap_runs(&mut self) -> Result<Vec<Reaped>, StoreError>;
+
+    /// [`JobQueue::reap_runs`], the ids of the runs it marked `interrupted`.
+    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .reap_runs()?
+            .into_iter()
+            .map(|reaped| reaped.run_id)
+            .collect())
+    }
+}
+
 /// A run store backend: every operation of the store, each written once per backend.
-pub trait RunBackend: StepLog + fmt::Debug {
+pub trait RunBackend: StepLog + JobQueue + fmt::Debug {
     /// How many times an operation was tried again because the store stayed busy (SQLite;
     /// always 0 on PostgreSQL, which waits on its locks itself).
     fn busy_retries(&self) -> u32;
@@ -110,34 +154,8 @@ pub trait RunBackend: StepLog + fmt::Debug {
     /// workspace, provider and model only when its worker resolves them).
     fn set_context(&mut self, run_id: &str, context: &RunContext) -> Result<(), StoreError>;
 
-    /// Stores a submitted job as a `queued` run (no owner, no context, no steps; its start time
-    /// is the submit time until it is claimed) and returns its id.
-    fn enqueue(&mut self, spec: &JobSpec) -> Result<String, StoreError>;
-
-    /// Atomically: the oldest queued run becomes `running`, owned by this process, started
-    /// now. Each queued run is claimed once across any number of processes. `None` when
-    /// nothing is queued.
-    fn claim_next(&mut self) -> Result<Option<Claimed>, StoreError>;
-
-    /// The spec a run was submitted with; `None` for an unknown run or one `docsfab run` made.
-    fn job_spec(&self, run_id: &str) -> Result<Option<JobSpec>, StoreError>;
-
-    /// A queued run becomes `cancelled` now; a running one gets its cancel flag set for its
-    /// worker; an ended one is left alone. An unknown id is [`StoreError::UnknownRun`].
-    fn request_cancel(&mut self, run_id: &str) -> Result<CancelRequest, StoreError>;
-
-    /// Whether someone asked to cancel the run ([`RunBackend::request_cancel`]).
-    fn cancel_requested(&self, run_id: &str) -> Result<bool, StoreError>;
-
     /// How many runs have each status: every status in [`RunStatus::ALL`] order, zeros included.
     fn count_by_status(&self) -> Result<Vec<(RunStatus, u64)>, StoreError>;
-
-    /// Marks `interrupted` the running runs whose owner is gone (accounting the write intents
-    /// of their unfinished attempts) and, in the same transaction, queues the resume of each
-    /// one submitted with `resume: auto` ([`JobSpec::auto_resume`]). A long-lived process
-    /// (`docsfab serve`) calls it on every heartbeat; opening the store does it too. Each run
-    /// is reaped once, by whichever process gets to it first.
-    fn reap_runs(&mut self) -> Result<Vec<Reaped>, StoreError>;
 
     /// Ends a running run with `status`, and `reason`, when given, as the record's
     /// `endReason`. Steps still `running` take the run's final status.
@@ -163,15 +181,6 @@ pub trait RunBackend: StepLog + fmt::Debug {
     /// The full record of one run (one consistent snapshot), or `None` when there is no such
     /// run.
     fn load_run(&self, run_id: &str) -> Result<Option<RunRecord>, StoreError>;
-
-    /// [`RunBackend::reap_runs`], the ids of the runs it marked `interrupted`.
-    fn reap(&mut self) -> Result<Vec<String>, StoreError> {
-        Ok(self
-            .reap_runs()?
-            .into_iter()
-            .map(|reaped| reaped.run_id)
-            .collect())
-    }
 
     /// Creates a run owned by this process, `running`, and returns its id.
     fn create_run(&mut self, composition: &str) -> Result<String, StoreError> {

@@ -1,18 +1,19 @@
 //! The run store: every run's record, written as the run goes, and `docsfab serve`'s job queue.
 //!
 //! A [`RunStore`] is an open store in one of the backends, chosen by a [`StoreUrl`]:
-//! - `sqlite:PATH` (`store/sqlite.rs`): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
+//! - `sqlite:PATH` (`store/sqlite/`): the embedded default, one file (`$DOCSFAB_HOME/runs.db`) that
 //!   the processes of one host share;
-//! - `postgres://...` (`store/postgres.rs`): one database that workers on many hosts share.
+//! - `postgres://...` (`store/postgres/`): one database that workers on many hosts share.
 //!
 //! Both keep the same records with the same semantics: each write is its own transaction, so a
 //! finished attempt is durable before the next begins; opening marks `interrupted` the running
 //! runs whose owner is gone; a submitted job is a `queued` run holding its [`JobSpec`], and
-//! [`RunBackend::claim_next`] hands each one to exactly one worker.
+//! [`JobQueue::claim_next`] hands each one to exactly one worker.
 //!
-//! Every operation is a method of [`RunBackend`] (or of its part [`StepLog`], the calls a step
-//! run makes), written once in each backend; `RunStore` only opens the backend its URL names
-//! and hands those methods out (`Deref`). A backend is added by implementing the trait.
+//! Every operation is a method of [`RunBackend`] (or of its parts [`StepLog`], the calls a step
+//! run makes, and [`JobQueue`], the job queue's, in each backend's `queue.rs`), written once in
+//! each backend; `RunStore` only opens the backend its URL names and hands those methods out
+//! (`Deref`). A backend is added by implementing the traits.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -38,7 +39,7 @@ use postgres::PgRunStore;
 
 use sqlite::SqliteStore;
 
-pub use self::backend::{RunBackend, StepLog};
+pub use self::backend::{JobQueue, RunBackend, StepLog};
 pub use self::error::StoreError;
 
 /// A store operation that SQLite still found busy after the busy timeout, about to be tried
@@ -211,7 +212,7 @@ impl JobSpec {
     }
 }
 
-/// A run [`RunBackend::reap_runs`] (or opening the store) marked `interrupted` because its
+/// A run [`JobQueue::reap_runs`] (or opening the store) marked `interrupted` because its
 /// owner is gone, with the resume queued for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reaped {
@@ -262,12 +263,12 @@ pub struct Claimed {
     pub spec: JobSpec,
 }
 
-/// What [`RunBackend::request_cancel`] did.
+/// What [`JobQueue::request_cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelRequest {
     /// The run was still queued: it is `cancelled` now, with no steps.
     CancelledQueued,
-    /// The run is running: its worker sees the flag ([`RunBackend::cancel_requested`]) and stops.
+    /// The run is running: its worker sees the flag ([`JobQueue::cancel_requested`]) and stops.
     Requested,
     /// The run had ended already, with this status; nothing changed.
     AlreadyEnded(RunStatus),
@@ -334,7 +335,7 @@ impl fmt::Display for StoreUrl {
 }
 
 /// An open run store, whichever backend holds it. Its operations are the backend's own
-/// methods ([`RunBackend`], [`StepLog`]), reached through `Deref`: `store.load_run(id)` calls
+/// methods ([`RunBackend`], [`StepLog`], [`JobQueue`]), reached through `Deref`: `store.load_run(id)` calls
 /// the backend's `load_run`.
 #[derive(Debug)]
 pub struct RunStore {
