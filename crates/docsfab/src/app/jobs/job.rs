@@ -37,7 +37,7 @@ pub fn execute(service: &Service, claimed: Claimed, cancel: CancellationToken) -
     store
         .reaped_on_open()
         .iter()
-        .for_each(super::resume::log_resume);
+        .for_each(super::service::log_resume);
     if store
         .reaped_on_open()
         .iter()

@@ -1,7 +1,8 @@
 //! Resuming through `docsfab serve` (docs/resume.md): `POST /api/runs/{id}/resume` queues a
 //! new run that carries over the finished steps of `id`, refused as `docsfab runs resume`
 //! refuses; a job submitted with `resume: auto` is queued again so, once, when its worker died
-//! (by the store, in the transaction that marks the run interrupted; `log_resume` says so);
+//! (by the store, in the transaction that marks the run interrupted; `service::log_resume` says
+//! so);
 //! and at claim time the worker builds the resumed run's reference and checks its workspace
 //! again (it may be another host's, or a fresh clone).
 
@@ -9,9 +10,8 @@ use std::path::Path;
 
 use docsfab_runtime::executor::Carry;
 use docsfab_runtime::reuse::Reference;
-use docsfab_runtime::store::{JobSpec, JobWorkspace, Reaped, ResumeFrom, RunStore};
+use docsfab_runtime::store::{JobSpec, JobWorkspace, ResumeFrom, RunStore};
 
-use super::service::log;
 use crate::app::carry::{ResumeFlags, check_resume, find_record, resumable, resume_workspace};
 use crate::app::error::CliError;
 
@@ -66,17 +66,4 @@ pub fn carry(store: &RunStore, spec: &JobSpec, workspace: &Path) -> Result<Optio
         resume: true,
         allow_lost_pages: false,
     }))
-}
-
-/// The line for a run a reap marked interrupted that was submitted with `resume: auto`. The
-/// store queued its resume in the transaction that marked it
-/// ([`docsfab_runtime::store::JobSpec::auto_resume`]): whichever process reaped it (a runner's
-/// reap, the store a job or a command opened), the run is resumed, once.
-pub fn log_resume(run: &Reaped) {
-    if let Some(resumed) = &run.resumed_as {
-        log(&format!(
-            "run {} had resume: auto; queued its resume as run {resumed}",
-            run.run_id
-        ));
-    }
 }

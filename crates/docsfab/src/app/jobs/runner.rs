@@ -134,7 +134,7 @@ async fn reap(service: &Arc<Service>) {
                 "run {} was left running by a process that no longer exists; it is now marked interrupted",
                 run.run_id
             ));
-            super::resume::log_resume(run);
+            super::service::log_resume(run);
         }
         if reaped.iter().any(|r| r.resumed_as.is_some()) {
             service.wake.notify_one();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use docsfab_runtime::store::{RunStore, StoreUrl};
+use docsfab_runtime::store::{Reaped, RunStore, StoreUrl};
 
 use super::metrics::Counters;
 use crate::app::error::CliError;
@@ -17,6 +17,19 @@ use crate::app::error::CliError;
 /// One line of the service on the server's stderr, `serve: ` in front.
 pub fn log(line: &str) {
     let _ = writeln!(std::io::stderr(), "serve: {line}");
+}
+
+/// The line for a run a reap marked interrupted that was submitted with `resume: auto`. The
+/// store queued its resume in the transaction that marked it
+/// ([`docsfab_runtime::store::JobSpec::auto_resume`]): whichever process reaped it (a runner's
+/// reap, the store a job or a command opened), the run is resumed, once.
+pub fn log_resume(run: &Reaped) {
+    if let Some(resumed) = &run.resumed_as {
+        log(&format!(
+            "run {} had resume: auto; queued its resume as run {resumed}",
+            run.run_id
+        ));
+    }
 }
 
 /// How long a job waits for an unreachable PostgreSQL store when it opens its own: the same
@@ -76,10 +89,7 @@ impl Service {
         let store_at = StoreAt::locate(home, store)?;
         let api_store = store_at.open()?;
         // Opening said which runs it marked interrupted (`app::store`); their resumes:
-        api_store
-            .reaped_on_open()
-            .iter()
-            .for_each(super::resume::log_resume);
+        api_store.reaped_on_open().iter().for_each(log_resume);
         Ok(Service {
             home: home.to_path_buf(),
             store_at,
