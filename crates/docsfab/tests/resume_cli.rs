@@ -291,18 +291,7 @@ const HEARTBEAT_MS: &str = "200";
 fn wait_interrupted(s: &Setup) -> String {
     let started = std::time::Instant::now();
     loop {
-        let out = s
-            .docsfab()
-            .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
-            .args(["runs", "list", "--json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let runs = s.list_json_judging(Some(HEARTBEAT_MS));
         let newest = &runs[0];
         if newest["status"] != "running" || started.elapsed() > Duration::from_secs(60) {
             return newest["runId"].as_str().unwrap().to_owned();

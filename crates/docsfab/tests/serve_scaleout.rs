@@ -11,15 +11,15 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use docsfab_pg::testing::fresh_database;
 use serde_json::{Value, json};
-use support::run::{FAST_CATALOG, KEY_VAR, ONE_STEP, SECRET, Setup, Sim, bin};
+use support::run::{FAST_CATALOG, ONE_STEP, Setup, Sim, spawn_serve};
 
 /// Beat every 200 ms: a dead worker is found after 1 s instead of 10 s.
 const HEARTBEAT_MS: &str = "200";
@@ -47,47 +47,10 @@ impl Worker {
     }
 
     fn start_in(setup: &Setup, home: &Path, store: &str, jobs: u32) -> Worker {
-        let mut cmd = Command::new(bin());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("DOCSFAB_") {
-                cmd.env_remove(k);
-            }
-        }
-        let mut child = cmd
-            .env("DOCSFAB_HOME", home)
-            .env(KEY_VAR, SECRET)
-            .env("DOCSFAB_RETRY_BASE_DELAY_MS", "20")
-            .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
-            .args([
-                "--store",
-                store,
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--jobs",
-            ])
-            .arg(jobs.to_string())
-            .arg("--workspace-root")
-            .arg(setup.dir.path())
-            .stdout(Stdio::piped())
-            // Its log, for a failing test to show (`Worker::log`).
-            .stderr(std::fs::File::create(home.join("serve.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| panic!("unexpected first line from serve: {first:?}"))
-            .to_owned();
-        Worker {
-            child,
-            addr,
-            log: home.join("serve.log"),
-        }
+        // Its log, for a failing test to show (`Worker::log`).
+        let log = home.join("serve.log");
+        let (child, addr) = spawn_serve(home, store, jobs, setup.dir.path(), HEARTBEAT_MS, &log);
+        Worker { child, addr, log }
     }
 
     /// What the worker wrote on stderr so far.

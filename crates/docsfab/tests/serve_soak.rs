@@ -21,7 +21,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use docsfab_pg::Pg;
 use docsfab_pg::testing::{TestDb, fresh_database};
 use serde_json::{Value, json};
-use support::run::{FAST_CATALOG, KEY_VAR, SECRET, Setup, Sim, bin};
+use support::run::{FAST_CATALOG, Setup, Sim, spawn_serve};
 
 /// Beat every 200 ms: a dead worker is found after about 1.2 s instead of 12 s.
 const HEARTBEAT_MS: &str = "200";
@@ -61,40 +61,7 @@ struct Worker {
 impl Worker {
     /// A worker on `home` (which holds host.yaml) and `store`, its stderr in `log`.
     fn start(setup: &Setup, home: &Path, store: &str, jobs: u32, log: PathBuf) -> Worker {
-        let mut cmd = Command::new(bin());
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("DOCSFAB_") {
-                cmd.env_remove(k);
-            }
-        }
-        let mut child = cmd
-            .env("DOCSFAB_HOME", home)
-            .env(KEY_VAR, SECRET)
-            .env("DOCSFAB_RETRY_BASE_DELAY_MS", "20")
-            .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
-            .args(["--store", store, "serve", "--listen", "127.0.0.1:0"])
-            .arg("--jobs")
-            .arg(jobs.to_string())
-            .arg("--workspace-root")
-            .arg(setup.dir.path())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        let addr = first
-            .trim()
-            .strip_prefix("listening on http://")
-            .unwrap_or_else(|| {
-                panic!(
-                    "unexpected first line from serve: {first:?}\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            })
-            .to_owned();
+        let (child, addr) = spawn_serve(home, store, jobs, setup.dir.path(), HEARTBEAT_MS, &log);
         Worker { child, addr, log }
     }
 
@@ -190,22 +157,7 @@ fn dechunk(mut rest: &str) -> String {
 
 /// `docsfab runs list --json` on the setup's store, judging heartbeats as the workers do.
 fn list_runs(setup: &Setup) -> Vec<Value> {
-    let out = setup
-        .docsfab()
-        .env("DOCSFAB_HEARTBEAT_MS", HEARTBEAT_MS)
-        .args(["runs", "list", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice::<Value>(&out.stdout)
-        .unwrap()
-        .as_array()
-        .unwrap()
-        .clone()
+    setup.list_json_judging(Some(HEARTBEAT_MS))
 }
 
 /// Waits for `done` to give a value, up to `timeout`; `what` names it in the failure.

@@ -47,6 +47,45 @@ pub fn docsfab(home: &Path) -> Command {
     cmd
 }
 
+/// A `docsfab serve` worker process on `home` (which holds host.yaml) and `store`: `--jobs
+/// jobs`, workspaces under `workspace_root`, beating every `heartbeat_ms`, its stderr in `log`.
+/// Returns the child and the address it listens on (from its first stdout line).
+pub fn spawn_serve(
+    home: &Path,
+    store: &str,
+    jobs: u32,
+    workspace_root: &Path,
+    heartbeat_ms: &str,
+    log: &Path,
+) -> (Child, String) {
+    let mut child = docsfab(home)
+        .env("DOCSFAB_HEARTBEAT_MS", heartbeat_ms)
+        .args(["--store", store, "serve", "--listen", "127.0.0.1:0"])
+        .arg("--jobs")
+        .arg(jobs.to_string())
+        .arg("--workspace-root")
+        .arg(workspace_root)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| {
+            panic!(
+                "unexpected first line from serve: {first:?}\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            )
+        })
+        .to_owned();
+    (child, addr)
+}
+
 /// `docsfab sim serve` on 127.0.0.1:0 as a child process; killed on drop.
 pub struct Sim {
     child: Child,
@@ -214,11 +253,17 @@ impl Setup {
 
     /// `docsfab runs list --json`, parsed.
     pub fn list_json(&self) -> Vec<Value> {
-        let out = self
-            .docsfab()
-            .args(["runs", "list", "--json"])
-            .output()
-            .unwrap();
+        self.list_json_judging(None)
+    }
+
+    /// [`Setup::list_json`], judging other processes' heartbeats at `heartbeat_ms` (as workers
+    /// started with that `DOCSFAB_HEARTBEAT_MS` do) when given.
+    pub fn list_json_judging(&self, heartbeat_ms: Option<&str>) -> Vec<Value> {
+        let mut cmd = self.docsfab();
+        if let Some(ms) = heartbeat_ms {
+            cmd.env("DOCSFAB_HEARTBEAT_MS", ms);
+        }
+        let out = cmd.args(["runs", "list", "--json"]).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
