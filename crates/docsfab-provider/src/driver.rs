@@ -307,8 +307,12 @@ pub async fn run_turn_gated(
         let sent_bytes = bytes.len();
         let sent = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return turn.finish(TurnEnd::Cancelled, None),
+            _ = cancel.cancelled() => {
+                turn.usage = turn.usage + dropped_usage(sent_bytes);
+                return turn.finish(TurnEnd::Cancelled, None);
+            }
             _ = sleep_until_opt(deadline) => {
+                turn.usage = turn.usage + dropped_usage(sent_bytes);
                 return turn.finish(
                     TurnEnd::DeadlineReached { last_failure },
                     Some("the attempt deadline passed while the request was in flight".into()),
@@ -720,6 +724,19 @@ fn billed_usage(failed: &TransportFailure, sent_bytes: usize) -> Usage {
         ),
         estimated: true,
         ..reported
+    }
+}
+
+/// What a request dropped in flight (the attempt deadline, a cancel) is counted as: it was
+/// sent, so it may be billed, but what had arrived of its answer is dropped with it. Its prompt
+/// is estimated from the bytes sent and its output stays unknown, so the turn's usage is
+/// unknown, never 0. (The run budget keeps the request's worst case as spent.)
+fn dropped_usage(sent_bytes: usize) -> Usage {
+    Usage {
+        input_tokens: Some(estimated_prompt_tokens_len(sent_bytes)),
+        output_tokens: None,
+        estimated: true,
+        ..Usage::ZERO
     }
 }
 

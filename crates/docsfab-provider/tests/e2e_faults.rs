@@ -951,6 +951,16 @@ both_apis!(the_raw_200_body_is_kept_byte_for_byte_when_asked, |api| {
 
 // ---- cancellation and deadline over real HTTP ----------------------------------------------
 
+/// A request dropped in flight was sent and may be billed: its prompt is estimated from the
+/// bytes sent, its output is unknown (what had arrived is dropped with it), never a known 0.
+fn dropped_in_flight_is_never_zero(r: &TurnResult) {
+    let usage = r.record.usage;
+    assert!(usage.estimated, "{usage:?}");
+    assert!(usage.input_tokens.is_some_and(|n| n > 0), "{usage:?}");
+    assert_eq!(usage.output_tokens, None, "{usage:?}");
+    assert_eq!(usage.total(), None, "{usage:?}");
+}
+
 // Proves REP-9.
 both_apis!(
     cancelling_a_stalled_request_ends_the_turn_at_once_rep_9,
@@ -969,6 +979,7 @@ both_apis!(
         assert_eq!(r.end, TurnEnd::Cancelled);
         assert_eq!(r.record.status, TurnStatus::Cancelled);
         assert_eq!(r.record.failure, None);
+        dropped_in_flight_is_never_zero(&r);
         // The default read timeout is 120 s: only the cancellation can have ended it this soon.
         assert!(started.elapsed() < Duration::from_secs(5));
     }
@@ -984,6 +995,7 @@ both_apis!(the_deadline_ends_a_stalled_request_rep_10, |api| {
     let r = run_turn(&t, &limits(), &p, &CancellationToken::new(), Some(deadline)).await;
     assert!(matches!(r.end, TurnEnd::DeadlineReached { .. }));
     assert_eq!(r.record.status, TurnStatus::Failed);
+    dropped_in_flight_is_never_zero(&r);
     assert!(started.elapsed() >= Duration::from_millis(150));
     assert!(started.elapsed() < Duration::from_secs(5));
 });
