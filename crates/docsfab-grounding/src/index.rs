@@ -3,9 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use crate::extract::{Citation, Kind, code_core, line_range, segments};
+use crate::extract::{Citation, Kind, code_core, segments};
 
 /// File name endings whose text is prose, not source: their words ground no code name (a name
 /// that appears only in other documentation is no evidence that the code has it).
@@ -340,14 +339,8 @@ impl Index {
 
     /// The SHA-256 of lines `a..=b` of the cited file, when it has them.
     fn lines_hash(&self, text: &str) -> Option<String> {
-        let (path, a, b) = line_range(text)?;
-        let file = self.files.get(path.trim_start_matches("./"))?;
-        let lines: Vec<&str> = file.lines().collect();
-        let (a, b) = (usize::try_from(a).ok()?, usize::try_from(b).ok()?);
-        if b > lines.len() {
-            return None;
-        }
-        Some(hex::encode(Sha256::digest(lines[a - 1..b].join("\n"))))
+        let file = self.files.get(crate::stale::cited_path(text)?)?;
+        crate::stale::lines_sha256(file, text)
     }
 
     /// Up to three real names closest to an unknown one (paths for paths, words for names).

@@ -10,9 +10,11 @@
 //! * [`Index::judge`]: each citation grounded or unknown; an unknown name comes with the nearest
 //!   real ones. Names of the standard library and of declared dependencies are `external`:
 //!   neither grounded by the tree nor counted against it.
+//! * [`stale`]: whether a cited line range still hashes as it did when it was judged.
 
 mod extract;
 mod index;
+pub mod stale;
 
 pub use extract::{Citation, Kind, extract};
 pub use index::{Index, Judged, Report, Unknown, Verdict};

@@ -9,6 +9,7 @@
 //! `docsfab run` checks one.
 
 pub mod resume;
+pub mod stale;
 pub mod stats;
 
 use std::fmt::Write as _;
@@ -85,6 +86,18 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The line ranges a run's accepted answers cited (`src/lib.rs:12-30`) that changed in its
+    /// workspace since: exit 0 when none did, 1 when one changed or is gone (docs/grounding.md).
+    Stale {
+        /// The run id.
+        id: String,
+        /// The tree to read, when it is no longer where the run's record says (a clone, a move).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<std::path::PathBuf>,
+        /// Print {runId, workspace, checked, unchanged, changed, gone, carriedOver} as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Retry figures across recorded runs: requests, replays and step retries by class and
     /// rule, fault bursts, 429 after 429 by wait, time waiting, tokens of failed attempts.
     Stats {
@@ -127,6 +140,11 @@ pub fn run(args: &RunsArgs, store: Option<&str>, color: ColorChoice) -> Result<(
             None => show(&path, id, *json),
         },
         RunsCommand::Diff { id, stat } => diff(&path, id, *stat),
+        RunsCommand::Stale {
+            id,
+            workspace,
+            json,
+        } => stale::stale(&load(&path, id)?.1, workspace.as_deref(), *json),
         RunsCommand::Stats {
             since,
             provider,
