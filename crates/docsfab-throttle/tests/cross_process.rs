@@ -394,3 +394,56 @@ fn issue15_the_permits_of_a_worker_killed_with_sigkill_are_given_back_over_postg
     assert_eq!(wait_for(&mut taker, "took "), CAP.to_string());
     assert!(taker.0.wait().unwrap().success());
 }
+
+/// Issue 34, found by the soak: a decision that meets an outage of the database (a restart)
+/// waits it out instead of going around the throttle, and leaves no permit or queue place that
+/// its process does not know of. Before, a `COMMIT` cut by the restart could leave a place in
+/// the queue that stood ahead of every later waiter for as long as its process lived, and
+/// every request of the fleet waited behind it until its attempt deadline.
+#[test]
+fn issue34_a_decision_during_a_database_outage_waits_it_out_and_leaves_no_stray_row() {
+    let Some(db) = docsfab_pg::testing::fresh_database("throttle_outage") else {
+        return;
+    };
+    let throttle = open(&Backend::Postgres(db.url.clone()), 1);
+    let rt = runtime();
+    let cancel = CancellationToken::new();
+    // The provider's row and the tables exist; the one slot is free again.
+    let warm = rt.block_on(throttle.acquire("sim", &cancel, None)).unwrap();
+    warm.finish(ok(), &RateHeaders::none()).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let permit = std::thread::scope(|scope| {
+        db.start_outage();
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(400));
+            db.end_outage();
+        });
+        rt.block_on(throttle.acquire("sim", &cancel, Some(deadline)))
+    });
+    let permit = permit.expect("the decision waits out the outage instead of failing");
+    permit.finish(ok(), &RateHeaders::none()).unwrap();
+    // This process's lease row is given back once its lease lapses (`LEASE_MS`); a row it
+    // does not know of would stay for as long as it lives.
+    let pg = docsfab_pg::Pg::connect(&db.url).unwrap();
+    let rows = || -> (i64, i64) {
+        pg.call(|c| {
+            c.query_one(
+                "SELECT (SELECT count(*) FROM throttle_permits),
+                        (SELECT count(*) FROM throttle_waiters)",
+                &[],
+            )
+            .map(|r| (r.get(0), r.get(1)))
+        })
+        .unwrap()
+    };
+    let mut left = rows();
+    for _ in 0..100 {
+        if left == (0, 0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        left = rows();
+    }
+    assert_eq!(left, (0, 0), "rows left behind (permits, waiters)");
+    drop(throttle);
+}

@@ -87,6 +87,23 @@ impl PgStore {
         Ok(PgStore { pg, me, calls: 0 })
     }
 
+    /// Runs one decision's transaction, again through an outage of the server for up to the
+    /// stale limit (the caller may be an async server's thread: `route serve`). A grant, a lease
+    /// row or a queue place whose `COMMIT` was cut is asked after (`txid_status`) instead of
+    /// being left in the tables unknown to this process, where it would hold a slot, or a place
+    /// ahead of every other waiter, for as long as this process lives.
+    fn transact<T: Send + 'static>(
+        &mut self,
+        f: impl Fn(&mut Transaction<'_>) -> Result<T, Error> + Send + Sync + 'static,
+    ) -> Result<T, StoreError> {
+        let url = self.pg.url().to_string();
+        self.calls += 1;
+        let result = self
+            .pg
+            .transaction_through_outages(worker::stale_after(), false, f)?;
+        Ok(result.map_err(|source| docsfab_pg::PgError::Query { url, source })?)
+    }
+
     /// Runs one call of the store on the connection's thread, counted.
     fn call<T: Send + 'static>(
         &mut self,
@@ -116,13 +133,12 @@ impl SharedState for PgStore {
         let alive = worker::alive_condition("w");
         // After an outage this process holds back from giving away others' permits.
         let judge = worker::may_judge(self.pg.url());
-        self.call(move |c| {
-            let mut tx = c.transaction()?;
-            let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
+        self.transact(move |tx| {
+            let (mut state, now_ms) = lock_provider(tx, &provider)?;
             if judge {
-                reclaim_dead(&mut tx, &provider, &me, &alive)?;
+                reclaim_dead(tx, &provider, &me, &alive)?;
             }
-            let (permits, ahead) = in_flight(&mut tx, &provider, waiter)?;
+            let (permits, ahead) = in_flight(tx, &provider, waiter)?;
             state.set_in_flight(permits.saturating_add(ahead));
             let decision = state.admit(&settings, now_ms, &want.at(now_ms));
             // The closures below share the transaction one at a time.
@@ -157,11 +173,10 @@ impl SharedState for PgStore {
                     None => join_queue(&mut tx.borrow_mut(), &provider, &me, now_ms),
                 },
             )?;
-            let mut tx = tx.into_inner();
+            let tx = tx.into_inner();
             if matches!(admit, StoreAdmit::Go { .. }) {
-                save(&mut tx, &provider, &state)?;
+                save(tx, &provider, &state)?;
             }
-            tx.commit()?;
             Ok(admit)
         })
     }
@@ -199,11 +214,10 @@ impl SharedState for PgStore {
         let finished = lease.finished.map(|(seq, o, h)| (seq, o, h.clone()));
         let alive = worker::alive_condition("w");
         let judge = worker::may_judge(self.pg.url());
-        self.call(move |c| {
-            let mut tx = c.transaction()?;
-            let (mut state, now_ms) = lock_provider(&mut tx, &provider)?;
+        self.transact(move |tx| {
+            let (mut state, now_ms) = lock_provider(tx, &provider)?;
             if judge {
-                reclaim_dead(&mut tx, &provider, &me, &alive)?;
+                reclaim_dead(tx, &provider, &me, &alive)?;
             }
             let shift = |h: &RateHeaders| {
                 let skew = i128::from(now_ms) - i128::from(host_now_ms);
@@ -212,7 +226,7 @@ impl SharedState for PgStore {
             let mut report = report.clone();
             report.newest_head = report.newest_head.map(|(seq, h)| (seq, shift(&h)));
             let finished = finished.as_ref().map(|(seq, o, h)| (*seq, *o, shift(h)));
-            let (others, exists) = others(&mut tx, &provider, row)?;
+            let (others, exists) = others(tx, &provider, row)?;
             let lease_tx = LeaseTx {
                 row,
                 keep,
@@ -261,8 +275,7 @@ impl SharedState for PgStore {
                     Some(id)
                 }
             };
-            save(&mut tx, &provider, &state)?;
-            tx.commit()?;
+            save(tx, &provider, &state)?;
             Ok(LeaseAnswer {
                 row,
                 granted,
@@ -271,9 +284,11 @@ impl SharedState for PgStore {
         })
     }
 
+    /// Through an outage too: a place left in the queue would stand ahead of every later
+    /// waiter for as long as this process lives.
     fn leave(&mut self, waiter: i64) -> Result<(), StoreError> {
-        self.call(move |c| {
-            c.execute_typed(
+        self.transact(move |tx| {
+            tx.execute_typed(
                 "DELETE FROM throttle_waiters WHERE id = $1",
                 &[(&waiter, Type::INT8)],
             )
@@ -292,9 +307,8 @@ impl SharedState for PgStore {
         host_now_ms: u64,
     ) -> Result<(), StoreError> {
         let (provider, settings, headers) = (provider.to_owned(), *settings, headers.clone());
-        // Run again through an outage (until COMMIT was sent): a permit that is never given
-        // back would lower the provider's cap for as long as this process lives. For at most
-        // the stale limit: the caller may be an async server's thread (`route serve`).
+        // A permit that is never given back would lower the provider's cap for as long as this
+        // process lives: the release waits out an outage like a decision (`transact`).
         let release = move |tx: &mut Transaction<'_>| -> Result<(), Error> {
             let (mut state, now_ms) = lock_provider(tx, &provider)?;
             let skew = i128::from(now_ms) - i128::from(host_now_ms);
@@ -307,13 +321,7 @@ impl SharedState for PgStore {
             )?;
             save(tx, &provider, &state)
         };
-        let url = self.pg.url().to_string();
-        self.calls += 1;
-        let result = self
-            .pg
-            .transaction_through_outages(worker::stale_after(), false, release)?;
-        result.map_err(|source| docsfab_pg::PgError::Query { url, source })?;
-        Ok(())
+        self.transact(release)
     }
 }
 
