@@ -538,10 +538,12 @@ fn connect_may_succeed_later(e: &PgError) -> bool {
 }
 
 /// A failure of the connection or of the server's availability, not of the statement: the
-/// socket closed, a connection exception (SQLSTATE class 08), or the server shutting down or
-/// starting up (class 57P).
+/// socket closed or failed under the client (a reset: what a query on a connection the server
+/// just killed can meet before the client has noticed it closed), a connection exception
+/// (SQLSTATE class 08), or the server shutting down or starting up (class 57P).
 fn is_outage(e: &postgres::Error) -> bool {
     e.is_closed()
+        || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
         || e.code().is_some_and(|c| {
             let code = c.code();
             code.starts_with("08") || code.starts_with("57P")

@@ -83,6 +83,40 @@ impl TestDb {
             .expect("refuse and cut the test database's connections");
     }
 
+    /// Restarts the test server with a fast shutdown (`pg_ctl -m fast restart`, as the data
+    /// directory's owner) when `DOCSFAB_TEST_PGCTL` and `DOCSFAB_TEST_PGDATA` say where it is
+    /// (`.ci/run` exports both); otherwise this database refuses and cuts every connection for
+    /// a second instead, and a line on stderr says so. Returns what it did. A restart cuts every
+    /// test's connections: a test that restarts runs in a test binary of its own.
+    pub fn restart_server(&self) -> &'static str {
+        let pgctl = std::env::var("DOCSFAB_TEST_PGCTL").unwrap_or_default();
+        let pgdata = std::env::var("DOCSFAB_TEST_PGDATA").unwrap_or_default();
+        if pgctl.trim().is_empty() || pgdata.trim().is_empty() {
+            eprintln!(
+                "DOCSFAB_TEST_PGCTL/DOCSFAB_TEST_PGDATA are not set: an outage of the test database stands in for the server restart"
+            );
+            self.start_outage();
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            self.end_outage();
+            return "database outage";
+        }
+        // pg_ctl refuses to run as root: run it as the data directory's owner then. Its log goes
+        // to a file, so the server it starts does not hold the test's pipes open.
+        let script = r#"restart="\"$C\" -D \"$D\" -l \"$D/restart.log\" -m fast -w restart"
+if [ "$(id -u)" = 0 ]; then exec su "$(stat -c %U "$D")" -s /bin/sh -c "$restart"; fi
+exec sh -c "$restart""#;
+        let status = std::process::Command::new("sh")
+            .args(["-c", script])
+            .env("C", pgctl.trim())
+            .env("D", pgdata.trim())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run pg_ctl");
+        assert!(status.success(), "pg_ctl restart failed: {status}");
+        "pg_ctl -m fast restart"
+    }
+
     pub fn end_outage(&self) {
         let sql = format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", self.name);
         Pg::connect(&self.admin)

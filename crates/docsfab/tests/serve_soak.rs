@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -174,38 +174,6 @@ fn wait_for<T>(timeout: Duration, what: &str, mut done: impl FnMut() -> Option<T
 
 // ---- PostgreSQL restarts ------------------------------------------------------------------------
 
-/// Restarts the test server with a fast shutdown (`pg_ctl -m fast restart`, as the server's
-/// owner) when `DOCSFAB_TEST_PGCTL` and `DOCSFAB_TEST_PGDATA` say where it is; otherwise the
-/// test database refuses and cuts every connection for a second. Returns what it did.
-fn restart_postgres(db: &TestDb) -> &'static str {
-    let pgctl = std::env::var("DOCSFAB_TEST_PGCTL").unwrap_or_default();
-    let pgdata = std::env::var("DOCSFAB_TEST_PGDATA").unwrap_or_default();
-    if pgctl.trim().is_empty() || pgdata.trim().is_empty() {
-        eprintln!(
-            "DOCSFAB_TEST_PGCTL/DOCSFAB_TEST_PGDATA are not set: an outage of the test database stands in for the server restart"
-        );
-        db.start_outage();
-        std::thread::sleep(Duration::from_secs(1));
-        db.end_outage();
-        return "database outage";
-    }
-    // pg_ctl refuses to run as root: run it as the data directory's owner then. Its log goes
-    // to a file, so the server it starts does not hold this test's pipes open.
-    let script = r#"restart="\"$C\" -D \"$D\" -l \"$D/restart.log\" -m fast -w restart"
-if [ "$(id -u)" = 0 ]; then exec su "$(stat -c %U "$D")" -s /bin/sh -c "$restart"; fi
-exec sh -c "$restart""#;
-    let status = Command::new("sh")
-        .args(["-c", script])
-        .env("C", pgctl.trim())
-        .env("D", pgdata.trim())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "pg_ctl restart failed: {status}");
-    "pg_ctl -m fast restart"
-}
-
 /// One query's rows, asked again while the server restarts.
 fn query(pg: &Pg, sql: &'static str, pattern: Option<String>) -> Vec<docsfab_pg::postgres::Row> {
     let mut last = None;
@@ -327,7 +295,7 @@ fn soak_a_resume_auto_run_reaped_then_the_database_restarts_is_resumed_once_post
     reaped_by_another_process_then_resumed_once(&store, || {
         eprintln!(
             "between the reap and the next worker: {}",
-            restart_postgres(&db)
+            db.restart_server()
         );
     });
 }
@@ -529,7 +497,7 @@ fn chaos(
             (n > 0).then_some(())
         },
     );
-    let restart = restart_postgres(db);
+    let restart = db.restart_server();
     Chaos {
         killed_at,
         victim_pid,
